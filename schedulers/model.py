@@ -1,0 +1,175 @@
+"""Data that crosses module lines: table specs, traces, batch records, live table state.
+
+The model is the one of Bateni et al. section 2: table i receives updates at release
+times r_i1 < r_i2 < ...; the update released at r_ij carries data for (r_i,j-1, r_ij]
+with r_i0 = 0, and a batch of total length L takes overhead_i + alpha_i * L seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Smoothing factor of the online period estimate (an EWMA of update lengths).
+#: 1/8 follows the TCP RTT estimator: stable under quasiperiodic jitter in [B/2, B],
+#: yet it follows a real change of rate within a few dozen updates.
+PERIOD_EWMA_GAIN = 0.125
+
+
+class TableSpec(BaseModel):
+    """A table as the scheduler knows it: cost model, priority and optional period hint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    alpha: float = Field(ge=0.0, allow_inf_nan=False)
+    overhead: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    period: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+
+    @field_validator("name")
+    @classmethod
+    def _no_blank_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("table name must not be blank")
+        return value
+
+
+@dataclass
+class Trace:
+    """A workload: tables plus the update stream, held column-wise.
+
+    Columns (not one object per update) because a million-update trace must fit in
+    memory cheaply and the simulator walks it in order.
+    """
+
+    tables: list[TableSpec]
+    update_tables: list[int] = field(default_factory=list)
+    update_releases: list[float] = field(default_factory=list)
+
+    @property
+    def n_updates(self) -> int:
+        return len(self.update_releases)
+
+    def table_index(self) -> dict[str, int]:
+        return {spec.name: i for i, spec in enumerate(self.tables)}
+
+    def releases_by_table(self) -> list[list[float]]:
+        per_table: list[list[float]] = [[] for _ in self.tables]
+        for tid, release in zip(self.update_tables, self.update_releases):
+            per_table[tid].append(release)
+        return per_table
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """One executed batch: a line of the schedule output."""
+
+    table: str
+    processor: int
+    start: float
+    finish: float
+    first_release: float
+    last_release: float
+    n_updates: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "table": self.table,
+            "processor": self.processor,
+            "start": self.start,
+            "finish": self.finish,
+            "first_release": self.first_release,
+            "last_release": self.last_release,
+            "n_updates": self.n_updates,
+        }
+
+
+class TableState:
+    """Live scheduling state of one table, read by policies through the view.
+
+    Releases are kept as one list with a cursor (``dispatched``) rather than a queue of
+    update objects: everything before the cursor is in a finished or running batch,
+    everything from it on is pending. That keeps every question a policy asks O(1).
+    """
+
+    __slots__ = (
+        "tid",
+        "name",
+        "weight",
+        "alpha",
+        "overhead",
+        "period_hint",
+        "period_estimate",
+        "releases",
+        "dispatched",
+        "running",
+        "current_upto",
+        "paused",
+    )
+
+    def __init__(self, tid: int, spec: TableSpec) -> None:
+        self.tid = tid
+        self.name = spec.name
+        self.weight = spec.weight
+        self.alpha = spec.alpha
+        self.overhead = spec.overhead
+        self.period_hint = spec.period
+        self.period_estimate: float | None = None
+        self.releases: list[float] = []
+        self.dispatched = 0
+        self.running = False
+        self.current_upto = 0.0
+        self.paused = False
+
+    # -- what the driver calls -------------------------------------------------
+    def release(self, at: float) -> None:
+        """Record a newly released update and fold its length into the period estimate."""
+        previous = self.releases[-1] if self.releases else 0.0
+        length = at - previous
+        estimate = self.period_estimate
+        self.period_estimate = (
+            length if estimate is None else estimate + PERIOD_EWMA_GAIN * (length - estimate)
+        )
+        self.releases.append(at)
+
+    # -- what policies read ----------------------------------------------------
+    @property
+    def pending_count(self) -> int:
+        return len(self.releases) - self.dispatched
+
+    @property
+    def available(self) -> bool:
+        """Paper section 4: some update pending and no batch of this table running."""
+        return not self.running and not self.paused and len(self.releases) > self.dispatched
+
+    @property
+    def oldest_pending(self) -> float:
+        return self.releases[self.dispatched] if len(self.releases) > self.dispatched else math.inf
+
+    @property
+    def newest_pending(self) -> float:
+        return self.releases[-1] if len(self.releases) > self.dispatched else math.inf
+
+    @property
+    def pending_start(self) -> float:
+        """Start of the data interval of the oldest pending update (r_i,j-1)."""
+        d = self.dispatched
+        return self.releases[d - 1] if d > 0 else 0.0
+
+    @property
+    def pending_length(self) -> float:
+        """Length of the batch a worker would start now (sum of pending update lengths)."""
+        if len(self.releases) <= self.dispatched:
+            return 0.0
+        return self.releases[-1] - self.pending_start
+
+    @property
+    def period(self) -> float | None:
+        """The table's update period: the operator's hint when given, else the estimate."""
+        return self.period_hint if self.period_hint is not None else self.period_estimate
+
+    def predicted_duration(self, length: float) -> float:
+        return self.overhead + self.alpha * length

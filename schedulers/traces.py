@@ -1,0 +1,138 @@
+"""Trace and schedule files (JSON Lines).
+
+Trace: table lines, then update lines in non-decreasing release order::
+
+    {"type":"table","name":"t1","alpha":0.02,"overhead":0.0,"weight":1.0,"period":10.0}
+    {"type":"update","table":"t1","release":12.5}
+
+Schedule: one line per batch, the fields of ``schedulers.model.BatchRecord``.
+
+Table lines are validated with pydantic. Update lines are checked by hand because a
+trace may hold millions of them and this path reads them several times faster; the
+checks are the same either way, and every error names the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+from pydantic import ValidationError
+
+from schedulers.model import BatchRecord, TableSpec, Trace
+
+
+class TraceError(ValueError):
+    """A malformed trace; the message names the line and what to fix."""
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "line"
+    return f"field {where!r}: {first['msg']}"
+
+
+def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
+    tables: list[TableSpec] = []
+    index: dict[str, int] = {}
+    last_by_table: list[float] = []
+    update_tables: list[int] = []
+    update_releases: list[float] = []
+    last_release = 0.0
+    loads = json.loads
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"{source} line {number}"
+        try:
+            record = loads(line)
+        except ValueError as exc:
+            raise TraceError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        kind = record.get("type")
+        if kind == "update":
+            if len(record) != 3 or "table" not in record or "release" not in record:
+                extra = sorted(set(record) - {"type", "table", "release"})
+                missing = sorted({"table", "release"} - set(record))
+                problem = f"missing {missing}" if missing else f"unknown fields {extra}"
+                raise TraceError(f"{where}: update lines take exactly 'table' and 'release' ({problem})")
+            name = record["table"]
+            release = record["release"]
+            tid = index.get(name) if isinstance(name, str) else None
+            if tid is None:
+                raise TraceError(f"{where}: update for unknown table {name!r}; declare it in a table line first")
+            if isinstance(release, bool) or not isinstance(release, (int, float)) or not math.isfinite(release):
+                raise TraceError(f"{where}: release must be a finite number of seconds, got {release!r}")
+            release = float(release)
+            if release <= last_by_table[tid]:
+                raise TraceError(
+                    f"{where}: release {release} of table {name!r} is not after its previous release "
+                    f"{last_by_table[tid]} (releases of a table must strictly increase, starting above 0)"
+                )
+            if release < last_release:
+                raise TraceError(
+                    f"{where}: release {release} is earlier than the line before ({last_release}); "
+                    "update lines must be in non-decreasing release order"
+                )
+            last_by_table[tid] = release
+            last_release = release
+            update_tables.append(tid)
+            update_releases.append(release)
+        elif kind == "table":
+            if update_releases:
+                raise TraceError(f"{where}: table lines must come before the first update line")
+            fields = {key: value for key, value in record.items() if key != "type"}
+            try:
+                spec = TableSpec.model_validate(fields)
+            except ValidationError as exc:
+                raise TraceError(f"{where}: bad table line, {_describe(exc)}") from None
+            if spec.name in index:
+                raise TraceError(f"{where}: table {spec.name!r} is declared twice")
+            index[spec.name] = len(tables)
+            tables.append(spec)
+            last_by_table.append(0.0)
+        else:
+            raise TraceError(f"{where}: 'type' must be \"table\" or \"update\", got {kind!r}")
+    if not tables:
+        raise TraceError(f"{source}: no table lines; a trace declares its tables first")
+    return Trace(tables=tables, update_tables=update_tables, update_releases=update_releases)
+
+
+def read_trace(path: str | Path) -> Trace:
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return parse_trace(handle, source=str(path))
+    except FileNotFoundError:
+        raise TraceError(f"trace file {path} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def trace_lines(trace: Trace) -> Iterator[str]:
+    for spec in trace.tables:
+        yield json.dumps({"type": "table", **spec.model_dump()})
+    names = [spec.name for spec in trace.tables]
+    for tid, release in zip(trace.update_tables, trace.update_releases):
+        yield json.dumps({"type": "update", "table": names[tid], "release": release})
+
+
+def write_trace(trace: Trace, path: str | Path) -> None:
+    with Path(path).open("w", encoding="utf-8") as handle:
+        for line in trace_lines(trace):
+            handle.write(line + "\n")
+
+
+def write_schedule(batches: Iterable[BatchRecord], out: IO[str]) -> None:
+    for batch in batches:
+        out.write(json.dumps(batch.as_dict()) + "\n")
+
+
+def read_schedule(path: str | Path) -> list[BatchRecord]:
+    with Path(path).open(encoding="utf-8") as handle:
+        return [BatchRecord(**json.loads(line)) for line in handle if line.strip()]
