@@ -15,6 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from loader.report import comparison_table, print_result
 from schedulers import generators
@@ -46,7 +47,7 @@ IntervalOption = Annotated[
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}")
+    err_console.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(code=2)
 
 

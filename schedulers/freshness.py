@@ -190,7 +190,7 @@ def evaluate_schedule(trace: Trace, batches: Iterable[BatchRecord]) -> Freshness
         ledger.add_low(tid, low, len(per_table[tid]))
     cursor = [0] * len(trace.tables)
     last_finish = [0.0] * len(trace.tables)
-    for batch in sorted(batches, key=lambda b: (b.finish, b.start)):
+    for batch in sorted(batches, key=lambda b: (b.finish, b.start, b.first_release)):
         tid = index.get(batch.table)
         if tid is None:
             raise ScheduleError(f"batch names unknown table {batch.table!r}")

@@ -50,8 +50,21 @@ class IntervalPolicy(Policy):
         return hint if hint is not None else self.default_period
 
     def _next_boundary(self, tid: int, after: float, strictly: bool) -> float:
+        # Triggers fire at k * period. Division alone misplaces k by one when the
+        # quotient rounds (4.3 / 0.1 = 42.99..., 7 * 0.3 > 2.1), so step k until the
+        # product itself, the value compared with the clock, is on the right side.
         period = self.trigger_period(tid)
-        k = math.floor(after / period) + 1 if strictly else math.ceil(after / period)
+        k = math.floor(after / period)
+        if strictly:
+            while k * period <= after:
+                k += 1
+            while k > 0 and (k - 1) * period > after:
+                k -= 1
+        else:
+            while k * period < after:
+                k += 1
+            while k > 0 and (k - 1) * period >= after:
+                k -= 1
         return k * period
 
     def notify(self, tid: int, now: float) -> None:

@@ -66,9 +66,16 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
             tid = index.get(name) if isinstance(name, str) else None
             if tid is None:
                 raise TraceError(f"{where}: update for unknown table {name!r}; declare it in a table line first")
-            if isinstance(release, bool) or not isinstance(release, (int, float)) or not math.isfinite(release):
-                raise TraceError(f"{where}: release must be a finite number of seconds, got {release!r}")
-            release = float(release)
+            try:
+                if isinstance(release, bool) or not isinstance(release, (int, float)):
+                    raise ValueError
+                release = float(release)  # a 400-digit int raises OverflowError here
+                if not math.isfinite(release):
+                    raise ValueError
+            except (ValueError, OverflowError):
+                shown = repr(record["release"])
+                shown = shown if len(shown) <= 40 else shown[:37] + "..."
+                raise TraceError(f"{where}: release must be a finite number of seconds, got {shown}") from None
             if release <= last_by_table[tid]:
                 raise TraceError(
                     f"{where}: release {release} of table {name!r} is not after its previous release "
@@ -103,15 +110,31 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
     return Trace(tables=tables, update_tables=update_tables, update_releases=update_releases)
 
 
+def _decoded_lines(handle: IO[bytes], source: str) -> Iterator[str]:
+    """Decode line by line so an encoding error can name its line and file offset."""
+    offset = 0
+    for number, raw in enumerate(handle, start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TraceError(
+                f"{source} line {number}: not UTF-8 text ({exc.reason} at byte {offset + exc.start} of the file); "
+                "re-encode the trace as UTF-8"
+            ) from None
+        offset += len(raw)
+
+
 def read_trace(path: str | Path) -> Trace:
     path = Path(path)
     try:
-        with path.open(encoding="utf-8") as handle:
-            return parse_trace(handle, source=str(path))
+        with path.open("rb") as handle:
+            return parse_trace(_decoded_lines(handle, str(path)), source=str(path))
     except FileNotFoundError:
         raise TraceError(f"trace file {path} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except IsADirectoryError:
+        raise TraceError(f"trace path {path} is a directory; pass a .jsonl trace file") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read trace file {path}: {exc.strerror or exc}") from None
 
 
 def trace_lines(trace: Trace) -> Iterator[str]:

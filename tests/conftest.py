@@ -1,0 +1,21 @@
+"""Hypothesis settings for the test suite: reproducible runs, no per-example deadline.
+
+``derandomize=True`` draws examples from a seed derived from each test, so every run (and
+every machine) sees the same cases; ``database=None`` keeps no example store in the shared
+checkout. Select another registered profile with HYPOTHESIS_PROFILE=<name>.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import settings
+
+# `from tests.invariants import ...` also under a bare `pytest` (python -m adds the cwd).
+ROOT = str(Path(__file__).resolve().parent.parent)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+settings.register_profile("repro", derandomize=True, deadline=None, database=None, print_blob=True)
+settings.register_profile("explore", deadline=None, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
