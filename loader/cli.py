@@ -98,6 +98,9 @@ def simulate_command(
     interval_period: IntervalOption = None,
 ) -> None:
     """Replay a trace through one policy and report staleness, LOW, stretch."""
+    for target in (schedule_out, plot):
+        if target is not None and not target.parent.is_dir():
+            raise _fail(f"cannot write {target}: directory {target.parent} does not exist; create it first")
     data = _load(trace)
     result = _run(data, policy.value, workers, interval_period, schedule=bool(schedule_out or plot), progress=not as_json)
     if schedule_out is not None and result.schedule is not None:

@@ -1,7 +1,7 @@
 """Seeded workload generators for ``loader gen-trace`` and the benchmarks.
 
-Every generator takes a ``seed`` and is reproducible: the same arguments give the same
-trace, byte for byte. Utilization is sum(alpha_i) / workers, the load the paper's
+Every random generator takes a ``seed`` and is reproducible: the same arguments give the
+same trace, byte for byte. The stretch counterexample is deterministic and takes no seed. Utilization is sum(alpha_i) / workers, the load the paper's
 section 2 says must stay below 1 for the workers to keep up.
 """
 

@@ -10,7 +10,7 @@ one over sorted periods (open a group at the smallest ungrouped period P, put in
 table with period <= 2P), which uses the fewest groups.
 
 How tables change group as estimates move: each group owns the window [lo, 2 lo] fixed
-when it was formed. A table stays in its group while its period stays within the window
+when it was formed (a merged group, below, owns its whole span [lo, hi]). A table stays in its group while its period stays within the window
 widened by ``tolerance`` (hysteresis, so jitter does not make tables flap); beyond that it
 moves to another group whose window holds its period, re-deriving the worker split. If no
 window holds it the whole partition is rebuilt, at most once per ``regroup_gap`` seconds
@@ -131,8 +131,14 @@ class GroupAndRunPolicy(Policy):
         return min((group.lo for group in self._groups), default=0.0)
 
     # -- keeping tables in the right group --------------------------------------
+    @staticmethod
+    def _upper(group: Group) -> float:
+        # A merged group (p < 2g) spans [lo, hi] with hi > 2 lo; its window is that span,
+        # otherwise its members would sit outside their own window and regroup endlessly.
+        return max(2.0 * group.lo, group.hi)
+
     def _fits(self, group: Group, period: float, slack: float) -> bool:
-        return group.lo / slack <= period <= 2.0 * group.lo * slack
+        return group.lo / slack <= period <= self._upper(group) * slack
 
     def _place(self, tid: int, period: float, now: float) -> None:
         current = self._group_of.get(tid)
@@ -148,7 +154,7 @@ class GroupAndRunPolicy(Policy):
                 return
             target = min(
                 range(len(self._groups)),
-                key=lambda k: abs(math.log(period / self._groups[k].lo) - math.log(2.0) / 2),
+                key=lambda k: abs(math.log(period / math.sqrt(self._groups[k].lo * self._upper(self._groups[k])))),
                 default=None,
             )
             if target is None:

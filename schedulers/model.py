@@ -24,10 +24,12 @@ class TableSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
-    alpha: float = Field(ge=0.0, allow_inf_nan=False)
-    overhead: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
-    period: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    # strict: a number written as a string ("0.1") or a bool is a mistake in a trace or
+    # an API call, not something to coerce; ints are still accepted for floats.
+    alpha: float = Field(ge=0.0, allow_inf_nan=False, strict=True)
+    overhead: float = Field(default=0.0, ge=0.0, allow_inf_nan=False, strict=True)
+    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, strict=True)
+    period: float | None = Field(default=None, gt=0.0, allow_inf_nan=False, strict=True)
 
     @field_validator("name")
     @classmethod

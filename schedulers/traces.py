@@ -30,8 +30,13 @@ class TraceError(ValueError):
 
 
 def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
+    errors = error.errors()
+    # A misspelt field shows up twice (extra + the real one missing); name the typo.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     where = ".".join(str(part) for part in first["loc"]) or "line"
+    if first["type"] == "extra_forbidden":
+        known = ", ".join(TableSpec.model_fields)
+        return f"field {where!r}: unknown field (table lines take {known})"
     return f"field {where!r}: {first['msg']}"
 
 

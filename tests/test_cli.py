@@ -350,3 +350,27 @@ def test_huge_integer_release_exits_2(tmp_path: Path) -> None:
     result = invoke("simulate", "--trace", path, "--policy", "myopic", "--workers", "1")
     assert result.exit_code == 2, repr(result.exception)
     assert "line 2" in flat(result.stderr)
+
+
+@pytest.mark.parametrize("option", ["--schedule-out", "--plot"])
+def test_output_into_missing_directory_fails_before_simulating(tmp_path: Path, option: str) -> None:
+    trace = write(tmp_path / "a.jsonl", [TABLE, '{"type": "update", "table": "t", "release": 1}'])
+    target = tmp_path / "missing" / "out.file"
+    result = invoke("simulate", "--trace", trace, "--policy", "myopic", "--workers", "1", option, target)
+    assert result.exit_code == 2
+    assert "does not exist" in flat(result.output)
+    assert not target.parent.exists()
+
+
+def test_misspelt_table_field_is_named(tmp_path: Path) -> None:
+    trace = write(tmp_path / "a.jsonl", ['{"type": "table", "name": "t", "alpah": 0.1}'])
+    result = invoke("simulate", "--trace", trace, "--policy", "myopic", "--workers", "1")
+    assert result.exit_code == 2
+    assert "'alpah': unknown field" in flat(result.output)
+
+
+def test_number_as_string_in_table_line_is_rejected(tmp_path: Path) -> None:
+    trace = write(tmp_path / "a.jsonl", ['{"type": "table", "name": "t", "alpha": "0.1"}'])
+    result = invoke("simulate", "--trace", trace, "--policy", "myopic", "--workers", "1")
+    assert result.exit_code == 2
+    assert "'alpha'" in flat(result.output)

@@ -235,3 +235,14 @@ def test_work_conserving_vs_faithful_on_one_workload() -> None:
         # Lending idle and spare workers does not cost staleness here (observed wc/faithful
         # ratios 0.994-0.998 on these seeds).
         assert wc.freshness.total_staleness <= faithful.freshness.total_staleness * 1.05
+
+
+def test_merged_groups_do_not_churn() -> None:
+    # Five period classes spanning 81x on 4 workers force merging down to 2 groups; a
+    # merged group's window is its whole span, so steady tables never change group.
+    trace = generators.quasiperiodic(
+        tables=40, periods=(1, 3, 9, 27, 81), utilization=0.5, workers=4, horizon=2000, seed=1
+    )
+    policy = make_policy("group-and-run")
+    simulate(trace, policy, workers=4)
+    assert policy.regroups <= 2, policy.regroups
