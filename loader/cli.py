@@ -26,7 +26,7 @@ from schedulers.traces import TraceError, read_trace, write_schedule, write_trac
 
 app = typer.Typer(
     name="loader",
-    help="Real-time warehouse loader: scheduling simulator and (soon) the loading service.",
+    help="Real-time warehouse loader: the loading service, its client, and the scheduling simulator.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -46,7 +46,7 @@ IntervalOption = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
+def fail(message: str) -> typer.Exit:
     err_console.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(code=2)
 
@@ -55,7 +55,7 @@ def _load(path: Path) -> Trace:
     try:
         return read_trace(path)
     except TraceError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 def _progress(total: int, enabled: bool, label: str):  # type: ignore[no-untyped-def]
@@ -77,12 +77,12 @@ def _run(trace: Trace, policy: str, workers: int, interval: float | None, *, sch
     try:
         instance = make_policy(policy, period=interval)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     update, close = _progress(trace.n_updates, progress, policy)
     try:
         return simulate(trace, instance, workers, record_schedule=schedule, progress=update)
     except (SimulationError, ValueError) as exc:
-        raise _fail(f"simulation of {policy} failed: {exc}") from None
+        raise fail(f"simulation of {policy} failed: {exc}") from None
     finally:
         close()
 
@@ -100,7 +100,7 @@ def simulate_command(
     """Replay a trace through one policy and report staleness, LOW, stretch."""
     for target in (schedule_out, plot):
         if target is not None and not target.parent.is_dir():
-            raise _fail(f"cannot write {target}: directory {target.parent} does not exist; create it first")
+            raise fail(f"cannot write {target}: directory {target.parent} does not exist; create it first")
     data = _load(trace)
     result = _run(data, policy.value, workers, interval_period, schedule=bool(schedule_out or plot), progress=not as_json)
     if schedule_out is not None and result.schedule is not None:
@@ -159,11 +159,11 @@ def gen_trace_command(
         try:
             options["periods"] = tuple(float(p) for p in periods.split(","))
         except ValueError:
-            raise _fail(f"--periods must be numbers separated by commas, got {periods!r}") from None
+            raise fail(f"--periods must be numbers separated by commas, got {periods!r}") from None
     try:
         data = generators.GENERATORS[kind.value](**options)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     write_trace(data, out)
     err_console.print(f"wrote {out}: {len(data.tables)} tables, {data.n_updates:,} updates")
 
@@ -172,8 +172,8 @@ def sample_trace_path() -> Path:
     return Path(str(resources.files("schedulers") / "workloads" / "sample.jsonl"))
 
 
-@app.command("demo")
-def demo_command(workers: WorkersOption = 4) -> None:
+@app.command("sample")
+def sample_command(workers: WorkersOption = 4) -> None:
     """Simulate the bundled sample workload under every policy and compare them."""
     path = sample_trace_path()
     data = _load(path)
@@ -187,6 +187,9 @@ def demo_command(workers: WorkersOption = 4) -> None:
         "LOW is a lower bound on any schedule's staleness; a ratio near 1 is close to optimal. "
         "Try: loader simulate --trace FILE --policy myopic --workers 4 --plot staleness.png"
     )
+
+
+import loader.cli_service  # noqa: E402,F401  (registers serve, demo, submit)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -48,6 +48,16 @@ def segment_staleness(previous_finish: float, finish: float, current_upto: float
     return (finish - previous_finish) * ((finish - current_upto) + (previous_finish - current_upto)) * 0.5
 
 
+def batch_stretches(finish: float, previous_release: float, releases: Sequence[float]) -> list[float]:
+    """Stretch of each update of one batch (the live service's histogram observations)."""
+    out = []
+    start = previous_release
+    for release in releases:
+        out.append((finish - start) / (release - start))
+        start = release
+    return out
+
+
 def low_triangle(length: float) -> float:
     return 0.5 * length * length
 
@@ -80,11 +90,14 @@ class FreshnessLedger:
         for spec in tables:
             self.add_table(spec.name, spec.weight)
 
-    def add_table(self, name: str, weight: float = 1.0) -> int:
+    def add_table(self, name: str, weight: float = 1.0, origin: float = 0.0) -> int:
+        """``origin`` is when accounting starts and what the table is current up to then."""
         self.names.append(name)
         self.weights.append(weight)
-        for column in (self._upto, self._last_finish, self._staleness, self._low, self._stretch):
+        for column in (self._staleness, self._low, self._stretch):
             column.append(0.0)
+        self._upto.append(origin)
+        self._last_finish.append(origin)
         self._updates.append(0)
         self._batches.append(0)
         return len(self.names) - 1
@@ -128,6 +141,24 @@ class FreshnessLedger:
     def staleness_at(self, tid: int, now: float) -> float:
         """Instantaneous staleness S_i(now) (the live service's gauge)."""
         return now - self._upto[tid]
+
+    def staleness_integral_at(self, tid: int, now: float) -> float:
+        """Integral of S_i from the origin to ``now``, the open segment since the last finish included.
+
+        Non-decreasing in ``now`` and equal to the closed accounts at every finish, so the
+        live service can export it as a counter.
+        """
+        last = self._last_finish[tid]
+        total = self._staleness[tid]
+        if now > last:
+            total += segment_staleness(last, now, self._upto[tid])
+        return total
+
+    def low_bound(self, tid: int) -> float:
+        return self._low[tid]
+
+    def max_stretch(self, tid: int) -> float:
+        return self._stretch[tid]
 
     def table(self, tid: int) -> TableFreshness:
         return TableFreshness(

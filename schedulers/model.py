@@ -110,9 +110,10 @@ class TableState:
         "running",
         "current_upto",
         "paused",
+        "origin",
     )
 
-    def __init__(self, tid: int, spec: TableSpec) -> None:
+    def __init__(self, tid: int, spec: TableSpec, origin: float = 0.0) -> None:
         self.tid = tid
         self.name = spec.name
         self.weight = spec.weight
@@ -123,13 +124,16 @@ class TableState:
         self.releases: list[float] = []
         self.dispatched = 0
         self.running = False
-        self.current_upto = 0.0
+        #: r_i0: start of the first update's data interval (0 in traces; the live
+        #: service uses the table's registration time or the last loaded release).
+        self.origin = origin
+        self.current_upto = origin
         self.paused = False
 
     # -- what the driver calls -------------------------------------------------
     def release(self, at: float) -> None:
         """Record a newly released update and fold its length into the period estimate."""
-        previous = self.releases[-1] if self.releases else 0.0
+        previous = self.releases[-1] if self.releases else self.origin
         length = at - previous
         estimate = self.period_estimate
         self.period_estimate = (
@@ -159,7 +163,7 @@ class TableState:
     def pending_start(self) -> float:
         """Start of the data interval of the oldest pending update (r_i,j-1)."""
         d = self.dispatched
-        return self.releases[d - 1] if d > 0 else 0.0
+        return self.releases[d - 1] if d > 0 else self.origin
 
     @property
     def pending_length(self) -> float:
@@ -175,3 +179,15 @@ class TableState:
 
     def predicted_duration(self, length: float) -> float:
         return self.overhead + self.alpha * length
+
+    def forget_loaded(self) -> None:
+        """Drop releases of finished batches (a long-running service must not keep them all).
+
+        Keeps the last dispatched release (it is r_i,j-1 of the oldest pending update) by
+        moving it into ``origin``; only valid while no batch of the table is running.
+        """
+        if self.running or self.dispatched == 0:
+            return
+        self.origin = self.releases[self.dispatched - 1]
+        del self.releases[: self.dispatched]
+        self.dispatched = 0

@@ -237,8 +237,8 @@ def test_compare_json(traces: dict[str, Path]) -> None:
         assert SUMMARY_KEYS <= set(r)
 
 
-def test_demo_runs_every_policy() -> None:
-    result = invoke("demo", "--workers", "2")
+def test_sample_runs_every_policy() -> None:
+    result = invoke("sample", "--workers", "2")
     assert result.exit_code == 0, result.output
     for name in POLICIES:
         assert name in result.stdout, name
@@ -310,7 +310,7 @@ def test_non_positive_workers_rejected(args: list[str], workers: str, traces: di
 
 
 def test_non_positive_workers_rejected_by_demo_and_gen_trace(tmp_path: Path) -> None:
-    assert invoke("demo", "--workers", "0").exit_code == 2
+    assert invoke("sample", "--workers", "0").exit_code == 2
     result = invoke("gen-trace", "poisson", "--out", tmp_path / "x.jsonl", "--workers", "0")
     assert result.exit_code == 2
     assert not (tmp_path / "x.jsonl").exists()

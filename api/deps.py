@@ -1,0 +1,51 @@
+"""Request dependencies as ``Annotated`` aliases: the service, the caller, the raw body."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from loader.auth import Authenticator, Principal
+from loader.errors import BadRequest, TooLarge
+from loader.service import LoaderService
+
+
+def get_service(request: Request) -> LoaderService:
+    return request.app.state.service
+
+
+def get_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    authenticator: Authenticator = request.app.state.authenticator
+    return authenticator.authenticate(authorization)
+
+
+def get_operator(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    Authenticator.require_operator(principal)
+    return principal
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, refused with 413 as soon as it passes the configured limit (never buffered whole)."""
+    limit = request.app.state.service.settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise TooLarge(f"body of {int(declared)} bytes exceeds the limit of {limit}; split the update or use files")
+        except ValueError:
+            raise BadRequest("Content-Length is not a number") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"body exceeds the limit of {limit} bytes; split the update or use files")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+Service = Annotated[LoaderService, Depends(get_service)]
+Caller = Annotated[Principal, Depends(get_principal)]
+Operator = Annotated[Principal, Depends(get_operator)]
+Body = Annotated[bytes, Depends(read_body)]

@@ -1,0 +1,111 @@
+"""CLI commands of the live service: serve, demo (serve + demo producer), submit."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from loader.cli import app, console, err_console, fail
+from loader.config import ConfigError, Role, Settings, load_settings
+
+ConfigOption = Annotated[Optional[Path], typer.Option("--config", help="TOML configuration file (see deploy/loader.example.toml).")]
+
+
+def _settings(config: Path | None, **overrides: object) -> Settings:
+    try:
+        return load_settings(config, **overrides)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+def _serve(settings: Settings, demo: bool) -> None:
+    import uvicorn
+
+    from api.app import create_app
+    from loader.auth import tokens_file
+    from loader.java import JavaError, check_java
+
+    try:
+        check_java()
+    except JavaError as exc:
+        raise fail(str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        app_ = create_app(settings)
+    except (ConfigError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    base = f"http://{settings.host}:{settings.port}"
+    if not settings.auth_tokens:
+        err_console.print(f"tokens: {tokens_file(settings)} (generated; operator and producer)")
+    err_console.print(f"serving on {base}; data in {settings.data_dir.resolve()}; docs at {base}/docs")
+    producer = None
+    if demo:
+        from loader.client import LoaderClient, token_for
+        from loader.demo import DemoProducer
+
+        producer = DemoProducer(LoaderClient(base, token_for(settings, Role.operator)), console=console)
+        producer.start()
+    server = uvicorn.Server(uvicorn.Config(app_, host=settings.host, port=settings.port, log_level="warning"))
+    try:
+        server.run()
+    finally:
+        if producer is not None:
+            producer.stop()
+
+
+@app.command("serve")
+def serve_command(
+    config: ConfigOption = None,
+    host: Annotated[Optional[str], typer.Option(help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Listen port (default 8000).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="WAL, warehouse, state (default ./data).")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="Worker pool size P.")] = None,
+    policy: Annotated[Optional[str], typer.Option(help="Scheduling policy.")] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Also run a demo producer feeding synthetic traffic.")] = False,
+) -> None:
+    """Run the loader service (embedded defaults: local Spark, ./data, port 8000)."""
+    _serve(_settings(config, host=host, port=port, data_dir=data_dir, workers=workers, policy=policy), demo)
+
+
+@app.command("demo")
+def demo_command(
+    config: ConfigOption = None,
+    port: Annotated[Optional[int], typer.Option(help="Listen port (default 8000).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Default ./data.")] = None,
+) -> None:
+    """Run the service with a demo producer: watch tables fill and staleness move."""
+    _serve(_settings(config, port=port, data_dir=data_dir), demo=True)
+
+
+@app.command("submit")
+def submit_command(
+    table: Annotated[str, typer.Argument(help="Table to submit to.")],
+    file: Annotated[Path, typer.Argument(help="NDJSON rows (sent in the body), or a .parquet/.csv in the landing directory.")],
+    url: Annotated[str, typer.Option(help="Service URL.")] = "http://127.0.0.1:8000",
+    token: Annotated[Optional[str], typer.Option(envvar="LOADER_TOKEN", help="Bearer token (default: the generated producer token).")] = None,
+    config: ConfigOption = None,
+    key: Annotated[Optional[str], typer.Option("--idempotency-key", help="Makes a retried submission safe.")] = None,
+) -> None:
+    """Submit one update to a running service and print its acknowledgement."""
+    import json
+
+    from loader.client import ClientError, LoaderClient, token_for
+
+    if not file.is_file():
+        raise fail(f"{file} is not a file")
+    try:
+        token = token or token_for(_settings(config), Role.producer)
+    except RuntimeError as exc:
+        raise fail(str(exc)) from None
+    client = LoaderClient(url, token)
+    try:
+        print(json.dumps(client.submit_file(table, file, key=key)))
+    except ClientError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot reach {url}: {exc}") from None
+    finally:
+        client.close()

@@ -1,0 +1,88 @@
+"""A small HTTP client for producers and operators (used by ``loader submit`` and the demo)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loader.auth import tokens_file
+from loader.config import Role, Settings
+
+
+class ClientError(RuntimeError):
+    def __init__(self, status: int, body: Any) -> None:
+        message = body.get("message") if isinstance(body, dict) else body
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.body = body
+
+
+def token_for(settings: Settings, role: Role) -> str:
+    """The configured (or generated) token of a role, for local tools."""
+    tokens = settings.auth_tokens
+    if not tokens:
+        path = tokens_file(settings)
+        if not path.exists():
+            raise RuntimeError(f"no token given and {path} does not exist; start the service once or pass --token")
+        tokens_raw = json.loads(path.read_text(encoding="utf-8"))
+        for item in tokens_raw:
+            if item["role"] == role.value:
+                return item["token"]
+    for token in tokens:
+        if token.role is role:
+            return token.token
+    raise RuntimeError(f"no {role.value} token configured; pass --token")
+
+
+class LoaderClient:
+    def __init__(self, base_url: str, token: str, timeout: float = 30.0) -> None:
+        self.http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _check(self, response: httpx.Response) -> Any:
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        if response.status_code >= 400:
+            raise ClientError(response.status_code, body)
+        return body
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.http.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"service at {self.http.base_url} not ready after {timeout:.0f}s")
+            time.sleep(0.2)
+
+    def register_table(self, definition: dict[str, Any]) -> Any:
+        return self._check(self.http.post("/v1/admin/tables", json=definition))
+
+    def submit_rows(self, table: str, rows: list[dict[str, Any]], *, key: str | None = None, data_until: float | None = None) -> Any:
+        body: dict[str, Any] = {"rows": rows}
+        if data_until is not None:
+            body["data_until"] = data_until
+        headers = {"Idempotency-Key": key} if key else {}
+        return self._check(self.http.post(f"/v1/tables/{table}/updates", json=body, headers=headers))
+
+    def submit_file(self, table: str, path: Path, *, key: str | None = None) -> Any:
+        """NDJSON / JSON files are sent as rows; Parquet and CSV must sit in the landing directory."""
+        headers = {"Idempotency-Key": key} if key else {}
+        if path.suffix.lower() in (".parquet", ".csv"):
+            return self._check(self.http.post(f"/v1/tables/{table}/updates", json={"files": [str(path)]}, headers=headers))
+        headers["Content-Type"] = "application/x-ndjson"
+        return self._check(self.http.post(f"/v1/tables/{table}/updates", content=path.read_bytes(), headers=headers))
+
+    def tables(self) -> list[dict[str, Any]]:
+        return self._check(self.http.get("/v1/tables"))["tables"]

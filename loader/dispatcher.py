@@ -1,0 +1,291 @@
+"""The live driver of a scheduling policy: the simulator's event loop on the wall clock.
+
+Runs on the asyncio loop thread; all table state is touched only there. Spark jobs run
+on a pool of P threads (one per worker) and report back with ``call_soon_threadsafe``.
+The driver contract of ``schedulers.base.Policy`` is honoured exactly as in
+``schedulers.simulator``: notify on every release, start and finish, then offer free
+workers to ``choose`` in increasing index, starting each chosen batch before asking
+the next worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from loader.estimates import CostEstimate
+from loader.pending import PendingStore
+from loader.updates import Batch, LoadResult, Update
+from schedulers.base import Policy
+from schedulers.freshness import FreshnessLedger, batch_stretches
+from schedulers.model import TableSpec, TableState
+
+log = logging.getLogger(__name__)
+
+#: (worker, batch) -> result; runs on a worker thread.
+LoadFunction = Callable[[int, Batch], LoadResult]
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedBatch:
+    """What the service learns when a batch is loaded (for metrics and the catalog)."""
+
+    table: str
+    worker: int
+    batch: Batch
+    result: LoadResult
+    started: float
+    finished: float
+    stretches: list[float]
+    length: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailedBatch:
+    table: str
+    worker: int
+    batch: Batch
+    error: BaseException
+    retry_in: float
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        policy: Policy,
+        workers: int,
+        pending: PendingStore,
+        load: LoadFunction,
+        *,
+        on_finished: Callable[[FinishedBatch], None] = lambda _: None,
+        on_failed: Callable[[FailedBatch], None] = lambda _: None,
+        clock: Callable[[], float] = time.time,
+        max_retry_delay: float = 60.0,
+    ) -> None:
+        self.states: list[TableState] = []
+        self.index: dict[str, int] = {}
+        self.estimates: list[CostEstimate] = []
+        self.ledger = FreshnessLedger()
+        self.pending = pending
+        self.workers = workers
+        self.policy = policy
+        self._load = load
+        self._on_finished = on_finished
+        self._on_failed = on_failed
+        self._clock = clock
+        self._max_retry_delay = max_retry_delay
+        self._free = list(range(workers))
+        self._running: dict[int, tuple[int, int, int, float]] = {}  # worker -> tid, lo, hi, start
+        self._user_paused: set[int] = set()
+        self._held: dict[int, int] = {}  # tid -> holders (maintenance, retry back-off)
+        self._failures: dict[int, int] = {}
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader-worker")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.TimerHandle | None = None
+        self._enabled = False
+        self._idle = asyncio.Event()
+        policy.attach(self.states, workers)
+
+    # -- tables ---------------------------------------------------------------
+    def add_table(self, spec: TableSpec, origin: float, paused: bool = False) -> int:
+        tid = len(self.states)
+        state = TableState(tid, spec, origin=origin)
+        self.states.append(state)
+        self.index[spec.name] = tid
+        self.estimates.append(CostEstimate(alpha=spec.alpha, overhead=spec.overhead))
+        self.ledger.add_table(spec.name, spec.weight, origin=origin)
+        self.pending.add_table(spec.name)
+        if paused:
+            self._user_paused.add(tid)
+            state.paused = True
+        self.policy.table_added(tid)
+        self.policy.notify(tid, self._clock())
+        return tid
+
+    def state(self, table: str) -> TableState:
+        return self.states[self.index[table]]
+
+    def set_weight(self, table: str, weight: float) -> None:
+        tid = self.index[table]
+        self.states[tid].weight = weight
+        self.ledger.set_weight(tid, weight)
+        self._changed(tid)
+
+    def set_paused(self, table: str, paused: bool) -> None:
+        tid = self.index[table]
+        (self._user_paused.add if paused else self._user_paused.discard)(tid)
+        self._refresh_pause(tid)
+
+    def hold(self, table: str) -> None:
+        """Keep a table from starting new batches (e.g. during compaction)."""
+        tid = self.index[table]
+        self._held[tid] = self._held.get(tid, 0) + 1
+        self._refresh_pause(tid)
+
+    def release_hold(self, table: str) -> None:
+        tid = self.index[table]
+        self._held[tid] -= 1
+        if not self._held[tid]:
+            del self._held[tid]
+        self._refresh_pause(tid)
+
+    def is_running(self, table: str) -> bool:
+        return self.states[self.index[table]].running
+
+    def _refresh_pause(self, tid: int) -> None:
+        self.states[tid].paused = tid in self._user_paused or tid in self._held
+        self._changed(tid)
+
+    def switch_policy(self, policy: Policy) -> None:
+        """Hand the same table states to a new policy; running batches are unaffected."""
+        self.policy = policy
+        policy.attach(self.states, self.workers)
+        now = self._clock()
+        for tid in range(len(self.states)):
+            policy.notify(tid, now)
+        self.dispatch()
+
+    # -- events -----------------------------------------------------------------
+    def released(self, update: Update) -> None:
+        """An update became durable: it is pending from now on."""
+        tid = self.index[update.table]
+        state = self.states[tid]
+        previous = state.releases[-1] if state.releases else state.origin
+        self.pending.append(update)
+        state.release(update.release)
+        self.ledger.note_release(tid, update.release - previous)
+        self._changed(tid)
+
+    def _changed(self, tid: int) -> None:
+        self.policy.notify(tid, self._clock())
+        self.dispatch()
+
+    def start(self) -> None:
+        """Begin loading (after recovery and once Spark is up)."""
+        self._loop = asyncio.get_running_loop()
+        self._enabled = True
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        if not self._enabled:
+            return
+        now = self._clock()
+        policy = self.policy
+        idle: list[int] = []
+        while self._free:
+            worker = heapq.heappop(self._free)
+            tid = policy.choose(worker, now)
+            if tid is None:
+                idle.append(worker)
+                if policy.worker_agnostic:
+                    break
+                continue
+            self._start(worker, tid, now)
+        for worker in idle:
+            heapq.heappush(self._free, worker)
+        self._arm_wakeup(now)
+
+    def _arm_wakeup(self, now: float) -> None:
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+        if not self.policy.timed or self._loop is None:
+            return
+        at = self.policy.next_wakeup(now)
+        if at is not None:
+            self._wakeup = self._loop.call_later(max(0.0, at - now), self.dispatch)
+
+    def _start(self, worker: int, tid: int, now: float) -> None:
+        state = self.states[tid]
+        if not state.available:
+            raise RuntimeError(f"policy {self.policy.name} chose table {state.name!r}, which is not available")
+        updates = self.pending.take(state.name, self.policy.batch_limit)
+        lo = state.dispatched
+        hi = lo + len(updates)
+        if hi > len(state.releases) or updates[-1].release != state.releases[hi - 1]:
+            raise RuntimeError(f"pending store and scheduler state of {state.name!r} disagree")
+        state.dispatched = hi
+        state.running = True
+        self._running[worker] = (tid, lo, hi, now)
+        self._idle.clear()
+        self.policy.notify(tid, now)
+        batch = Batch(state.name, updates)
+        assert self._loop is not None
+        future = self._loop.run_in_executor(self._executor, self._load, worker, batch)
+        future.add_done_callback(lambda f, w=worker, b=batch: self._finished(w, b, f))
+
+    def _finished(self, worker: int, batch: Batch, future: asyncio.Future[LoadResult]) -> None:
+        now = self._clock()
+        tid, lo, hi, started = self._running.pop(worker)
+        state = self.states[tid]
+        state.running = False
+        heapq.heappush(self._free, worker)
+        error = future.exception()
+        if error is None:
+            rel = state.releases
+            previous = rel[lo - 1] if lo else state.origin
+            self.ledger.record_batch(tid, now, rel, lo, hi, previous)
+            state.current_upto = rel[hi - 1]
+            length = rel[hi - 1] - previous
+            estimate = self.estimates[tid]
+            estimate.observe(length, now - started)
+            state.alpha, state.overhead = estimate.alpha, estimate.overhead
+            finished = FinishedBatch(
+                table=state.name,
+                worker=worker,
+                batch=batch,
+                result=future.result(),
+                started=started,
+                finished=now,
+                stretches=batch_stretches(now, previous, rel[lo:hi]),
+                length=length,
+            )
+            self._failures.pop(tid, None)
+            state.forget_loaded()
+            self._safe(self._on_finished, finished)
+        else:
+            # Put the batch back exactly as it was; back off before trying the table again.
+            state.dispatched = lo
+            self.pending.put_back(state.name, batch.updates)
+            failures = self._failures.get(tid, 0) + 1
+            self._failures[tid] = failures
+            delay = min(self._max_retry_delay, 0.5 * 2 ** (failures - 1))
+            log.error("loading %s (updates %d..%d) failed: %s; retrying in %.1fs", state.name, batch.first_seq, batch.last_seq, error, delay)
+            self.hold(state.name)
+            assert self._loop is not None
+            self._loop.call_later(delay, self.release_hold, state.name)
+            self._safe(self._on_failed, FailedBatch(state.name, worker, batch, error, delay))
+        if not self._running:
+            self._idle.set()
+        self.policy.notify(tid, now)
+        self.dispatch()
+
+    @staticmethod
+    def _safe(callback: Callable[[object], None], value: object) -> None:
+        try:
+            callback(value)
+        except Exception:  # a metrics or catalog hiccup must not wedge the scheduler
+            log.exception("callback %r failed", callback)
+
+    # -- reading ------------------------------------------------------------------
+    @property
+    def busy_workers(self) -> int:
+        return len(self._running)
+
+    def failures(self, table: str) -> int:
+        return self._failures.get(self.index[table], 0)
+
+    async def wait_idle(self) -> None:
+        if self._running:
+            await self._idle.wait()
+
+    def shutdown(self) -> None:
+        self._enabled = False
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+        self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,58 @@
+"""Errors the service reports to clients: each carries its HTTP status and says what to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ServiceError(Exception):
+    status: int = 500
+    code: str = "internal"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.details}
+
+
+class BadRequest(ServiceError):
+    status, code = 400, "bad_request"
+
+
+class Unauthorized(ServiceError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(ServiceError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(ServiceError):
+    status, code = 404, "not_found"
+
+
+class Conflict(ServiceError):
+    status, code = 409, "conflict"
+
+
+class TooLarge(ServiceError):
+    status, code = 413, "payload_too_large"
+
+
+class Unsupported(ServiceError):
+    status, code = 415, "unsupported_media_type"
+
+
+class Invalid(ServiceError):
+    status, code = 422, "invalid"
+
+
+class Unavailable(ServiceError):
+    status, code = 503, "unavailable"
+
+    def __init__(self, message: str, retry_after: float = 1.0, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after = retry_after

@@ -1,0 +1,128 @@
+"""Prometheus metrics of the service (names follow the Prometheus naming conventions).
+
+Freshness figures (current-up-to timestamp, staleness now, staleness integral, LOW,
+max stretch, pending) are computed at scrape time by a custom collector from the same
+``FreshnessLedger`` the simulator uses, so every scrape is exact rather than sampled by
+a periodic job; the staleness integral includes the open segment since the last load
+and is therefore a true monotone counter. A dashboard computes the ratio to the lower
+bound over any window as increase(staleness) / increase(low).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from loader.dispatcher import Dispatcher
+
+STRETCH_BUCKETS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+
+
+class FreshnessCollector(Collector):
+    def __init__(self, dispatcher: Callable[[], Dispatcher | None], clock: Callable[[], float] = time.time) -> None:
+        self._dispatcher = dispatcher
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        d = self._dispatcher()
+        upto = GaugeMetricFamily(
+            "loader_table_current_upto_timestamp_seconds",
+            "Release time (Unix seconds) of the newest update loaded into the table.",
+            labels=["table"],
+        )
+        staleness = GaugeMetricFamily("loader_table_staleness_seconds", "Staleness of the table now.", labels=["table"])
+        integral = CounterMetricFamily(
+            "loader_table_staleness_seconds_squared",
+            "Integral of staleness over time since the service started (seconds^2).",
+            labels=["table"],
+        )
+        low = CounterMetricFamily(
+            "loader_table_low_bound_seconds_squared",
+            "LOW, the lower bound on the staleness integral of any schedule (1/2 sum of update lengths^2).",
+            labels=["table"],
+        )
+        stretch = GaugeMetricFamily("loader_table_max_stretch", "Largest stretch of any loaded update.", labels=["table"])
+        pending = GaugeMetricFamily("loader_table_pending_updates", "Acknowledged updates not yet loaded.", labels=["table"])
+        pending_bytes = GaugeMetricFamily("loader_table_pending_bytes", "Payload bytes of pending updates.", labels=["table"])
+        alpha = GaugeMetricFamily(
+            "loader_table_alpha", "Estimated load seconds per second of data (processing-time model).", labels=["table"]
+        )
+        overhead = GaugeMetricFamily(
+            "loader_table_overhead_seconds", "Estimated fixed seconds per batch (processing-time model).", labels=["table"]
+        )
+        weight = GaugeMetricFamily("loader_table_weight", "Priority weight of the table.", labels=["table"])
+        if d is not None:
+            now = self._clock()
+            ledger = d.ledger
+            for tid, state in enumerate(d.states):
+                labels = [state.name]
+                upto.add_metric(labels, ledger.current_upto(tid))
+                staleness.add_metric(labels, ledger.staleness_at(tid, now))
+                integral.add_metric(labels, ledger.staleness_integral_at(tid, now))
+                low.add_metric(labels, ledger.low_bound(tid))
+                stretch.add_metric(labels, ledger.max_stretch(tid))
+                pending.add_metric(labels, state.pending_count)
+                pending_bytes.add_metric(labels, d.pending.bytes(state.name))
+                alpha.add_metric(labels, state.alpha)
+                overhead.add_metric(labels, state.overhead)
+                weight.add_metric(labels, state.weight)
+        yield from (upto, staleness, integral, low, stretch, pending, pending_bytes, alpha, overhead, weight)
+
+
+class Metrics:
+    """All metric objects of one service instance, on its own registry (tests stay isolated)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.stretch = Histogram(
+            "loader_update_stretch", "Stretch of each loaded update.", ["table"], buckets=STRETCH_BUCKETS, registry=r
+        )
+        self.batches = Counter("loader_batches", "Batches attempted, by outcome.", ["table", "outcome"], registry=r)
+        self.rows_loaded = Counter("loader_rows_loaded", "Rows appended to Delta.", ["table"], registry=r)
+        self.updates_loaded = Counter("loader_updates_loaded", "Updates loaded into Delta.", ["table"], registry=r)
+        self.batch_duration = Histogram(
+            "loader_batch_duration_seconds", "Wall time of a batch, Spark job and commit.", ["table"],
+            buckets=DURATION_BUCKETS, registry=r,
+        )
+        self.delta_version = Gauge("loader_table_delta_version", "Delta version of the last commit.", ["table"], registry=r)
+        self.updates_received = Counter("loader_updates_received", "Updates acknowledged.", ["table"], registry=r)
+        self.requests = Counter("loader_http_requests", "HTTP requests by route and status.", ["route", "status"], registry=r)
+        self.request_duration = Histogram(
+            "loader_http_request_duration_seconds", "HTTP request latency by route and status.", ["route", "status"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.wal_fsync = Histogram(
+            "loader_wal_fsync_duration_seconds", "Duration of one WAL group-commit flush.", buckets=FSYNC_BUCKETS, registry=r
+        )
+        self.wal_records_per_fsync = Histogram(
+            "loader_wal_records_per_fsync", "Records made durable by one flush (group-commit size).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024), registry=r,
+        )
+        self.wal_bytes = Gauge("loader_wal_size_bytes", "Bytes in WAL segments on disk.", registry=r)
+        self.workers = Gauge("loader_workers", "Size of the worker pool.", registry=r)
+        self.workers_busy = Gauge("loader_workers_busy", "Workers running a batch now.", registry=r)
+        self.policy = Gauge("loader_policy_info", "Scheduling policy in force (value 1).", ["policy"], registry=r)
+        self.ready = Gauge("loader_ready", "1 once recovery finished and Spark is up.", registry=r)
+        self._policy_name: str | None = None
+
+    def attach(self, dispatcher: Callable[[], Dispatcher | None]) -> None:
+        self.registry.register(FreshnessCollector(dispatcher))
+        self.workers_busy.set_function(lambda: (d.busy_workers if (d := dispatcher()) is not None else 0))
+
+    def set_policy(self, name: str) -> None:
+        if self._policy_name is not None:
+            self.policy.remove(self._policy_name)
+        self.policy.labels(name).set(1)
+        self._policy_name = name
+
+    def on_fsync(self, seconds: float, records: int, nbytes: int) -> None:
+        self.wal_fsync.observe(seconds)
+        self.wal_records_per_fsync.observe(records)

@@ -1,0 +1,109 @@
+"""Table schemas: the column types a warehouse table may have, and their mappings.
+
+One small type vocabulary is shared by intake validation (JSON rows), the WAL payload
+(Arrow), Spark (DDL strings) and Delta (through Arrow), so that a table written by
+either Delta writer path reads back with the same types everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class ColumnType(str, Enum):
+    string = "string"
+    int32 = "int32"
+    int64 = "int64"
+    float32 = "float32"
+    float64 = "float64"
+    boolean = "boolean"
+    date = "date"
+    timestamp = "timestamp"  # microseconds, UTC (Delta's `timestamp`)
+
+
+ARROW_TYPES: dict[ColumnType, pa.DataType] = {
+    ColumnType.string: pa.string(),
+    ColumnType.int32: pa.int32(),
+    ColumnType.int64: pa.int64(),
+    ColumnType.float32: pa.float32(),
+    ColumnType.float64: pa.float64(),
+    ColumnType.boolean: pa.bool_(),
+    ColumnType.date: pa.date32(),
+    ColumnType.timestamp: pa.timestamp("us", tz="UTC"),
+}
+
+SPARK_TYPES: dict[ColumnType, str] = {
+    ColumnType.string: "STRING",
+    ColumnType.int32: "INT",
+    ColumnType.int64: "BIGINT",
+    ColumnType.float32: "FLOAT",
+    ColumnType.float64: "DOUBLE",
+    ColumnType.boolean: "BOOLEAN",
+    ColumnType.date: "DATE",
+    ColumnType.timestamp: "TIMESTAMP",
+}
+
+
+def check_name(value: str, what: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(
+            f"{what} {value!r} must start with a letter or underscore and hold only letters, digits and "
+            "underscores (at most 128 characters)"
+        )
+    return value
+
+
+class Column(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: ColumnType
+    nullable: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return check_name(value, "column name")
+
+
+class TableSchema(BaseModel):
+    """Ordered columns plus the partition columns (a subset, written as directories)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    columns: tuple[Column, ...] = Field(min_length=1)
+    partition_by: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TableSchema:
+        names = [c.name for c in self.columns]
+        lowered = [n.lower() for n in names]
+        duplicates = sorted({n for n in lowered if lowered.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate column names (case-insensitive): {duplicates}")
+        unknown = [p for p in self.partition_by if p not in names]
+        if unknown:
+            raise ValueError(f"partition columns {unknown} are not columns of the table; columns are {names}")
+        if len(set(self.partition_by)) != len(self.partition_by):
+            raise ValueError("partition columns repeat")
+        if len(self.partition_by) == len(names):
+            raise ValueError("at least one column must not be a partition column")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def arrow(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, ARROW_TYPES[c.type], nullable=c.nullable) for c in self.columns])
+
+    def spark_ddl(self) -> str:
+        return ", ".join(
+            f"`{c.name}` {SPARK_TYPES[c.type]}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
+        )

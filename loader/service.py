@@ -1,0 +1,502 @@
+"""The loader service: wires intake, the WAL, the pending store, the dispatcher and the sink.
+
+Start-up order matters for correctness and for first-run speed:
+
+1. catalog, WAL replay and the Delta transaction versions are read (no Spark needed), so
+   recovery knows which logged updates are already in Delta and which are pending;
+2. intake opens (new updates get sequence numbers after everything recovered);
+3. Spark starts in the background (~5 s); once it is up and every table exists in
+   Delta, loading begins and /readyz turns ready.
+
+All mutable state is touched on the event-loop thread only; Spark jobs run on worker
+threads and report back through the dispatcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from loader.catalog import Catalog, CatalogEntry
+from loader.config import ConfigError, Settings, TableConfig
+from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch
+from loader.errors import Conflict, Invalid, NotFound, Unavailable
+from loader.idempotency import IdempotencyStore
+from loader.intake import UpdateRequest, ValidUpdate, iso
+from loader.landing import accept_files
+from loader.metrics import Metrics
+from loader.pending import PendingStore
+from loader.rows import rows_to_arrow
+from loader.sinks.base import Sink, app_id
+from loader.updates import Batch, LoadResult, Update
+from loader.wal import WalRecord, WriteAheadLog
+from schedulers.model import TableSpec
+from schedulers.registry import make_policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Ack:
+    table: str
+    sequence: int
+    release: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"table": self.table, "sequence": self.sequence, "release_time": self.release, "release_time_iso": iso(self.release)}
+
+
+@dataclass
+class _TableRuntime:
+    """Per-table counters the service keeps beside the scheduler's TableState."""
+
+    next_seq: int
+    last_release: float
+    committed_seq: int
+    #: Durable updates waiting for earlier sequence numbers before entering the queue.
+    reorder: dict[int, Update | None] = field(default_factory=dict)
+    next_to_release: int = 0
+
+
+def committed_seq(path: Path, table: str) -> int:
+    """The table's Delta application-transaction version: every update <= it is loaded."""
+    try:
+        version = DeltaTable(str(path)).transaction_version(app_id(table))
+    except TableNotFoundError:
+        return 0
+    return version or 0
+
+
+class LoaderService:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        sink_factory: Callable[[Settings], Sink] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self._sink_factory = sink_factory
+        self.sink: Sink | None = None
+        self.catalog: Catalog | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.wal: WriteAheadLog | None = None
+        self.idempotency = IdempotencyStore()
+        self.tables: dict[str, _TableRuntime] = {}
+        self.accepting = False
+        self.ready = False
+        self.failure: str | None = None
+        self.recovered_updates = 0
+        self._catalog_dirty = False
+        self._startup: asyncio.Task[None] | None = None
+        self._inflight: dict[str, asyncio.Future[None]] = {}
+        self.metrics.attach(lambda: self.dispatcher)
+        self.metrics.workers.set(settings.workers)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def owned_files_dir(self) -> Path:
+        return self.settings.data_dir / "landed"
+
+    async def start(self, *, load: bool = True) -> None:
+        """Recover and open intake; start Spark and loading in the background when ``load``."""
+        s = self.settings
+        for directory in (s.data_dir, s.warehouse_path, s.landing_path, s.state_path):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.catalog = Catalog.open(s.state_path / "catalog.json")
+        self._register_configured_tables()
+        policy_name = self.catalog.policy or s.policy
+        policy = make_policy(policy_name, **(s.policy_params if policy_name == s.policy else {}))
+        self.metrics.set_policy(policy_name)
+        self.dispatcher = Dispatcher(
+            policy,
+            s.workers,
+            PendingStore(),
+            self._load_batch,
+            on_finished=self._finished,
+            on_failed=self._failed,
+        )
+        idem_path = s.state_path / "idempotency.json"
+        self.idempotency = IdempotencyStore.load(idem_path) if idem_path.exists() else IdempotencyStore()
+        self.wal = WriteAheadLog(
+            s.wal_path, durability=s.durability, segment_bytes=s.wal_segment_bytes, on_fsync=self.metrics.on_fsync
+        )
+        records = await asyncio.to_thread(lambda: list(self.wal.replay()))
+        committed = await asyncio.to_thread(
+            lambda: {name: committed_seq(s.warehouse_path / name, name) for name in self.catalog.entries}
+        )
+        for entry in self.catalog.entries.values():
+            self._add_runtime(entry, committed[entry.name])
+        stale_files: list[str] = []
+        for record in records:
+            update = record.update
+            runtime = self.tables.get(update.table)
+            if record.idempotency_key is not None:
+                self.idempotency.add(record.idempotency_key, record.request_hash, record.response, update.release)
+            if runtime is None:
+                log.warning("WAL holds an update for unknown table %r (seq %d); ignored", update.table, update.seq)
+                continue
+            runtime.next_seq = max(runtime.next_seq, update.seq + 1)
+            runtime.last_release = max(runtime.last_release, update.release)
+            if update.seq <= runtime.committed_seq:
+                stale_files.extend(f.path for f in update.files)
+                continue
+            runtime.next_to_release = update.seq
+            self.dispatcher.released(update)
+            runtime.next_to_release = update.seq + 1
+            self.recovered_updates += 1
+        for runtime in self.tables.values():
+            runtime.next_to_release = runtime.next_seq
+        await asyncio.to_thread(_remove_files, stale_files)
+        self.accepting = True
+        log.info("recovered %d pending updates from the WAL; intake open", self.recovered_updates)
+        if load:
+            self._startup = asyncio.create_task(self._start_loading())
+
+    async def _start_loading(self) -> None:
+        try:
+            self.sink = await asyncio.to_thread(self._make_sink)
+            for entry in list(self.catalog.entries.values()):
+                await asyncio.to_thread(self.sink.ensure_table, entry.name, entry.schema)
+        except Exception as exc:  # surfaced on /readyz and in the log
+            self.failure = f"could not start loading: {exc}"
+            log.exception("could not start loading")
+            return
+        self.dispatcher.start()
+        self.ready = True
+        self.metrics.ready.set(1)
+        log.info("loading with %s writer, policy %s, %d workers", self.sink.name, self.dispatcher.policy.name, self.settings.workers)
+
+    def _make_sink(self) -> Sink:
+        if self._sink_factory is not None:
+            return self._sink_factory(self.settings)
+        from loader.sinks import make_sink
+        from loader.spark import build_spark_session
+
+        s = self.settings
+        spark = build_spark_session(master=s.spark.master, conf=s.spark.conf, app_name=s.spark.app_name, fair_pools=s.workers)
+        return make_sink(s.writer, s.warehouse_path, spark)
+
+    async def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready:
+            if self.failure:
+                raise RuntimeError(self.failure)
+            if time.monotonic() > deadline:
+                raise TimeoutError("service did not become ready in time")
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        self.accepting = False
+        if self._startup is not None and not self._startup.done():
+            await asyncio.wait({self._startup}, timeout=60)
+        if self.dispatcher is not None:
+            await self.dispatcher.wait_idle()
+            await asyncio.to_thread(self.dispatcher.shutdown)
+        if self._catalog_dirty and self.catalog is not None:
+            await asyncio.to_thread(self.catalog.save)
+        if self.wal is not None:
+            await asyncio.to_thread(self.wal.close)
+        self.ready = False
+        self.metrics.ready.set(0)
+
+    # -- tables ----------------------------------------------------------------------------
+    def _register_configured_tables(self) -> None:
+        assert self.catalog is not None
+        changed = False
+        for table in self.settings.tables:
+            existing = self.catalog.entries.get(table.name)
+            if existing is None:
+                self.catalog.add(CatalogEntry.from_config(table, time.time()))
+                changed = True
+            elif existing.schema != table.schema_:
+                raise ConfigError(
+                    f"table {table.name!r} is configured with a schema that differs from the one it was registered "
+                    "with; schema changes are not supported: use a new table name"
+                )
+        if changed:
+            self.catalog.save()
+
+    def _add_runtime(self, entry: CatalogEntry, committed: int) -> None:
+        assert self.dispatcher is not None
+        origin = entry.last_release if entry.last_release is not None else entry.created_at
+        spec = TableSpec(name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint)
+        self.dispatcher.add_table(spec, origin=origin, paused=entry.paused)
+        start = max(committed, entry.last_seq)
+        self.tables[entry.name] = _TableRuntime(
+            next_seq=start + 1, last_release=origin, committed_seq=committed, next_to_release=start + 1
+        )
+
+    async def register_table(self, table: TableConfig) -> CatalogEntry:
+        assert self.catalog is not None
+        if table.name in self.catalog:
+            existing = self.catalog[table.name]
+            if existing.schema == table.schema_:
+                return existing
+            raise Conflict(f"table {table.name!r} already exists with another schema; choose a new name")
+        entry = CatalogEntry.from_config(table, time.time())
+        if self.sink is not None:
+            await asyncio.to_thread(self.sink.ensure_table, entry.name, entry.schema)
+        self.catalog.add(entry)
+        await asyncio.to_thread(self.catalog.save)
+        self._add_runtime(entry, 0)
+        return entry
+
+    def entry(self, table: str) -> CatalogEntry:
+        assert self.catalog is not None
+        entry = self.catalog.entries.get(table)
+        if entry is None:
+            raise NotFound(f"table {table!r} does not exist; register it with POST /v1/admin/tables", table=table)
+        return entry
+
+    async def set_weight(self, table: str, weight: float) -> None:
+        entry = self.entry(table)
+        entry.weight = weight
+        self.dispatcher.set_weight(table, weight)
+        await asyncio.to_thread(self.catalog.save)
+
+    async def set_paused(self, table: str, paused: bool) -> None:
+        entry = self.entry(table)
+        entry.paused = paused
+        self.dispatcher.set_paused(table, paused)
+        await asyncio.to_thread(self.catalog.save)
+
+    async def set_policy(self, name: str, params: dict[str, Any]) -> None:
+        try:
+            policy = make_policy(name, **params)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Invalid(f"cannot use policy {name!r} with {params}: {exc}") from None
+        self.dispatcher.switch_policy(policy)
+        self.catalog.policy = name
+        self.metrics.set_policy(name)
+        await asyncio.to_thread(self.catalog.save)
+
+    # -- intake ----------------------------------------------------------------------------
+    def validate(self, requests: list[UpdateRequest]) -> list[ValidUpdate]:
+        """Check every update of a request against its table (no side effects except file links)."""
+        valid: list[ValidUpdate] = []
+        for request in requests:
+            entry = self.entry(request.table)
+            if request.rows is not None:
+                valid.append(ValidUpdate(request.table, request.data_until, rows=rows_to_arrow(request.rows, entry.schema, entry.name)))
+            else:
+                valid.append(ValidUpdate(request.table, request.data_until, files=tuple(request.files or ())))
+        return valid
+
+    def _take_files(self, valid: list[ValidUpdate]) -> None:
+        """Validate landing files and hard-link them into service storage (worker thread)."""
+        for item in valid:
+            if item.files:
+                entry = self.entry(item.table)
+                item.files = accept_files(
+                    list(item.files), self.settings.landing_path, self.owned_files_dir / item.table, entry.schema, item.table
+                )
+
+    async def submit(
+        self, valid: list[ValidUpdate], *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> list[Ack]:
+        if not self.accepting:
+            raise Unavailable("the service is not accepting updates (starting up or shutting down); retry shortly")
+        if self.failure and self.wal is None:
+            raise Unavailable(self.failure)
+        if any(item.files for item in valid):
+            await asyncio.to_thread(self._take_files, valid)
+        now = time.time()
+        skew = self.settings.max_clock_skew_seconds
+        # Assign sequence numbers and release times with no await in between, so that
+        # per table both strictly increase in the order they are written to the WAL.
+        planned: dict[str, tuple[int, float]] = {}
+        updates: list[Update] = []
+        for item in valid:
+            runtime = self.tables[item.table]
+            seq, last = planned.get(item.table, (runtime.next_seq, runtime.last_release))
+            if item.data_until is not None:
+                if item.data_until <= last:
+                    raise Invalid(
+                        f"data_until {iso(item.data_until)} of table {item.table!r} is not after the previous update's "
+                        f"release {iso(last)}; releases of a table must increase",
+                        table=item.table,
+                    )
+                if item.data_until > now + skew:
+                    raise Invalid(
+                        f"data_until {iso(item.data_until)} is more than {skew}s in the future; check the producer's clock",
+                        table=item.table,
+                    )
+                release = item.data_until
+            else:
+                release = max(now, math.nextafter(last, math.inf))
+            updates.append(Update(item.table, seq, release, rows=item.rows, files=tuple(item.files)))
+            planned[item.table] = (seq + 1, release)
+        for table, (next_seq, last) in planned.items():
+            self.tables[table].next_seq = next_seq
+            self.tables[table].last_release = last
+        acks = [Ack(u.table, u.seq, u.release) for u in updates]
+        response = {"updates": [a.as_json() for a in acks]}
+        records = [
+            WalRecord(update=u, idempotency_key=idempotency_key if k == 0 else None, request_hash=request_hash, response=response if k == 0 else None)
+            for k, u in enumerate(updates)
+        ]
+        try:
+            await self.wal.append(records)
+        except BaseException as exc:
+            for u in updates:
+                self.tables[u.table].reorder[u.seq] = None  # a gap: never becomes pending
+                self._drain(u.table)
+            if isinstance(exc, Exception):
+                self.failure = f"write-ahead log failed: {exc}"
+                self.accepting = False
+                log.exception("WAL append failed; intake closed")
+                raise Unavailable("the write-ahead log failed; the update was NOT accepted: retry later") from None
+            raise
+        for u in updates:
+            self.tables[u.table].reorder[u.seq] = u
+            self.metrics.updates_received.labels(u.table).inc()
+        for table in planned:
+            self._drain(table)
+        return acks
+
+    async def submit_once(self, key: str | None, request_hash: str, valid_thunk: Callable[[], list[ValidUpdate]]) -> tuple[dict[str, Any], bool]:
+        """Submit under an Idempotency-Key: a retry gets the first answer (and True), not a second load.
+
+        A retry that arrives while the first attempt is still in flight waits for it.
+        """
+        if key is None:
+            acks = await self.submit(valid_thunk())
+            return {"updates": [a.as_json() for a in acks]}, False
+        while True:
+            stored = self.idempotency.lookup(key, request_hash)  # raises IdempotencyConflict
+            if stored is not None:
+                return stored, True
+            inflight = self._inflight.get(key)
+            if inflight is None:
+                break
+            await asyncio.shield(inflight)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = done
+        try:
+            acks = await self.submit(valid_thunk(), idempotency_key=key, request_hash=request_hash)
+            response = {"updates": [a.as_json() for a in acks]}
+            self.idempotency.add(key, request_hash, response, time.time())
+            return response, False
+        finally:
+            del self._inflight[key]
+            done.set_result(None)
+
+    def _drain(self, table: str) -> None:
+        """Hand durable updates to the dispatcher strictly in sequence order."""
+        runtime = self.tables[table]
+        while runtime.next_to_release in runtime.reorder:
+            update = runtime.reorder.pop(runtime.next_to_release)
+            runtime.next_to_release += 1
+            if update is not None:
+                self.dispatcher.released(update)
+
+    # -- loading (worker threads) --------------------------------------------------------------
+    def _load_batch(self, worker: int, batch: Batch) -> LoadResult:
+        assert self.sink is not None and self.catalog is not None
+        pool = getattr(self.sink, "use_pool", None)
+        if pool is not None:
+            pool(f"worker-{worker}")
+        schema = self.catalog.entries[batch.table].schema
+        result = self.sink.load(batch, schema)
+        _remove_files([f.path for f in batch.files])
+        return result
+
+    def _finished(self, done: FinishedBatch) -> None:
+        runtime = self.tables[done.table]
+        runtime.committed_seq = max(runtime.committed_seq, done.batch.last_seq)
+        entry = self.catalog.entries[done.table]
+        entry.last_seq = runtime.committed_seq
+        entry.last_release = done.batch.updates[-1].release
+        if done.result.delta_version is not None:
+            entry.delta_version = done.result.delta_version
+            self.metrics.delta_version.labels(done.table).set(done.result.delta_version)
+        state = self.dispatcher.state(done.table)
+        entry.alpha, entry.overhead = state.alpha, state.overhead
+        self._catalog_dirty = True
+        m = self.metrics
+        m.batches.labels(done.table, "skipped" if done.result.skipped else "loaded").inc()
+        m.rows_loaded.labels(done.table).inc(done.result.rows)
+        m.updates_loaded.labels(done.table).inc(len(done.batch.updates))
+        m.batch_duration.labels(done.table).observe(done.finished - done.started)
+        hist = m.stretch.labels(done.table)
+        for value in done.stretches:
+            hist.observe(value)
+
+    def _failed(self, failed: FailedBatch) -> None:
+        self.metrics.batches.labels(failed.table, "failed").inc()
+
+    # -- periodic work (called by the maintenance scheduler) ------------------------------------
+    async def save_catalog(self) -> None:
+        if self._catalog_dirty and self.catalog is not None:
+            self._catalog_dirty = False
+            await asyncio.to_thread(self.catalog.save)
+
+    async def truncate_wal(self) -> int:
+        """Delete WAL segments whose updates are all in Delta (keys first saved elsewhere)."""
+        if self.wal is None:
+            return 0
+        self.idempotency.expire(time.time() - self.settings.maintenance.idempotency_ttl_seconds)
+        path = self.settings.state_path / "idempotency.json"
+        committed = {name: runtime.committed_seq for name, runtime in self.tables.items()}
+        await asyncio.to_thread(self.idempotency.save, path)
+        removed = await asyncio.to_thread(self.wal.truncate, committed)
+        self.metrics.wal_bytes.set(self.wal.size_bytes)
+        return removed
+
+    # -- reading -------------------------------------------------------------------------------
+    def table_status(self, table: str) -> dict[str, Any]:
+        entry = self.entry(table)
+        d = self.dispatcher
+        tid = d.index[table]
+        state = d.states[tid]
+        now = time.time()
+        group = None
+        describe = d.policy.describe()
+        for k, g in enumerate(describe.get("groups", []) or []):
+            if table in g.get("tables", []):
+                group = k
+        return {
+            "name": table,
+            "schema": entry.schema.model_dump(mode="json"),
+            "weight": state.weight,
+            "period_hint": entry.period_hint,
+            "period_estimate": state.period_estimate,
+            "paused": entry.paused,
+            "running": state.running,
+            "current_upto": d.ledger.current_upto(tid),
+            "current_upto_iso": iso(d.ledger.current_upto(tid)),
+            "staleness_seconds": d.ledger.staleness_at(tid, now),
+            "staleness_integral": d.ledger.staleness_integral_at(tid, now),
+            "low_bound": d.ledger.low_bound(tid),
+            "max_stretch": d.ledger.max_stretch(tid),
+            "pending_updates": state.pending_count,
+            "pending_bytes": d.pending.bytes(table),
+            "last_sequence": self.tables[table].next_seq - 1,
+            "last_loaded_sequence": self.tables[table].committed_seq,
+            "delta_version": entry.delta_version,
+            "alpha": state.alpha,
+            "overhead_seconds": state.overhead,
+            "group": group,
+            "failures": d.failures(table),
+        }
+
+
+def _remove_files(paths: list[str]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+

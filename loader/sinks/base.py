@@ -1,0 +1,38 @@
+"""The sink contract: load one batch into one warehouse table, exactly once.
+
+A sink is called from worker threads, at most one batch per table at a time (the
+dispatcher guarantees it), so implementations need no per-table locking of their own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from loader.schema import TableSchema
+from loader.updates import Batch, LoadResult
+
+
+def app_id(table: str) -> str:
+    """Delta application-transaction id of a table's loader (one writer per table)."""
+    return f"warehouse-loader:{table}"
+
+
+class Sink(Protocol):
+    #: "delta-rs" (Spark-written Parquet, deltalake commit) or "delta-spark" (native).
+    name: str
+
+    def table_path(self, table: str) -> Path: ...
+
+    def ensure_table(self, table: str, schema: TableSchema) -> None:
+        """Create the Delta table if missing; refuse (ValueError) if it exists with another schema."""
+
+    def committed_seq(self, table: str) -> int:
+        """Last sequence number committed for ``table`` (its app transaction version), 0 if none."""
+
+    def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
+        """Append the batch as one Delta commit carrying (app_id(table), batch.last_seq).
+
+        If the table's transaction version is already >= batch.last_seq the batch was
+        committed before a crash: write nothing and return ``skipped=True``.
+        """

@@ -1,0 +1,106 @@
+"""The data that crosses module lines between intake, the WAL, the pending store and sinks.
+
+An update's payload is either rows (an Arrow table, validated against the table's
+schema) or files in the landing directory that Spark reads itself, so large feeds never
+travel through the API or the driver's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import pyarrow as pa
+
+
+class FileFormat(str, Enum):
+    parquet = "parquet"
+    csv = "csv"
+    json = "json"  # JSON Lines, as Spark reads it
+
+
+@dataclass(frozen=True, slots=True)
+class FileRef:
+    """A landing file: absolute resolved path (inside the landing directory) and format."""
+
+    path: str
+    format: FileFormat
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One acknowledged update of one table.
+
+    ``seq`` is table-local and strictly increasing; ``release`` is the end of the data
+    interval the update carries (Unix seconds), r_ij in the model.
+    """
+
+    table: str
+    seq: int
+    release: float
+    rows: pa.Table | None = None
+    files: tuple[FileRef, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        rows = self.rows.nbytes if self.rows is not None else 0
+        return rows + sum(f.size for f in self.files)
+
+    @property
+    def n_rows(self) -> int | None:
+        """Row count when known before loading (rows payloads); None for files."""
+        return self.rows.num_rows if self.rows is not None and not self.files else None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """All pending updates of one table at dispatch time: one Delta append.
+
+    ``last_seq`` is the Delta transaction version of the commit (exactly-once key).
+    """
+
+    table: str
+    updates: tuple[Update, ...]
+
+    def __post_init__(self) -> None:
+        if not self.updates:
+            raise ValueError("a batch holds at least one update")
+        seqs = [u.seq for u in self.updates]
+        if any(b <= a for a, b in zip(seqs, seqs[1:])):
+            raise ValueError(f"batch sequence numbers must increase: {seqs}")
+
+    @property
+    def first_seq(self) -> int:
+        return self.updates[0].seq
+
+    @property
+    def last_seq(self) -> int:
+        return self.updates[-1].seq
+
+    @property
+    def row_tables(self) -> list[pa.Table]:
+        return [u.rows for u in self.updates if u.rows is not None]
+
+    @property
+    def files(self) -> list[FileRef]:
+        return [f for u in self.updates for f in u.files]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(u.nbytes for u in self.updates)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What a sink reports after loading a batch."""
+
+    table: str
+    last_seq: int
+    rows: int
+    delta_version: int | None
+    #: True when the Delta log already held this transaction (a replay after a crash).
+    skipped: bool = False
+    files_written: int = 0
+    bytes_written: int = 0
+    details: dict[str, float] = field(default_factory=dict)
