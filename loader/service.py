@@ -324,8 +324,9 @@ class LoaderService:
             if item.data_until is not None:
                 if item.data_until <= last:
                     raise Invalid(
-                        f"data_until {iso(item.data_until)} of table {item.table!r} is not after the previous update's "
-                        f"release {iso(last)}; releases of a table must increase",
+                        f"data_until {iso(item.data_until)} of table {item.table!r} is not after {iso(last)}, where "
+                        "the table's data already ends (its previous update's release, or its registration time "
+                        "for a first update); releases of a table must increase",
                         table=item.table,
                     )
                 if item.data_until > now + skew:

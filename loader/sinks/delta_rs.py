@@ -1,0 +1,146 @@
+"""The embedded default writer: Spark writes Parquet, the ``deltalake`` package commits it.
+
+No Delta JVM jars are needed. One load is one Spark job writing the batch as Parquet
+into ``<table>/.staging-<uuid>/``; the files are then renamed into the table's root or
+hive-style partition directories (the same filesystem, so a rename is one metadata
+operation) and committed as one Delta transaction carrying ``(app_id(table), last_seq)``.
+
+Crash safety: the app transaction is read before anything is written, so a replayed
+batch is skipped. A crash before the commit leaves a staging directory (removed by
+``cleanup``/``ensure_table``) or renamed files no commit references, which readers
+ignore and vacuum deletes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path, PurePosixPath
+
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.transaction import AddAction, RemoveAction
+
+from loader.schema import TableSchema
+from loader.sinks.add_actions import file_stats, log_path, partition_values
+from loader.sinks.base import app_id
+from loader.sinks.delta_table import DeltaSinkBase
+from loader.sinks.frame import build_batch_frame
+from loader.updates import Batch, LoadResult
+
+log = logging.getLogger(__name__)
+
+#: Hidden from Delta readers and vacuum (a leading dot), unique per load.
+STAGING_PREFIX = ".staging-"
+
+
+class DeltaRsSink(DeltaSinkBase):
+    name = "delta-rs"
+
+    def ensure_table(self, table: str, schema: TableSchema) -> None:
+        super().ensure_table(table, schema)
+        self.cleanup(table)
+
+    def cleanup(self, table: str) -> int:
+        """Remove staging directories of crashed loads; only while no load of ``table`` runs."""
+        path = self.table_path(table)
+        stale = [p for p in path.glob(f"{STAGING_PREFIX}*") if p.is_dir()] if path.is_dir() else []
+        for directory in stale:
+            log.info("removing staging directory %s left by an interrupted load", directory)
+            shutil.rmtree(directory, ignore_errors=True)
+        return len(stale)
+
+    def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
+        table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
+        path = self.table_path(table)
+        delta = DeltaTable(str(path))
+        if (delta.transaction_version(txn_app) or 0) >= seq:
+            return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
+
+        staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+        published: list[Path] = []
+        committed = False
+        try:
+            started = time.perf_counter()
+            frame = build_batch_frame(self.spark, batch, schema)
+            frame.write.mode("errorifexists").partitionBy(*schema.partition_by).parquet(
+                str(staging)
+            )
+            written = time.perf_counter()
+            actions, rows = self._publish(staging, path, schema, published)
+            moved = time.perf_counter()
+            delta.create_write_transaction(
+                list[AddAction | RemoveAction](actions),
+                "append",
+                delta.schema(),
+                partition_by=list(schema.partition_by) or None,
+                commit_properties=CommitProperties(app_transactions=[Transaction(txn_app, seq)]),
+            )
+            committed = True
+            done = time.perf_counter()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            if not committed:
+                self._unpublish(table, seq, published)
+        # create_write_transaction does not refresh this handle; one writer per table, so
+        # the newest version is this commit.
+        delta.update_incremental()
+        return LoadResult(
+            table,
+            seq,
+            rows=rows,
+            delta_version=delta.version(),
+            files_written=len(actions),
+            bytes_written=sum(a.size for a in actions),
+            details={
+                "spark_seconds": written - started,
+                "publish_seconds": moved - written,
+                "commit_seconds": done - moved,
+            },
+        )
+
+    def _publish(
+        self, staging: Path, root: Path, schema: TableSchema, published: list[Path]
+    ) -> tuple[list[AddAction], int]:
+        """Move Spark's part files into the table and describe them; empty files are dropped."""
+        actions: list[AddAction] = []
+        rows = 0
+        for source in sorted(staging.rglob("part-*.parquet")):
+            relative = PurePosixPath(source.relative_to(staging).as_posix())
+            stats = file_stats(str(source), schema)
+            if stats.num_records == 0:
+                continue
+            target = root / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():  # Spark's names carry the job's UUID; a clash is a bug
+                raise FileExistsError(f"{target} already exists; refusing to overwrite table data")
+            os.replace(source, target)
+            published.append(target)
+            info = target.stat()
+            actions.append(
+                AddAction(
+                    path=log_path(relative),
+                    size=info.st_size,
+                    partition_values=partition_values(relative, schema),
+                    modification_time=info.st_mtime_ns // 1_000_000,
+                    data_change=True,
+                    stats=stats.to_json(),
+                )
+            )
+            rows += stats.num_records
+        return actions, rows
+
+    def _unpublish(self, table: str, seq: int, files: list[Path]) -> None:
+        """Delete moved files after a failed commit, unless the commit did land after all."""
+        if not files:
+            return
+        try:
+            if self.committed_seq(table) >= seq:
+                return
+        except Exception:  # cannot tell: leave the files to vacuum rather than risk the table
+            log.exception("could not check whether the commit of %s seq %d landed", table, seq)
+            return
+        for file in files:
+            file.unlink(missing_ok=True)

@@ -1,0 +1,113 @@
+"""What both writer paths share: table layout, creation and schema checks, the txn read.
+
+All of it goes through the ``deltalake`` package, which reads any Delta log, so these
+answers do not depend on whether Delta's JVM classes are present.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import TableNotFoundError
+
+from loader.schema import TableSchema
+from loader.sinks.base import app_id
+from loader.spark import use_pool
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _fields(schema: DeltaSchema) -> dict[str, tuple[str, bool]]:
+    """Column name -> (Delta type as JSON text, nullable)."""
+    fields = json.loads(schema.to_json())["fields"]
+    return {
+        f["name"]: (
+            f["type"] if isinstance(f["type"], str) else json.dumps(f["type"]),
+            bool(f["nullable"]),
+        )
+        for f in fields
+    }
+
+
+def _nullability(nullable: bool) -> str:
+    return "nullable" if nullable else "NOT NULL"
+
+
+def schema_differences(table: DeltaTable, schema: TableSchema) -> list[str]:
+    """How an existing table differs from the configured schema (column order aside)."""
+    have = _fields(table.schema())
+    want = _fields(DeltaSchema.from_arrow(schema.arrow()))
+    out = [f"column {n!r} is missing from the table" for n in want if n not in have]
+    out += [
+        f"the table has column {n!r}, which the configured schema lacks"
+        for n in have
+        if n not in want
+    ]
+    for name in (n for n in want if n in have):
+        (t_have, null_have), (t_want, null_want) = have[name], want[name]
+        if t_have != t_want:
+            out.append(
+                f"column {name!r} is {t_have} in the table but {t_want} in the configured schema"
+            )
+        if null_have != null_want:
+            out.append(
+                f"column {name!r} is {_nullability(null_have)} in the table "
+                f"but {_nullability(null_want)} in the configured schema"
+            )
+    parts = list(table.metadata().partition_columns)
+    if parts != list(schema.partition_by):
+        wanted = list(schema.partition_by)
+        out.append(f"the table is partitioned by {parts}, the configured schema by {wanted}")
+    return out
+
+
+class DeltaSinkBase:
+    """Table paths, ``ensure_table``, ``committed_seq`` and FAIR pools for a Spark-backed sink."""
+
+    name = "delta"
+
+    def __init__(self, warehouse: Path, spark: SparkSession) -> None:
+        self.warehouse = Path(warehouse)
+        self.spark = spark
+
+    def table_path(self, table: str) -> Path:
+        return self.warehouse / table
+
+    def use_pool(self, name: str) -> None:
+        """Called by each worker thread with its pool name (``worker-<i>``) before loading."""
+        use_pool(self.spark, name)
+
+    def open(self, table: str) -> DeltaTable | None:
+        try:
+            return DeltaTable(str(self.table_path(table)))
+        except TableNotFoundError:
+            return None
+
+    def ensure_table(self, table: str, schema: TableSchema) -> None:
+        existing = self.open(table)
+        if existing is None:
+            path = self.table_path(table)
+            path.mkdir(parents=True, exist_ok=True)
+            DeltaTable.create(
+                str(path),
+                schema.arrow(),
+                mode="error",
+                partition_by=list(schema.partition_by) or None,
+                name=table,
+            )
+            return
+        differences = schema_differences(existing, schema)
+        if differences:
+            raise ValueError(
+                f"Delta table {table!r} at {self.table_path(table)} exists with another schema: "
+                + "; ".join(differences)
+            )
+
+    def committed_seq(self, table: str) -> int:
+        existing = self.open(table)
+        return 0 if existing is None else existing.transaction_version(app_id(table)) or 0

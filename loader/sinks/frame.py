@@ -1,0 +1,227 @@
+"""One Spark DataFrame per batch: its in-memory rows plus its landing files, typed by the table.
+
+Both writer paths append exactly this frame, so a table reads the same whichever wrote
+it. Files are read with the table's explicit schema (never inferred, so no extra Spark
+job) and matched to columns by name, as intake validated them (loader/landing.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from loader.schema import TableSchema
+from loader.updates import Batch, FileFormat, FileRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+#: Batches up to this size are written by one task as one file (per partition value).
+TARGET_FILE_BYTES = 128 << 20
+
+#: Intake's pyarrow CSV null markers (its defaults), applied to non-string columns here too.
+CSV_NULLS = tuple(pa_csv.ConvertOptions().null_values)
+
+_GLOB = re.compile(r"([\\*?\[\]{}])")
+
+
+def spark_struct(schema: TableSchema) -> StructType:
+    """The table's Spark schema with every column nullable.
+
+    NOT NULL is checked by :func:`_checked` instead: Spark folds ``isNull`` on a
+    non-nullable column to false, which would let a null slip through unchecked.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    arrow = schema.arrow()
+    return from_arrow_schema(
+        pa.schema([f.with_nullable(True) for f in arrow]), prefer_timestamp_ntz=False
+    )
+
+
+def _escape_glob(path: str) -> str:
+    """Spark expands glob characters in paths; a landing file named ``a[1].csv`` is literal."""
+    return _GLOB.sub(r"\\\1", path)
+
+
+def _rows_frame(spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema) -> DataFrame:
+    arrow = schema.arrow()
+    data = pa.concat_tables([t.select(arrow.names).cast(arrow) for t in tables])
+    return spark.createDataFrame(data, schema=spark_struct(schema))
+
+
+def _csv_header(path: str) -> tuple[str, ...]:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        return tuple(next(csv.reader(handle), []))
+
+
+def _from_csv_text(name: str, kind: DataType) -> Column:
+    """A CSV field (read as text) converted the way intake's pyarrow reader converts it.
+
+    Strings: empty is "" (never null). Other types: pyarrow's null markers are null,
+    anything else must parse; a value that does not fails the job, ANSI mode or not.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    raw = F.col(name)
+    if isinstance(kind, StringType):
+        return F.coalesce(raw, F.lit("")).alias(name)
+    parsed = raw.cast(kind)
+    bad = F.raise_error(
+        F.concat(
+            F.lit(f"CSV column {name!r}: cannot read "), raw, F.lit(f" as {kind.simpleString()}")
+        )
+    )
+    converted = F.when(parsed.isNull(), bad.cast(kind)).otherwise(parsed)
+    return (
+        F.when(raw.isNull() | raw.isin(*CSV_NULLS), F.lit(None).cast(kind))
+        .otherwise(converted)
+        .alias(name)
+    )
+
+
+def _csv_frames(
+    spark: SparkSession, files: Sequence[FileRef], schema: TableSchema
+) -> list[DataFrame]:
+    """CSV files, one read per distinct header: columns by name, missing null, extras dropped."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    struct = spark_struct(schema)
+    by_header: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for ref in files:
+        by_header[_csv_header(ref.path)].append(ref.path)
+    frames = []
+    for header, paths in by_header.items():
+        # Every field as text, bound by position (enforceSchema) to names taken from the
+        # header itself; only exact-case names are table columns, as for pyarrow.
+        fields = [
+            StructField(n if n in struct.names else f"_extra_{i}", StringType())
+            for i, n in enumerate(header)
+        ]
+        df = (
+            spark.read.schema(StructType(fields))
+            .options(header="true", enforceSchema="true", mode="FAILFAST")
+            .csv([_escape_glob(p) for p in paths])
+        )
+        frames.append(
+            df.select(
+                [
+                    _from_csv_text(f.name, f.dataType)
+                    if f.name in header
+                    else F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in struct
+                ]
+            )
+        )
+    return frames
+
+
+def _nanos_columns(path: str, names: Sequence[str]) -> frozenset[str]:
+    """Columns stored as TIMESTAMP(NANOS) (pandas' default), which Spark reads only as longs."""
+    parquet = pq.read_metadata(path).schema
+    found = set()
+    for i in range(len(parquet)):
+        column = parquet.column(i)
+        if column.path in names and column.logical_type.type == "TIMESTAMP":
+            if json.loads(column.logical_type.to_json()).get("timeUnit") == "nanoseconds":
+                found.add(column.path)
+    return frozenset(found)
+
+
+def _parquet_frames(
+    spark: SparkSession, files: Sequence[FileRef], schema: TableSchema
+) -> list[DataFrame]:
+    """Parquet files, columns by name; nanosecond timestamps (whole µs, intake checked) to µs."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    struct = spark_struct(schema)
+    groups: dict[frozenset[str], list[str]] = defaultdict(list)
+    for ref in files:
+        groups[_nanos_columns(ref.path, struct.names)].append(_escape_glob(ref.path))
+    frames = []
+    for nanos, paths in groups.items():
+        if not nanos:
+            frames.append(spark.read.schema(struct).parquet(*paths))
+            continue
+        read = StructType(
+            [StructField(f.name, LongType()) if f.name in nanos else f for f in struct]
+        )
+        df = spark.read.schema(read).parquet(*paths)
+        frames.append(
+            df.select(
+                [
+                    F.timestamp_micros(F.expr(f"`{f.name}` div 1000")).alias(f.name)
+                    if f.name in nanos
+                    else F.col(f.name)
+                    for f in struct
+                ]
+            )
+        )
+    return frames
+
+
+def _files_frames(
+    spark: SparkSession, files: Sequence[FileRef], schema: TableSchema
+) -> list[DataFrame]:
+    frames = []
+    parquet = [f for f in files if f.format is FileFormat.parquet]
+    if parquet:
+        frames.extend(_parquet_frames(spark, parquet, schema))
+    json_files = [_escape_glob(f.path) for f in files if f.format is FileFormat.json]
+    if json_files:
+        frames.append(
+            spark.read.schema(spark_struct(schema)).option("mode", "FAILFAST").json(json_files)
+        )
+    csv_files = [f for f in files if f.format is FileFormat.csv]
+    if csv_files:
+        frames.extend(_csv_frames(spark, csv_files, schema))
+    return frames
+
+
+def _checked(schema: TableSchema) -> list[Column]:
+    """Columns in table order; a null in a NOT NULL column fails the job (nothing is committed)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for column in schema.columns:
+        col = F.col(column.name)
+        if not column.nullable:
+            message = F.lit(
+                f"column {column.name!r} is NOT NULL but a row of this batch holds null"
+            )
+            col = F.when(col.isNull(), F.raise_error(message)).otherwise(col)
+        out.append(col.alias(column.name))
+    return out
+
+
+def build_batch_frame(
+    spark: SparkSession,
+    batch: Batch,
+    schema: TableSchema,
+    target_file_bytes: int = TARGET_FILE_BYTES,
+) -> DataFrame:
+    """The batch as one lazily evaluated DataFrame; no row reaches the driver."""
+    frames: list[DataFrame] = []
+    if batch.row_tables:
+        frames.append(_rows_frame(spark, batch.row_tables, schema))
+    frames.extend(_files_frames(spark, batch.files, schema))
+    if not frames:  # updates without payload still advance the table's sequence
+        frames.append(_rows_frame(spark, [schema.arrow().empty_table()], schema))
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    # Coalesce never shuffles: small batches become one task writing one file.
+    return df.select(_checked(schema)).coalesce(max(1, math.ceil(batch.nbytes / target_file_bytes)))

@@ -1,0 +1,59 @@
+"""A Spark-free sink for fast API and recovery tests: same exactly-once contract, deltalake only.
+
+The real sinks (Spark-written Parquet) are covered by tests/test_sinks.py and the
+end-to-end tests; this one lets the HTTP and recovery logic be tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from loader.landing import read_landing_file
+from loader.schema import TableSchema
+from loader.sinks.base import app_id
+from loader.updates import Batch, LoadResult
+
+
+class ArrowSink:
+    name = "arrow-test"
+
+    def __init__(self, warehouse: Path, fail: threading.Event | None = None) -> None:
+        self.warehouse = warehouse
+        self.fail = fail or threading.Event()
+        self.loads = 0
+
+    def table_path(self, table: str) -> Path:
+        return self.warehouse / table
+
+    def ensure_table(self, table: str, schema: TableSchema) -> None:
+        path = self.table_path(table)
+        try:
+            DeltaTable(str(path))
+        except TableNotFoundError:
+            DeltaTable.create(str(path), schema=schema.arrow(), partition_by=list(schema.partition_by) or None)
+
+    def committed_seq(self, table: str) -> int:
+        return DeltaTable(str(self.table_path(table))).transaction_version(app_id(table)) or 0
+
+    def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
+        if self.fail.is_set():
+            raise RuntimeError("injected failure")
+        if self.committed_seq(batch.table) >= batch.last_seq:
+            return LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
+        parts = list(batch.row_tables) + [read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files]
+        data = pa.concat_tables(parts)
+        write_deltalake(
+            str(self.table_path(batch.table)),
+            data,
+            mode="append",
+            partition_by=list(schema.partition_by) or None,
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id(batch.table), batch.last_seq)]),
+        )
+        self.loads += 1
+        version = DeltaTable(str(self.table_path(batch.table))).version()
+        return LoadResult(batch.table, batch.last_seq, rows=data.num_rows, delta_version=version)

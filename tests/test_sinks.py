@@ -1,0 +1,511 @@
+"""The Spark-backed Delta sinks against a real local Spark (one session for the module).
+
+What matters to the loader: every acknowledged row lands exactly once with its types,
+a replayed batch changes nothing, the table reads back the same from deltalake, DuckDB
+and Spark, and a failed or interrupted load leaves no trace. Delta's JVM jars cannot be
+fetched here, so the native path is checked only for its selection and its error.
+
+DuckDB's ``delta`` extension is downloaded at first use (no network here, and no PyPI
+build for DuckDB 2.0), so DuckDB reads the Parquet files the Delta log lists instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.fs as pa_fs
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from loader.landing import read_landing_file
+from loader.schema import TableSchema
+from loader.sinks import make_sink
+from loader.sinks.base import app_id
+from loader.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
+from loader.sinks.delta_spark import DeltaSparkSink
+from loader.sinks.probe import DeltaJarsMissing
+from loader.spark import delta_jvm_available, use_pool
+from loader.updates import Batch, FileFormat, FileRef, Update
+
+# The session-scoped `spark` fixture (one JVM for the whole run).
+pytest_plugins = ["tests.spark_fixtures"]
+pytestmark = pytest.mark.slow
+
+UTC = dt.UTC
+
+ORDERS = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": False},
+            {"name": "name", "type": "string"},
+            {"name": "amount", "type": "float64"},
+            {"name": "day", "type": "date"},
+            {"name": "at", "type": "timestamp"},
+        ]
+    }
+)
+
+ALL_TYPES = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": False},
+            {"name": "s", "type": "string"},
+            {"name": "i32", "type": "int32"},
+            {"name": "i64", "type": "int64"},
+            {"name": "f32", "type": "float32"},
+            {"name": "f64", "type": "float64"},
+            {"name": "b", "type": "boolean"},
+            {"name": "d", "type": "date"},
+            {"name": "ts", "type": "timestamp"},
+        ]
+    }
+)
+
+
+# -- helpers --------------------------------------------------------------------------------
+def order_rows(rng: random.Random, ids: range) -> pa.Table:
+    base = dt.datetime(2024, 3, 1, tzinfo=UTC)
+    return pa.table(
+        {
+            "id": list(ids),
+            "name": [rng.choice(["ada", "bob", None, "chloé", ""]) for _ in ids],
+            "amount": [
+                None if rng.random() < 0.1 else round(rng.uniform(-1e6, 1e6), 3) for _ in ids
+            ],
+            "day": [dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(400)) for _ in ids],
+            "at": [base + dt.timedelta(microseconds=rng.randrange(10**12)) for _ in ids],
+        },
+        schema=ORDERS.arrow(),
+    )
+
+
+def rows_update(table: str, seq: int, rows: pa.Table) -> Update:
+    return Update(table=table, seq=seq, release=float(seq), rows=rows)
+
+
+def file_update(table: str, seq: int, path: Path, fmt: FileFormat) -> Update:
+    return Update(
+        table=table,
+        seq=seq,
+        release=float(seq),
+        files=(FileRef(str(path), fmt, path.stat().st_size),),
+    )
+
+
+def read_delta(path: Path) -> pa.Table:
+    """The table through deltalake, reading files with pyarrow's local filesystem.
+
+    ``to_pyarrow_table()`` with deltalake's own filesystem handler makes the interpreter
+    abort at exit ("terminate called without an active exception", deltalake 1.6.6), which
+    would turn a green pytest run into exit code 134.
+    """
+    fs = pa_fs.SubTreeFileSystem(str(path.resolve()), pa_fs.LocalFileSystem())
+    return DeltaTable(str(path)).to_pyarrow_table(filesystem=fs)
+
+
+def read_duckdb(path: Path) -> pa.Table:
+    con = duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    return con.read_parquet(DeltaTable(str(path)).file_uris()).to_arrow_table()
+
+
+def by_id(table: pa.Table) -> list[dict[str, Any]]:
+    return sorted(table.to_pylist(), key=lambda r: r["id"])
+
+
+def log_versions(path: Path) -> list[int]:
+    return sorted(int(p.stem) for p in (path / "_delta_log").glob("*.json"))
+
+
+def add_actions(path: Path) -> list[dict[str, Any]]:
+    return pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
+
+
+@pytest.fixture
+def sink(spark, tmp_path: Path) -> DeltaRsSink:
+    made = make_sink("delta-rs", tmp_path / "warehouse", spark)
+    assert isinstance(made, DeltaRsSink)
+    return made
+
+
+# -- writer selection and session ---------------------------------------------------------
+def test_auto_picks_delta_rs_without_jars_and_delta_spark_says_how_to_fix(
+    spark, tmp_path: Path
+) -> None:
+    assert delta_jvm_available(spark) is False
+    assert make_sink("auto", tmp_path, spark).name == "delta-rs"
+    with pytest.raises(DeltaJarsMissing) as err:
+        make_sink("delta-spark", tmp_path, spark)
+    assert "spark.jars.packages=io.delta:delta-spark_2.13:4." in str(err.value)
+    assert "writer=delta-rs" in str(err.value)
+    with pytest.raises(DeltaJarsMissing):
+        DeltaSparkSink(tmp_path, spark)
+
+
+def test_session_runs_fair_pools_per_worker(spark) -> None:
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.scheduler.mode") == "FAIR"
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MICROS"
+    scheduler = spark.sparkContext._jsc.sc()
+    assert scheduler.getPoolForName("worker-0").isDefined()
+    assert scheduler.getPoolForName("worker-1").isDefined()
+    assert not scheduler.getPoolForName("worker-2").isDefined()
+    use_pool(spark, "worker-1")
+    try:
+        assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") == "worker-1"
+    finally:
+        use_pool(spark, None)
+
+
+# -- loading ----------------------------------------------------------------------------------
+def test_rows_batch_lands_exactly_once_with_its_transaction(sink: DeltaRsSink) -> None:
+    rng = random.Random(7)
+    sink.ensure_table("orders", ORDERS)
+    parts = [
+        order_rows(rng, range(0, 120)),
+        order_rows(rng, range(120, 150)),
+        order_rows(rng, range(150, 400)),
+    ]
+    batch = Batch(
+        "orders",
+        tuple(rows_update("orders", seq, rows) for seq, rows in zip((1, 2, 5), parts, strict=True)),
+    )
+
+    result = sink.load(batch, ORDERS)
+
+    expected = by_id(pa.concat_tables(parts))
+    path = sink.table_path("orders")
+    assert (result.rows, result.skipped, result.delta_version) == (400, False, 1)
+    assert result.files_written == len(DeltaTable(str(path)).file_uris()) >= 1
+    assert result.bytes_written == sum(a["size_bytes"] for a in add_actions(path))
+    assert {"spark_seconds", "commit_seconds"} <= set(result.details)
+    assert by_id(read_delta(path)) == expected
+    assert by_id(read_duckdb(path)) == expected
+    assert (
+        DeltaTable(str(path)).transaction_version(app_id("orders"))
+        == 5
+        == sink.committed_seq("orders")
+    )
+    assert sum(a["num_records"] for a in add_actions(path)) == 400
+
+
+def test_batch_mixing_rows_parquet_csv_and_json_lands_as_intake_read_it(
+    sink: DeltaRsSink, tmp_path: Path
+) -> None:
+    rng = random.Random(11)
+    sink.ensure_table("orders", ORDERS)
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    rows = order_rows(rng, range(0, 50))
+    # pandas' default Parquet: nanosecond timestamps, int32 ids, columns in another order.
+    from_pandas = order_rows(rng, range(50, 80))
+    nanos = from_pandas.set_column(
+        4, "at", from_pandas.column("at").cast(pa.timestamp("ns", tz="UTC"))
+    )
+    pq.write_table(
+        nanos.select(["at", "amount", "name", "day", "id"]).set_column(
+            4, "id", nanos["id"].cast(pa.int32())
+        ),
+        landing / "feed.parquet",
+    )
+    # CSV: header order differs, one column missing, one unknown, empties and NULL markers.
+    (landing / "feed [2].csv").write_text(
+        "name,extra,id,at,amount\n"
+        "ada,x,80,2024-05-01T10:00:00.000001Z,1.5\n"
+        ",y,81,2024-05-01T10:00:00Z,\n"
+        '"",z,82,,NULL\n'
+        "NULL,,83,2024-05-01 12:00:00+02:00,NaN\n",
+        encoding="utf-8",
+    )
+    (landing / "feed.json").write_text(
+        '{"id": 90, "name": "jo", "amount": 2.25, "at": "2000-01-01T00:00:00.5Z"}\n{"id": 91}\n',
+        encoding="utf-8",
+    )
+    batch = Batch(
+        "orders",
+        (
+            rows_update("orders", 1, rows),
+            file_update("orders", 2, landing / "feed.parquet", FileFormat.parquet),
+            file_update("orders", 3, landing / "feed [2].csv", FileFormat.csv),
+            file_update("orders", 4, landing / "feed.json", FileFormat.json),
+        ),
+    )
+
+    result = sink.load(batch, ORDERS)
+
+    oracle = [rows] + [
+        read_landing_file(Path(f.path), f.format, ORDERS.arrow()) for f in batch.files
+    ]
+    expected = by_id(pa.concat_tables(oracle))
+    assert result.rows == len(expected) == 50 + 30 + 4 + 2
+    assert by_id(read_delta(sink.table_path("orders"))) == expected
+    csv_rows = {r["id"]: r for r in expected if 80 <= r["id"] < 90}
+    assert (
+        csv_rows[81]["name"] == "" and csv_rows[82]["name"] == "" and csv_rows[83]["name"] == "NULL"
+    )
+    assert csv_rows[83]["amount"] is None and csv_rows[83]["at"] == dt.datetime(
+        2024, 5, 1, 10, tzinfo=UTC
+    )
+
+
+def test_partitioned_table_has_right_partition_values_and_reads_back(
+    spark, sink: DeltaRsSink
+) -> None:
+    schema = TableSchema.model_validate(
+        {
+            "columns": [
+                {"name": "id", "type": "int64", "nullable": False},
+                {"name": "country", "type": "string"},
+                {"name": "day", "type": "date"},
+                {"name": "v", "type": "float64"},
+            ],
+            "partition_by": ["country", "day"],
+        }
+    )
+    sink.ensure_table("sales", schema)
+    rng = random.Random(3)
+    countries = ["fr", "a b:c%d/e=f", "é", None]
+    days = [dt.date(2024, 1, 1), dt.date(1900, 2, 28), None]
+    n = 90
+    rows = pa.table(
+        {
+            "id": list(range(n)),
+            "country": [countries[i % 4] for i in range(n)],
+            "day": [days[i % 3] for i in range(n)],
+            "v": [rng.random() for _ in range(n)],
+        },
+        schema=schema.arrow(),
+    )
+
+    result = sink.load(Batch("sales", (rows_update("sales", 1, rows),)), schema)
+
+    path = sink.table_path("sales")
+    assert result.rows == n and result.files_written == 12
+    actions = add_actions(path)
+    assert sorted(
+        (str(a["partition.country"]), str(a["partition.day"])) for a in actions
+    ) == sorted((str(c), str(d)) for c in countries for d in days)
+    for action in actions:  # each file holds exactly its partition's rows
+        expected_rows = sum(
+            1
+            for i in range(n)
+            if countries[i % 4] == action["partition.country"]
+            and days[i % 3] == action["partition.day"]
+        )
+        assert action["num_records"] == expected_rows
+    expected = by_id(rows)
+    assert by_id(read_delta(path)) == expected
+    spark_read = (
+        spark.read.schema(schema.spark_ddl().replace(" NOT NULL", ""))
+        .option("basePath", str(path))
+        .parquet(*DeltaTable(str(path)).file_uris())
+    )
+    assert by_id(pa.Table.from_pylist([r.asDict() for r in spark_read.collect()])) == expected
+
+
+def test_replayed_batch_is_skipped_and_a_later_batch_commits(sink: DeltaRsSink) -> None:
+    rng = random.Random(5)
+    sink.ensure_table("orders", ORDERS)
+    first = Batch(
+        "orders",
+        (
+            rows_update("orders", 1, order_rows(rng, range(0, 10))),
+            rows_update("orders", 2, order_rows(rng, range(10, 20))),
+        ),
+    )
+    path = sink.table_path("orders")
+
+    assert sink.load(first, ORDERS).delta_version == 1
+    versions = log_versions(path)
+    replay = sink.load(first, ORDERS)
+    assert replay.skipped and replay.rows == 0 and replay.delta_version is None
+    assert log_versions(path) == versions
+    assert read_delta(path).num_rows == 20
+
+    later = Batch("orders", (rows_update("orders", 3, order_rows(rng, range(20, 25))),))
+    result = sink.load(later, ORDERS)
+    assert (result.skipped, result.rows, result.delta_version) == (False, 5, 2)
+    assert (
+        sink.committed_seq("orders")
+        == 3
+        == DeltaTable(str(path)).transaction_version(app_id("orders"))
+    )
+    assert read_delta(path).num_rows == 25
+    assert sorted(r["id"] for r in read_delta(path).to_pylist()) == list(range(25))
+    # A batch ending at or below the committed sequence is a replay too.
+    assert sink.load(
+        Batch("orders", (rows_update("orders", 2, order_rows(rng, range(99, 100))),)), ORDERS
+    ).skipped
+
+
+def test_all_column_types_round_trip_with_statistics(sink: DeltaRsSink) -> None:
+    sink.ensure_table("types", ALL_TYPES)
+    rows = pa.table(
+        {
+            "id": [1, 2, 3, 4],
+            "s": ["plain", None, "b ✓ ünïcode", "x" * 40],
+            "i32": [-(2**31), None, 2**31 - 1, 0],
+            "i64": [-(2**63), 2**63 - 1, None, 0],
+            "f32": [1.5, None, -0.25, 3.0e38],
+            "f64": [math.pi, -1e308, None, 0.0],
+            "b": [True, False, None, True],
+            "d": [dt.date(1, 1, 1), dt.date(1582, 10, 4), dt.date(9999, 12, 31), None],
+            "ts": [
+                dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+                dt.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=UTC),
+                None,
+                dt.datetime(1500, 1, 1, tzinfo=UTC),
+            ],
+        },
+        schema=ALL_TYPES.arrow(),
+    )
+
+    sink.load(Batch("types", (rows_update("types", 1, rows),)), ALL_TYPES)
+
+    path = sink.table_path("types")
+    back = read_delta(path)
+    assert back.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert [back.schema.field(n).type for n in ALL_TYPES.names] == [
+        f.type for f in ALL_TYPES.arrow()
+    ]
+    assert by_id(back) == by_id(rows)
+    assert by_id(read_duckdb(path)) == by_id(rows)
+    # Spark wrote microsecond timestamps (not INT96), readable by every Delta reader.
+    data_file = DeltaTable(str(path)).file_uris()[0]
+    ts_column = pq.read_metadata(data_file).schema.column(ALL_TYPES.names.index("ts"))
+    assert json.loads(ts_column.logical_type.to_json())["timeUnit"] == "microseconds"
+    stats = _stats_from_log(path)
+    assert stats["numRecords"] == 4
+    assert stats["nullCount"] == {
+        "id": 0,
+        "s": 1,
+        "i32": 1,
+        "i64": 1,
+        "f32": 1,
+        "f64": 1,
+        "b": 1,
+        "d": 1,
+        "ts": 1,
+    }
+    assert stats["minValues"]["ts"] == "1500-01-01T00:00:00.000Z"
+    assert stats["maxValues"]["ts"] == "2024-02-29T12:00:00.001Z"  # 1 µs past noon, rounded up
+    assert stats["minValues"]["i64"] == -(2**63) and stats["maxValues"]["i32"] == 2**31 - 1
+    assert stats["minValues"]["d"] == "0001-01-01" and stats["maxValues"]["d"] == "9999-12-31"
+    assert (
+        stats["minValues"]["s"] == "b ✓ ünïcode" and "s" not in stats["maxValues"]
+    )  # "x"*40: too long a bound
+
+
+def _stats_from_log(path: Path) -> dict[str, Any]:
+    for line in (path / "_delta_log" / "00000000000000000001.json").read_text().splitlines():
+        entry = json.loads(line)
+        if "add" in entry:
+            return json.loads(entry["add"]["stats"])
+    raise AssertionError("no add action in commit 1")
+
+
+def test_batch_without_rows_still_commits_its_sequence(sink: DeltaRsSink) -> None:
+    sink.ensure_table("orders", ORDERS)
+    empty = ORDERS.arrow().empty_table()
+    result = sink.load(Batch("orders", (rows_update("orders", 4, empty),)), ORDERS)
+    assert (result.rows, result.files_written, result.delta_version) == (0, 0, 1)
+    assert sink.committed_seq("orders") == 4
+    assert read_delta(sink.table_path("orders")).num_rows == 0
+
+
+# -- tables, failures, leftovers ----------------------------------------------------------
+def test_ensure_table_is_idempotent_and_refuses_another_schema(sink: DeltaRsSink) -> None:
+    sink.ensure_table("orders", ORDERS)
+    sink.ensure_table("orders", ORDERS)
+    assert log_versions(sink.table_path("orders")) == [0]
+    assert sink.committed_seq("orders") == 0
+
+    changed = ORDERS.model_copy(
+        update={
+            "columns": (
+                *ORDERS.columns[:2],
+                ORDERS.columns[2].model_copy(update={"type": "float32"}),
+                *ORDERS.columns[3:],
+            )
+        }
+    )
+    with pytest.raises(ValueError, match=r"column 'amount' is double in the table but float"):
+        sink.ensure_table("orders", changed)
+    fewer = TableSchema(columns=ORDERS.columns[:4])
+    with pytest.raises(ValueError, match=r"the table has column 'at'"):
+        sink.ensure_table("orders", fewer)
+    nullable_id = TableSchema(
+        columns=(ORDERS.columns[0].model_copy(update={"nullable": True}), *ORDERS.columns[1:])
+    )
+    with pytest.raises(ValueError, match=r"column 'id' is NOT NULL in the table but nullable"):
+        sink.ensure_table("orders", nullable_id)
+    partitioned = TableSchema(columns=ORDERS.columns, partition_by=("name",))
+    with pytest.raises(ValueError, match=r"partitioned by \[\]"):
+        sink.ensure_table("orders", partitioned)
+
+
+def test_failed_load_commits_nothing_and_leaves_no_files(sink: DeltaRsSink, tmp_path: Path) -> None:
+    sink.ensure_table("orders", ORDERS)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"id": 1, "name": "ok"}\n{"id": null, "name": "no id"}\n', encoding="utf-8")
+    good = order_rows(random.Random(1), range(100, 110))
+    batch = Batch(
+        "orders", (rows_update("orders", 1, good), file_update("orders", 2, bad, FileFormat.json))
+    )
+    path = sink.table_path("orders")
+
+    with pytest.raises(Exception, match="NOT NULL"):
+        sink.load(batch, ORDERS)
+
+    assert log_versions(path) == [0] and sink.committed_seq("orders") == 0
+    assert sorted(p.name for p in path.iterdir()) == ["_delta_log"]
+
+
+def test_staging_left_by_a_crash_is_cleaned_and_loads_leave_none(sink: DeltaRsSink) -> None:
+    sink.ensure_table("orders", ORDERS)
+    path = sink.table_path("orders")
+    leftover = path / f"{STAGING_PREFIX}crashed" / "part-00000-dead.c000.snappy.parquet"
+    leftover.parent.mkdir()
+    pq.write_table(order_rows(random.Random(2), range(5)), leftover)
+
+    sink.ensure_table("orders", ORDERS)
+    assert not leftover.parent.exists()
+
+    sink.load(
+        Batch("orders", (rows_update("orders", 1, order_rows(random.Random(3), range(7))),)), ORDERS
+    )
+    assert not list(path.glob(f"{STAGING_PREFIX}*"))
+    assert read_delta(path).num_rows == 7
+    assert sink.cleanup("orders") == 0
+
+
+def test_two_workers_load_two_tables_at_once_in_their_pools(sink: DeltaRsSink) -> None:
+    sink.ensure_table("a", ORDERS)
+    sink.ensure_table("b", ORDERS)
+    rng = random.Random(9)
+    batches = {t: Batch(t, (rows_update(t, 1, order_rows(rng, range(60))),)) for t in ("a", "b")}
+    start = threading.Barrier(2)
+
+    def work(worker: int, table: str) -> int:
+        sink.use_pool(f"worker-{worker}")
+        start.wait()
+        return sink.load(batches[table], ORDERS).rows
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        rows = list(pool.map(work, (0, 1), ("a", "b")))
+
+    assert rows == [60, 60]
+    for table in ("a", "b"):
+        assert by_id(read_delta(sink.table_path(table))) == by_id(batches[table].row_tables[0])
+        assert sink.committed_seq(table) == 1
