@@ -73,7 +73,7 @@ def create_app(settings: Settings, service: LoaderService | None = None, *, load
         try:
             yield
         finally:
-            maintenance.shutdown()
+            await maintenance.stop()
             await service.stop()
 
     app = FastAPI(

@@ -33,6 +33,8 @@ def _serve(settings: Settings, demo: bool) -> None:
     except JavaError as exc:
         raise fail(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("apscheduler", "httpx", "py4j"):  # a line per job run / request otherwise
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         app_ = create_app(settings)
     except (ConfigError, ValueError) as exc:

@@ -27,6 +27,7 @@ class Maintenance:
     def __init__(self, service: LoaderService) -> None:
         self.service = service
         self.scheduler = AsyncIOScheduler(timezone="UTC")
+        self._running: set[asyncio.Task[None]] = set()
         m = service.settings.maintenance
         self._every(1.0, service.save_catalog, "catalog")
         self._every(m.wal_truncate_seconds, service.truncate_wal, "wal-truncate")
@@ -36,12 +37,27 @@ class Maintenance:
             self._every(m.vacuum_seconds, self.vacuum_all, "vacuum")
 
     def _every(self, seconds: float, job: Callable[[], Awaitable[object]], name: str) -> None:
-        self.scheduler.add_job(job, "interval", seconds=seconds, id=name, max_instances=1, coalesce=True)
+        async def tracked() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._running.add(task)
+            try:
+                await job()
+            finally:
+                self._running.discard(task)
+
+        self.scheduler.add_job(
+            tracked, "interval", seconds=seconds, id=name, name=name, max_instances=1, coalesce=True
+        )
 
     def start(self) -> None:
         self.scheduler.start()
 
-    def shutdown(self) -> None:
+    async def stop(self) -> None:
+        """Let running jobs finish (APScheduler 3 would cancel them mid-write), then stop."""
+        self.scheduler.pause()
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=60)
         self.scheduler.shutdown(wait=False)
 
     async def _with_table_held(self, table: str, work: Callable[[DeltaTable], object]) -> None:

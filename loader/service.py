@@ -27,6 +27,7 @@ from typing import Any
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from loader import failpoints
 from loader.catalog import Catalog, CatalogEntry
 from loader.config import ConfigError, Settings, TableConfig
 from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch
@@ -210,6 +211,7 @@ class LoaderService:
             await asyncio.to_thread(self.wal.close)
         self.ready = False
         self.metrics.ready.set(0)
+        log.info("stopped cleanly: running batches finished, WAL closed, catalog saved")
 
     # -- tables ----------------------------------------------------------------------------
     def _register_configured_tables(self) -> None:
@@ -365,6 +367,7 @@ class LoaderService:
             self.metrics.updates_received.labels(u.table).inc()
         for table in planned:
             self._drain(table)
+        failpoints.hit("intake.after-wal")
         return acks
 
     async def submit_once(self, key: str | None, request_hash: str, valid_thunk: Callable[[], list[ValidUpdate]]) -> tuple[dict[str, Any], bool]:
@@ -426,6 +429,11 @@ class LoaderService:
         state = self.dispatcher.state(done.table)
         entry.alpha, entry.overhead = state.alpha, state.overhead
         self._catalog_dirty = True
+        if done.result.skipped:
+            log.info(
+                "%s updates %d..%d were already in Delta (committed before a restart); not loaded again",
+                done.table, done.batch.first_seq, done.batch.last_seq,
+            )
         m = self.metrics
         m.batches.labels(done.table, "skipped" if done.result.skipped else "loaded").inc()
         m.rows_loaded.labels(done.table).inc(done.result.rows)

@@ -20,9 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
-import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -36,6 +34,7 @@ from loader.sinks.delta_spark import DeltaSparkSink
 from loader.sinks.probe import DeltaJarsMissing
 from loader.spark import delta_jvm_available, use_pool
 from loader.updates import Batch, FileFormat, FileRef, Update
+from tests.tables import read_delta, read_duckdb, read_spark
 
 # The session-scoped `spark` fixture (one JVM for the whole run).
 pytest_plugins = ["tests.spark_fixtures"]
@@ -102,23 +101,6 @@ def file_update(table: str, seq: int, path: Path, fmt: FileFormat) -> Update:
     )
 
 
-def read_delta(path: Path) -> pa.Table:
-    """The table through deltalake, reading files with pyarrow's local filesystem.
-
-    ``to_pyarrow_table()`` with deltalake's own filesystem handler makes the interpreter
-    abort at exit ("terminate called without an active exception", deltalake 1.6.6), which
-    would turn a green pytest run into exit code 134.
-    """
-    fs = pa_fs.SubTreeFileSystem(str(path.resolve()), pa_fs.LocalFileSystem())
-    return DeltaTable(str(path)).to_pyarrow_table(filesystem=fs)
-
-
-def read_duckdb(path: Path) -> pa.Table:
-    con = duckdb.connect()
-    con.execute("SET TimeZone='UTC'")
-    return con.read_parquet(DeltaTable(str(path)).file_uris()).to_arrow_table()
-
-
 def by_id(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
@@ -146,7 +128,7 @@ def test_auto_picks_delta_rs_without_jars_and_delta_spark_says_how_to_fix(
     assert make_sink("auto", tmp_path, spark).name == "delta-rs"
     with pytest.raises(DeltaJarsMissing) as err:
         make_sink("delta-spark", tmp_path, spark)
-    assert "spark.jars.packages=io.delta:delta-spark_2.13:4." in str(err.value)
+    assert "spark.jars.packages=io.delta:delta-spark_4.2_2.13:4.4.1" in str(err.value)
     assert "writer=delta-rs" in str(err.value)
     with pytest.raises(DeltaJarsMissing):
         DeltaSparkSink(tmp_path, spark)
@@ -306,12 +288,8 @@ def test_partitioned_table_has_right_partition_values_and_reads_back(
         assert action["num_records"] == expected_rows
     expected = by_id(rows)
     assert by_id(read_delta(path)) == expected
-    spark_read = (
-        spark.read.schema(schema.spark_ddl().replace(" NOT NULL", ""))
-        .option("basePath", str(path))
-        .parquet(*DeltaTable(str(path)).file_uris())
-    )
-    assert by_id(pa.Table.from_pylist([r.asDict() for r in spark_read.collect()])) == expected
+    assert by_id(read_spark(spark, path, schema)) == expected
+    assert by_id(read_duckdb(path)) == expected
 
 
 def test_replayed_batch_is_skipped_and_a_later_batch_commits(sink: DeltaRsSink) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
+from loader import failpoints
 from loader.schema import TableSchema
 from loader.sinks.add_actions import file_stats, log_path, partition_values
 from loader.sinks.base import app_id
@@ -69,8 +70,10 @@ class DeltaRsSink(DeltaSinkBase):
                 str(staging)
             )
             written = time.perf_counter()
+            failpoints.hit("load.after-spark-write")
             actions, rows = self._publish(staging, path, schema, published)
             moved = time.perf_counter()
+            failpoints.hit("load.after-publish")
             delta.create_write_transaction(
                 list[AddAction | RemoveAction](actions),
                 "append",
@@ -80,6 +83,7 @@ class DeltaRsSink(DeltaSinkBase):
             )
             committed = True
             done = time.perf_counter()
+            failpoints.hit("load.after-commit")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             if not committed:

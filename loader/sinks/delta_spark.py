@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loader import failpoints
 from loader.schema import TableSchema
 from loader.sinks.base import app_id
 from loader.sinks.delta_table import DeltaSinkBase
@@ -45,6 +46,7 @@ class DeltaSparkSink(DeltaSinkBase):
             writer = writer.partitionBy(*schema.partition_by)
         writer.save(str(self.table_path(table)))
         done = time.perf_counter()
+        failpoints.hit("load.after-commit")
         delta = self.open(table)
         assert delta is not None
         metrics = (delta.history(1) or [{}])[0].get("operationMetrics") or {}

@@ -14,7 +14,7 @@ Writer = Literal["delta-rs", "delta-spark"]
 
 MISSING_JARS = (
     "writer=delta-spark needs Delta Lake's JVM classes (io.delta.sql.DeltaSparkSessionExtension), "
-    "which this Spark session does not have: set spark.jars.packages=io.delta:delta-spark_2.13:4.x "
+    "which this Spark session does not have: set spark.jars.packages=io.delta:delta-spark_4.2_2.13:4.4.1 "
     "(needs Maven access; or spark.jars naming the downloaded jars) or use writer=delta-rs"
 )
 

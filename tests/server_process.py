@@ -1,0 +1,132 @@
+"""``loader serve`` as a real subprocess on loopback, for crash and black-box tests.
+
+Each start gets its own log file (shown when something goes wrong) and its own process
+group, so a kill takes Spark's JVM with it, as a crash of the machine's service would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return repr(value)
+
+
+def write_config(path: Path, settings: dict[str, Any]) -> Path:
+    """A TOML config from plain data: scalars first, then tables and arrays of tables."""
+    lines = [f"{k} = {toml_value(v)}" for k, v in settings.items() if not isinstance(v, (dict, list))]
+    lines += [f"{k} = {toml_value(v)}" for k, v in settings.items() if isinstance(v, list) and not (v and isinstance(v[0], dict))]
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            lines.append(f"[{key}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in value.items()]
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for item in value:
+                lines.append(f"[[{key}]]")
+                lines += [f"{k} = {toml_value(v)}" for k, v in item.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+class ServerProcess:
+    def __init__(self, workdir: Path, config: Path, port: int, token: str) -> None:
+        self.workdir = workdir
+        self.config = config
+        self.base = f"http://127.0.0.1:{port}"
+        self.token = token
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.log_path = workdir / "server-0.log"
+
+    def start(self, failpoints: str = "") -> None:
+        self.starts += 1
+        self.log_path = self.workdir / f"server-{self.starts}.log"
+        env = dict(os.environ, LOADER_FAILPOINTS=failpoints, PYTHONUNBUFFERED="1")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "loader", "serve", "--config", str(self.config)],
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def client(self, timeout: float = 30.0) -> httpx.Client:
+        return httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.token}"}, timeout=timeout)
+
+    def wait_ready(self, timeout: float = 180.0) -> bool:
+        """True once /readyz answers 200; False if the process ended first (a failpoint fired)."""
+        deadline = time.monotonic() + timeout
+        with self.client(timeout=5.0) as http:
+            while self.alive:
+                with contextlib.suppress(httpx.TransportError):
+                    if http.get("/readyz").status_code == 200:
+                        return True
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"server not ready after {timeout}s:\n{self.log_tail()}")
+                time.sleep(0.1)
+        return False
+
+    def wait_exit(self, timeout: float = 120.0) -> int:
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"server still running after {timeout}s:\n{self.log_tail()}") from None
+        self._reap_group()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the service and its JVM at once (a crash, not a shutdown)."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(60)
+
+    def terminate(self, timeout: float = 120.0) -> int:
+        """SIGTERM: the graceful shutdown an orchestrator asks for."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def _reap_group(self) -> None:
+        # The JVM exits when its parent's pipe closes; make sure of it before a restart.
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)

@@ -1,0 +1,108 @@
+"""An in-process service behind FastAPI's TestClient, with whatever sink a test needs.
+
+``ArrowSink`` (tests/fakes.py) makes API tests run in milliseconds; the end-to-end tests
+pass a real Spark-backed sink. Waiting is polling with a deadline, never a sleep of a
+guessed length.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from loader.config import Settings, load_settings
+from loader.service import LoaderService
+from loader.sinks.base import Sink
+from tests.fakes import ArrowSink
+from tests.tables import read_delta
+
+OPERATOR = "operator-token-0123456789"
+PRODUCER = "producer-token-0123456789"
+ORDERS_ONLY = "orders-only-token-0123456789"
+
+ORDERS = {
+    "name": "orders",
+    "schema": {
+        "columns": [
+            {"name": "order_id", "type": "int64", "nullable": False},
+            {"name": "amount", "type": "float64"},
+            {"name": "country", "type": "string"},
+        ],
+        "partition_by": ["country"],
+    },
+    "weight": 2.0,
+}
+CLICKS = {"name": "clicks", "schema": {"columns": [{"name": "url", "type": "string"}, {"name": "n", "type": "int32"}]}}
+
+
+def make_settings(data_dir: Path, **extra: Any) -> Settings:
+    return load_settings(
+        None,
+        data_dir=data_dir,
+        workers=2,
+        tables=[ORDERS, CLICKS],
+        auth_tokens=[
+            {"token": OPERATOR, "role": "operator", "name": "ops"},
+            {"token": PRODUCER, "role": "producer", "name": "feed"},
+            {"token": ORDERS_ONLY, "role": "producer", "name": "orders-feed", "tables": ["orders"]},
+        ],
+        maintenance={"wal_truncate_seconds": 3600, "compact_seconds": 0, "vacuum_seconds": 0},
+        **extra,
+    )
+
+
+class Harness:
+    def __init__(
+        self,
+        data_dir: Path,
+        fail: threading.Event | None = None,
+        sink: Callable[[Settings], Sink] | None = None,
+        **settings: Any,
+    ) -> None:
+        self.settings = make_settings(data_dir, **settings)
+        self.sink = sink(self.settings) if sink else ArrowSink(self.settings.warehouse_path, fail)
+        self.service = LoaderService(self.settings, sink_factory=lambda _: self.sink)
+        self.client = TestClient(create_app(self.settings, self.service))
+
+    def __enter__(self) -> Harness:
+        self.client.__enter__()
+        self.wait(lambda: self.service.ready)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.__exit__(*exc)
+
+    def post(self, path: str, token: str | None = PRODUCER, **kwargs: Any):  # type: ignore[no-untyped-def]
+        headers = kwargs.pop("headers", {})
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return self.client.post(path, headers=headers, **kwargs)
+
+    def get(self, path: str, token: str | None = OPERATOR):  # type: ignore[no-untyped-def]
+        return self.client.get(path, headers={"Authorization": f"Bearer {token}"} if token else {})
+
+    def status(self, table: str) -> dict[str, Any]:
+        return self.get(f"/v1/tables/{table}").json()
+
+    @staticmethod
+    def wait(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "condition not reached before the deadline"
+            time.sleep(0.01)
+
+    def wait_loaded(self, table: str, seq: int, timeout: float = 20.0) -> None:
+        self.wait(lambda: self.status(table)["last_loaded_sequence"] >= seq, timeout)
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        data = read_delta(self.settings.warehouse_path / table)
+        return sorted(data.to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
