@@ -16,7 +16,6 @@ from api.routes import admin, feeds, health, tables
 from loader.auth import Authenticator
 from loader.config import Settings
 from loader.errors import ServiceError, Unavailable
-from loader.idempotency import IdempotencyConflict
 from loader.metrics import Metrics
 from loader.service import LoaderService
 
@@ -91,13 +90,6 @@ def create_app(settings: Settings, service: LoaderService | None = None, *, load
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
         return _error_response(exc)
-
-    @app.exception_handler(IdempotencyConflict)
-    async def idempotency_conflict(request: Request, exc: IdempotencyConflict) -> JSONResponse:
-        return JSONResponse(
-            {"error": "idempotency_conflict", "message": f"{exc}; use a new Idempotency-Key for a different request"},
-            status_code=409,
-        )
 
     def openapi() -> dict[str, Any]:
         # Feed bodies are documented through openapi_extra; lift their $defs into components.

@@ -47,7 +47,8 @@ IntervalOption = Annotated[
 
 
 def fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(message)}")
+    # soft_wrap: a path in the message stays on one line (copyable), whatever the width
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code=2)
 
 

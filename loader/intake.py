@@ -9,7 +9,6 @@ either every update of the request ready for the WAL, or an error and no side ef
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -41,11 +40,6 @@ class ValidUpdate:
     data_until: float | None
     rows: pa.Table | None = None
     files: tuple[Any, ...] = ()
-
-
-def request_hash(body: bytes, path: str) -> str:
-    """What an Idempotency-Key is bound to: the same key with another body is a conflict."""
-    return hashlib.sha256(path.encode() + b"\0" + body).hexdigest()
 
 
 def _loads(text: bytes, what: str) -> Any:

@@ -93,7 +93,7 @@ class LoaderService:
         self.catalog: Catalog | None = None
         self.dispatcher: Dispatcher | None = None
         self.wal: WriteAheadLog | None = None
-        self.idempotency = IdempotencyStore()
+        self.idempotency = IdempotencyStore(settings.maintenance.idempotency_ttl_seconds)
         self.tables: dict[str, _TableRuntime] = {}
         self.accepting = False
         self.ready = False
@@ -101,7 +101,6 @@ class LoaderService:
         self.recovered_updates = 0
         self._catalog_dirty = False
         self._startup: asyncio.Task[None] | None = None
-        self._inflight: dict[str, asyncio.Future[None]] = {}
         self.metrics.attach(lambda: self.dispatcher)
         self.metrics.workers.set(settings.workers)
 
@@ -128,8 +127,9 @@ class LoaderService:
             on_finished=self._finished,
             on_failed=self._failed,
         )
-        idem_path = s.state_path / "idempotency.json"
-        self.idempotency = IdempotencyStore.load(idem_path) if idem_path.exists() else IdempotencyStore()
+        self.idempotency = IdempotencyStore.load(
+            s.state_path / "idempotency.json", s.maintenance.idempotency_ttl_seconds
+        )
         self.wal = WriteAheadLog(
             s.wal_path, durability=s.durability, segment_bytes=s.wal_segment_bytes, on_fsync=self.metrics.on_fsync
         )
@@ -143,8 +143,7 @@ class LoaderService:
         for record in records:
             update = record.update
             runtime = self.tables.get(update.table)
-            if record.idempotency_key is not None:
-                self.idempotency.add(record.idempotency_key, record.request_hash, record.response, update.release)
+            self.idempotency.add_record(record)
             if runtime is None:
                 log.warning("WAL holds an update for unknown table %r (seq %d); ignored", update.table, update.seq)
                 continue
@@ -345,7 +344,7 @@ class LoaderService:
             self.tables[table].next_seq = next_seq
             self.tables[table].last_release = last
         acks = [Ack(u.table, u.seq, u.release) for u in updates]
-        response = {"updates": [a.as_json() for a in acks]}
+        response = _acks_body(acks)
         records = [
             WalRecord(update=u, idempotency_key=idempotency_key if k == 0 else None, request_hash=request_hash, response=response if k == 0 else None)
             for k, u in enumerate(updates)
@@ -370,32 +369,22 @@ class LoaderService:
         failpoints.hit("intake.after-wal")
         return acks
 
-    async def submit_once(self, key: str | None, request_hash: str, valid_thunk: Callable[[], list[ValidUpdate]]) -> tuple[dict[str, Any], bool]:
+    async def submit_once(
+        self, key: str | None, request_hash: str, valid_thunk: Callable[[], list[ValidUpdate]]
+    ) -> tuple[dict[str, Any], bool]:
         """Submit under an Idempotency-Key: a retry gets the first answer (and True), not a second load.
 
-        A retry that arrives while the first attempt is still in flight waits for it.
+        A retry that arrives while the first attempt is still in flight waits for it
+        (``IdempotencyStore.reserve``); validation runs only when the work is really done.
         """
         if key is None:
-            acks = await self.submit(valid_thunk())
-            return {"updates": [a.as_json() for a in acks]}, False
-        while True:
-            stored = self.idempotency.lookup(key, request_hash)  # raises IdempotencyConflict
-            if stored is not None:
-                return stored, True
-            inflight = self._inflight.get(key)
-            if inflight is None:
-                break
-            await asyncio.shield(inflight)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = done
-        try:
-            acks = await self.submit(valid_thunk(), idempotency_key=key, request_hash=request_hash)
-            response = {"updates": [a.as_json() for a in acks]}
-            self.idempotency.add(key, request_hash, response, time.time())
+            return _acks_body(await self.submit(valid_thunk())), False
+        async with self.idempotency.reserve(key, request_hash) as slot:
+            if slot.response is not None:
+                return slot.response, True
+            response = _acks_body(await self.submit(valid_thunk(), idempotency_key=key, request_hash=request_hash))
+            slot.complete(response)
             return response, False
-        finally:
-            del self._inflight[key]
-            done.set_result(None)
 
     def _drain(self, table: str) -> None:
         """Hand durable updates to the dispatcher strictly in sequence order."""
@@ -456,7 +445,7 @@ class LoaderService:
         """Delete WAL segments whose updates are all in Delta (keys first saved elsewhere)."""
         if self.wal is None:
             return 0
-        self.idempotency.expire(time.time() - self.settings.maintenance.idempotency_ttl_seconds)
+        self.idempotency.expire()
         path = self.settings.state_path / "idempotency.json"
         committed = {name: runtime.committed_seq for name, runtime in self.tables.items()}
         await asyncio.to_thread(self.idempotency.save, path)
@@ -488,6 +477,8 @@ class LoaderService:
             "current_upto_iso": iso(d.ledger.current_upto(tid)),
             "staleness_seconds": d.ledger.staleness_at(tid, now),
             "staleness_integral": d.ledger.staleness_integral_at(tid, now),
+            # Up to the finish of the last load, as the simulator counts it (comparisons).
+            "staleness_integral_at_last_load": d.ledger.table(tid).staleness,
             "low_bound": d.ledger.low_bound(tid),
             "max_stretch": d.ledger.max_stretch(tid),
             "pending_updates": state.pending_count,
@@ -500,6 +491,11 @@ class LoaderService:
             "group": group,
             "failures": d.failures(table),
         }
+
+
+def _acks_body(acks: list[Ack]) -> dict[str, Any]:
+    """The 202 body; also stored with the Idempotency-Key and sent again to a retry."""
+    return {"updates": [a.as_json() for a in acks]}
 
 
 def _remove_files(paths: list[str]) -> None:

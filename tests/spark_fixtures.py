@@ -3,10 +3,16 @@
 Built like the service builds it (loader.spark.build_spark_session), with two FAIR pools
 as for two workers. Java 17 is a prerequisite of the suite (scripts/setup checks it), so
 a missing Java is an error here, not a skip.
+
+``LOADER_TEST_SPARK_CONF`` (a JSON object) adds Spark settings; where Maven is reachable,
+``{"spark.jars.packages": "io.delta:delta-spark_4.2_2.13:4.4.1"}`` puts Delta's JVM
+classes on the classpath and the native-writer tests run too.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +24,10 @@ from loader.spark import build_spark_session
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_spark_session(
-        master="local[2]", app_name="warehouse-loader-tests", fair_pools=2
+        master="local[2]",
+        app_name="warehouse-loader-tests",
+        fair_pools=2,
+        conf=json.loads(os.environ.get("LOADER_TEST_SPARK_CONF", "{}")),
     )
     yield session
     session.stop()

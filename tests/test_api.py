@@ -228,3 +228,27 @@ def test_recovery_loads_logged_updates_once(tmp_path: Path) -> None:
         assert h.service.recovered_updates == 0
         assert sorted(r["n"] for r in h.rows("clicks")) == [0, 1, 2, 3]
         assert h.sink.loads == 0
+
+
+def test_intake_opens_before_spark_and_readyz_waits_for_it(tmp_path: Path) -> None:
+    """Producers are not turned away while Spark starts; /readyz says when loading runs."""
+    spark_up = threading.Event()
+
+    def slow_sink(settings):  # type: ignore[no-untyped-def]
+        assert spark_up.wait(30), "test did not release the sink"
+        return ArrowSink(settings.warehouse_path)
+
+    settings = make_settings(tmp_path / "d")
+    service = LoaderService(settings, sink_factory=slow_sink)
+    with TestClient(create_app(settings, service)) as client:
+        auth = {"Authorization": f"Bearer {OPERATOR}"}
+        r = client.get("/readyz", headers=auth)
+        assert r.status_code == 503 and r.json()["accepting"] is True and r.json()["writer"] is None
+        assert client.get("/healthz").status_code == 200
+        r = client.post("/v1/tables/clicks/updates", json={"rows": [{"n": 1}]}, headers=auth)
+        assert r.status_code == 202
+        assert client.get("/v1/tables/clicks", headers=auth).json()["pending_updates"] == 1
+        spark_up.set()
+        Harness.wait(lambda: client.get("/readyz", headers=auth).status_code == 200)
+        assert client.get("/readyz", headers=auth).json()["writer"] == "arrow-test"
+        Harness.wait(lambda: client.get("/v1/tables/clicks", headers=auth).json()["last_loaded_sequence"] == 1)

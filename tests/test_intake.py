@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loader.errors import BadRequest, Invalid, Unsupported
-from loader.intake import parse_multi, parse_single, request_hash
+from loader.intake import parse_multi, parse_single
 
 
 def test_json_rows_and_data_until() -> None:
@@ -60,9 +60,3 @@ def test_multi() -> None:
         parse_multi(b'{"updates": [{"rows": []}]}', "application/json")
     with pytest.raises(Invalid, match="empty"):
         parse_multi(b'{"updates": []}', "application/json")
-
-
-def test_request_hash_depends_on_body_and_path() -> None:
-    assert request_hash(b"x", "/a") != request_hash(b"x", "/b")
-    assert request_hash(b"x", "/a") != request_hash(b"y", "/a")
-    assert request_hash(b"x", "/a") == request_hash(b"x", "/a")

@@ -68,7 +68,7 @@ def test_first_bad_row_and_column_are_named(row: dict, column: str, fragment: st
     assert info.value.details["row"] == 2
     assert info.value.details["column"] == column
     assert fragment in info.value.message
-    assert f"row 2" in info.value.message
+    assert "row 2" in info.value.message
 
 
 def test_non_object_row_and_empty_update() -> None:

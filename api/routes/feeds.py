@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from api.deps import Body, Caller, Service
 from api.schemas import AcksModel, MultiUpdateBody, UpdateBody, body_doc
 from loader.auth import Authenticator
-from loader.intake import parse_multi, parse_single, request_hash
+from loader.idempotency import request_hash
+from loader.intake import parse_multi, parse_single
 
 router = APIRouter(prefix="/v1", tags=["feeds"])
 
@@ -41,7 +42,7 @@ async def submit_update(
     Authenticator.require_submit(caller, table)
     service.entry(table)  # 404 before parsing the body
     parsed = parse_single(body, request.headers.get("content-type"), table, data_until)
-    digest = request_hash(body, request.url.path + "?" + str(request.url.query))
+    digest = request_hash("POST", request.url.path, str(request.url.query), body)
     response, replayed = await service.submit_once(idempotency_key, digest, lambda: service.validate([parsed]))
     return _answer(response, replayed)
 
@@ -60,6 +61,6 @@ async def submit_updates(
     for item in parsed:
         Authenticator.require_submit(caller, item.table)
         service.entry(item.table)
-    digest = request_hash(body, request.url.path)
+    digest = request_hash("POST", request.url.path, body)
     response, replayed = await service.submit_once(idempotency_key, digest, lambda: service.validate(parsed))
     return _answer(response, replayed)

@@ -1,0 +1,196 @@
+"""``loader serve`` under test for the service benchmark: start, observe, stop, clean up.
+
+Reuses ``tests.server_process`` (the subprocess harness of the crash tests): a config
+file from plain data, a free loopback port, its own process group so that stopping it
+takes Spark's JVM along. Here also: the Prometheus text parsed into numbers, CPU time of
+the server's process group (Python and JVM apart), and "wait until every acknowledged
+update is in Delta".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.server_process import ServerProcess, free_port, write_config
+
+OPERATOR_TOKEN = "bench-operator-token-000000000001"
+PRODUCER_TOKEN = "bench-producer-token-000000000001"
+
+#: A small schema: "a few small rows" per update.
+SCHEMA = {
+    "columns": [
+        {"name": "id", "type": "int64", "nullable": False},
+        {"name": "v", "type": "float64"},
+        {"name": "s", "type": "string"},
+    ]
+}
+
+SPARK_MASTER = "local[2]"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def base_settings(port: int, data_dir: Path, *, policy: str, workers: int) -> dict[str, Any]:
+    return {
+        "port": port,
+        "data_dir": str(data_dir),
+        "workers": workers,
+        "policy": policy,
+        "writer": "delta-rs",
+        "durability": "fsync",
+        "spark": {"master": SPARK_MASTER},
+        # No compaction or vacuum during a measurement; WAL truncation as deployed.
+        "maintenance": {"wal_truncate_seconds": 10, "compact_seconds": 0, "vacuum_seconds": 0},
+        "auth_tokens": [
+            {"name": "bench-ops", "token": OPERATOR_TOKEN, "role": "operator"},
+            {"name": "bench-producer", "token": PRODUCER_TOKEN, "role": "producer"},
+        ],
+    }
+
+
+@dataclass
+class Service:
+    proc: ServerProcess
+    port: int
+    workdir: Path
+    ready_seconds: float
+
+    @property
+    def pid(self) -> int:
+        assert self.proc.proc is not None
+        return self.proc.proc.pid
+
+    def client(self, timeout: float = 30.0) -> httpx.Client:
+        return self.proc.client(timeout)
+
+
+@contextlib.contextmanager
+def running_service(
+    *, tables: list[str], policy: str = "myopic", workers: int = 2, keep_dir: Path | None = None
+) -> Iterator[Service]:
+    """A ready ``loader serve`` subprocess with ``tables`` configured; always stopped on exit."""
+    with tempfile.TemporaryDirectory(prefix="bench-service-", dir=keep_dir) as tmp:
+        workdir = Path(tmp)
+        port = free_port()
+        settings = base_settings(port, workdir / "data", policy=policy, workers=workers)
+        if tables:
+            settings["tables"] = [{"name": t, "schema": SCHEMA} for t in tables]
+        config = write_config(workdir / "loader.toml", settings)
+        proc = ServerProcess(workdir, config, port, OPERATOR_TOKEN)
+        began = time.monotonic()
+        proc.start()
+        try:
+            if not proc.wait_ready(timeout=240):
+                raise RuntimeError(f"loader serve exited during start-up:\n{proc.log_tail()}")
+            yield Service(proc, port, workdir, time.monotonic() - began)
+        finally:
+            stop(proc)
+
+
+def stop(proc: ServerProcess, timeout: float = 60.0) -> None:
+    """SIGTERM (graceful: running batches finish), SIGKILL of the group if that takes too long."""
+    if proc.proc is None:
+        return
+    if proc.alive:
+        try:
+            proc.terminate(timeout)
+        except (TimeoutError, subprocess.TimeoutExpired):
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.proc.wait(30)
+
+
+# -- observation ------------------------------------------------------------------------
+def scrape(http: httpx.Client) -> dict[str, float]:
+    """/metrics as {name + labels: value} (labels text kept verbatim), plus per-name sums."""
+    text = http.get("/metrics").text
+    out: dict[str, float] = {}
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
+        out[name + labels] = value
+        sums[name] = sums.get(name, 0.0) + value
+    out.update({f"sum:{k}": v for k, v in sums.items()})
+    return out
+
+
+def wal_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Group commit between two scrapes: fsyncs/s, records per fsync, mean fsync time."""
+
+    def d(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    fsyncs = d("loader_wal_fsync_duration_seconds_count")
+    records = d("loader_wal_records_per_fsync_sum")
+    groups = d("loader_wal_records_per_fsync_count")
+    return {
+        "fsyncs": fsyncs,
+        "fsyncs_per_second": fsyncs / seconds if seconds > 0 else float("nan"),
+        "records": records,
+        "records_per_fsync": records / groups if groups else float("nan"),
+        "mean_fsync_ms": 1e3 * d("loader_wal_fsync_duration_seconds_sum") / fsyncs if fsyncs else float("nan"),
+        "batches_loaded": d("sum:loader_batches_total"),
+        "updates_loaded": d("sum:loader_updates_loaded_total"),
+    }
+
+
+def group_cpu(pgid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the server's process group: the Python service vs the rest (JVM)."""
+    python = other = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[2]) != pgid:  # field 5 (pgrp) is index 2 after the comm
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        if int(entry) == pgid:
+            python += seconds
+        else:
+            other += seconds
+    return {"python": python, "jvm": other}
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores used by the service's Python process and by the JVM (and its helpers)."""
+    return {k + "_cores": (after[k] - before[k]) / seconds for k in before}
+
+
+def table_status(http: httpx.Client) -> list[dict[str, Any]]:
+    return http.get("/v1/tables").json()["tables"]
+
+
+def wait_loaded(http: httpx.Client, timeout: float, poll: float = 0.1) -> tuple[bool, float]:
+    """Wait until every table's last acknowledged update is loaded: (done, seconds waited)."""
+    began = time.monotonic()
+    while True:
+        tables = table_status(http)
+        if all(t["last_loaded_sequence"] >= t["last_sequence"] for t in tables):
+            return True, time.monotonic() - began
+        if time.monotonic() - began > timeout:
+            return False, time.monotonic() - began
+        time.sleep(poll)

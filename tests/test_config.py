@@ -1,0 +1,78 @@
+"""Configuration: the shipped example is valid, the environment wins, mistakes are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loader.cli import app
+from loader.config import ConfigError, Durability, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "deploy" / "loader.example.toml"
+
+
+def test_the_shipped_example_is_valid() -> None:
+    settings = load_settings(EXAMPLE)
+    assert settings.durability is Durability.fsync and settings.policy == "myopic"
+    orders = settings.tables[0]
+    assert orders.name == "orders" and list(orders.schema_.partition_by) == ["country"]
+    assert {t.role.value for t in settings.auth_tokens} == {"operator", "producer"}
+
+
+def test_defaults_need_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("LOADER_WORKERS", "LOADER_POLICY", "LOADER_SPARK__MASTER"):
+        monkeypatch.delenv(key, raising=False)
+    settings = load_settings(None)
+    assert (settings.port, settings.workers, settings.spark.master) == (8000, 2, "local[*]")
+    assert settings.warehouse_path == Path("data") / "warehouse"
+
+
+def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOADER_WORKERS", "6")
+    monkeypatch.setenv("LOADER_SPARK__MASTER", "spark://spark-master:7077")
+    monkeypatch.setenv("LOADER_DURABILITY", "flush")
+    settings = load_settings(EXAMPLE)
+    assert settings.workers == 6
+    assert settings.spark.master == "spark://spark-master:7077"
+    assert settings.spark.conf  # the file's other spark settings stay
+    assert settings.durability is Durability.flush
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("wokers = 4\n", "wokers"),
+        ('policy = "fastest"\n', "unknown policy 'fastest'"),
+        ("workers = 0\n", "workers"),
+        ('durability = "maybe"\n', "durability"),
+        ("workers = [\n", "not valid TOML"),
+        (
+            '[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "int64" }]\n'
+            '[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "int64" }]\n',
+            "tables declared twice",
+        ),
+        ('[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "decimal" }]\n', "tables.0.schema.columns.0.type"),
+        ('[[auth_tokens]]\ntoken = "short"\nrole = "operator"\n', "auth_tokens.0.token"),
+    ],
+)
+def test_mistakes_are_named(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "loader.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert fragment in str(err.value) and str(path) in str(err.value)
+
+
+def test_serve_with_a_bad_config_exits_2_with_the_reason(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    result = CliRunner().invoke(app, ["serve", "--config", str(missing)])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text('policy = "fastest"\n', encoding="utf-8")
+    result = CliRunner().invoke(app, ["serve", "--config", str(bad)])
+    assert result.exit_code == 2 and "unknown policy" in result.output
+    assert "Traceback" not in result.output
