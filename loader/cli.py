@@ -1,7 +1,8 @@
 """The ``loader`` command line (typer).
 
-``simulate``, ``compare`` and ``gen-trace`` are the operator's "what if" tools; ``demo`` is
-what ``scripts/run`` starts on a fresh machine until the service exists.
+``simulate``, ``compare``, ``gen-trace`` and ``sample`` are the operator's "what if" tools
+(here); ``serve``, ``demo`` (what ``scripts/run`` starts) and ``submit`` drive the live
+service (``loader.cli_service``).
 """
 
 from __future__ import annotations

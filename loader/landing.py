@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ import pyarrow.parquet as pq
 from loader.errors import BadRequest, Invalid
 from loader.schema import TableSchema
 from loader.updates import FileFormat, FileRef
+
+#: Rows per chunk when a landing file is checked (bounded memory whatever the file's size).
+CHUNK_ROWS = 65_536
 
 _EXTENSIONS = {".parquet": FileFormat.parquet, ".csv": FileFormat.csv, ".json": FileFormat.json, ".jsonl": FileFormat.json, ".ndjson": FileFormat.json}
 
@@ -42,22 +46,41 @@ def _format_of(path: Path, declared: str | None) -> FileFormat:
     return fmt
 
 
-def read_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> pa.Table:
-    """Read a landing file with the table's schema (the same rules Spark applies when loading)."""
-    if fmt is FileFormat.parquet:
-        table = pq.read_table(path)
-        missing = [name for name in schema.names if name not in table.column_names]
-        extra = [name for name in table.column_names if name not in schema.names]
-        if extra:
-            raise ValueError(f"unknown column {extra[0]!r}")
-        for name in missing:
+def _conform(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> pa.Table:
+    """Columns by name as the table declares them: missing ones null, unknown ones an error."""
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    extra = [name for name in table.column_names if name not in schema.names]
+    if extra:
+        raise ValueError(f"unknown column {extra[0]!r}")
+    for name in schema.names:
+        if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
-        return table.select(schema.names).cast(schema)
+    return table.select(schema.names).cast(schema)
+
+
+def iter_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> Iterator[pa.Table]:
+    """A landing file in bounded chunks, typed by the table (the rules Spark applies when loading).
+
+    Streaming keeps a multi-gigabyte feed file from being held in the service's memory
+    while intake checks it.
+    """
+    if fmt is FileFormat.parquet:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS):
+            yield _conform(batch, schema)
+        return
     if fmt is FileFormat.csv:
         options = pa_csv.ConvertOptions(column_types=schema, include_columns=schema.names, include_missing_columns=True)
-        return pa_csv.read_csv(path, convert_options=options).cast(schema)
-    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
-    return pa_json.read_json(path, parse_options=options).select(schema.names).cast(schema)
+        reader = pa_csv.open_csv(path, convert_options=options)
+    else:
+        parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+        reader = pa_json.open_json(path, parse_options=parse)
+    for batch in reader:
+        yield _conform(batch, schema)
+
+
+def read_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> pa.Table:
+    """The whole file as one table (small files: tests and the Spark-free sink)."""
+    return pa.concat_tables([schema.empty_table(), *iter_landing_file(path, fmt, schema)])
 
 
 def _check_nulls(table: pa.Table, schema: TableSchema, name: str) -> None:
@@ -89,12 +112,12 @@ def accept_files(
             raise BadRequest(f"file {raw!r} does not exist in the landing directory {root} (or is not a regular file)")
         fmt = _format_of(resolved, declared)
         try:
-            data = read_landing_file(resolved, fmt, schema.arrow())
+            for chunk in iter_landing_file(resolved, fmt, schema.arrow()):
+                _check_nulls(chunk, schema, raw)
         except (pa.ArrowException, ValueError, OSError) as exc:
             raise Invalid(
                 f"file {raw!r} does not match the schema of table {table!r}: {exc}", table=table, file=raw
             ) from None
-        _check_nulls(data, schema, raw)
         checked.append((resolved, fmt))
     owned.mkdir(parents=True, exist_ok=True)
     refs: list[FileRef] = []

@@ -160,7 +160,10 @@ class LoaderService:
             runtime.next_to_release = runtime.next_seq
         await asyncio.to_thread(_remove_files, stale_files)
         self.accepting = True
-        log.info("recovered %d pending updates from the WAL; intake open", self.recovered_updates)
+        log.info(
+            "recovered %d pending updates from the WAL; intake open (durability=%s)",
+            self.recovered_updates, s.durability.value,
+        )
         if load:
             self._startup = asyncio.create_task(self._start_loading())
 
