@@ -16,8 +16,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -645,51 +643,3 @@ def test_every_acknowledged_record_survives_sigkill(tmp_path: Path, acks_before_
     for t in {t for t, _ in replayed}:  # no holes: each table's records are 0..n
         mine = [s for table, s in replayed if table == t]
         assert mine == list(range(len(mine)))
-
-
-# ---------------------------------------------------------------------------- measurement
-
-
-def _bench(concurrency: int, seconds: float, directory: Path, durability: str) -> dict[str, float]:
-    rows = pa.table({"id": pa.array(list(range(8)), pa.int64()), "name": [f"user-{i:04d}" for i in range(8)],
-                     "value": pa.array([i / 3 for i in range(8)])})
-    groups: list[int] = []
-    latencies: list[float] = []
-    with WriteAheadLog(directory, durability=durability, on_fsync=lambda s, r, b: groups.append(r)) as wal:
-        async def appender(t: int, deadline: float) -> None:
-            seq = 0
-            while time.perf_counter() < deadline:
-                began = time.perf_counter()
-                await wal.append([WalRecord(Update(f"t{t}", seq, 0.0, rows))])
-                latencies.append(time.perf_counter() - began)
-                seq += 1
-
-        async def run() -> float:
-            began = time.perf_counter()
-            await asyncio.gather(*(appender(t, began + seconds) for t in range(concurrency)))
-            return time.perf_counter() - began
-
-        elapsed = asyncio.run(run())
-        record_bytes = wal.size_bytes / max(1, len(latencies))
-    latencies.sort()
-    return {
-        "records/s": len(latencies) / elapsed, "fsyncs/s": len(groups) / elapsed,
-        "records/fsync": len(latencies) / max(1, len(groups)),
-        "p50 ms": latencies[len(latencies) // 2] * 1e3, "p99 ms": latencies[int(len(latencies) * 0.99)] * 1e3,
-        "bytes/record": record_bytes,
-    }
-
-
-def _iter_bench(seconds: float, durability: str) -> Iterator[tuple[int, dict[str, float]]]:
-    for concurrency in (1, 8, 64):
-        with tempfile.TemporaryDirectory(dir=os.environ.get("WAL_BENCH_DIR")) as d:
-            yield concurrency, _bench(concurrency, seconds, Path(d), durability)
-
-
-if __name__ == "__main__":
-    print(f"{'appenders':>9} {'records/s':>10} {'fsyncs/s':>9} {'rec/fsync':>9} {'p50 ms':>7} {'p99 ms':>7} {'B/rec':>6}")
-    # python tests/test_wal.py [seconds per run] [fsync|flush]; WAL_BENCH_DIR picks the disk.
-    for concurrency, r in _iter_bench(float(sys.argv[1]) if len(sys.argv) > 1 else 5.0,
-                                      sys.argv[2] if len(sys.argv) > 2 else "fsync"):
-        print(f"{concurrency:>9} {r['records/s']:>10.0f} {r['fsyncs/s']:>9.0f} {r['records/fsync']:>9.1f} "
-              f"{r['p50 ms']:>7.2f} {r['p99 ms']:>7.2f} {r['bytes/record']:>6.0f}")
