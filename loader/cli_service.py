@@ -94,6 +94,8 @@ def submit_command(
     """Submit one update to a running service and print its acknowledgement."""
     import json
 
+    import httpx
+
     from loader.client import ClientError, LoaderClient, token_for
 
     if not file.is_file():
@@ -107,7 +109,7 @@ def submit_command(
         print(json.dumps(client.submit_file(table, file, key=key)))
     except ClientError as exc:
         raise fail(str(exc)) from None
-    except OSError as exc:
-        raise fail(f"cannot reach {url}: {exc}") from None
+    except (OSError, httpx.TransportError) as exc:
+        raise fail(f"cannot reach {url}: {exc}; is `loader serve` running there?") from None
     finally:
         client.close()

@@ -80,7 +80,10 @@ class LoaderClient:
         """NDJSON / JSON files are sent as rows; Parquet and CSV must sit in the landing directory."""
         headers = {"Idempotency-Key": key} if key else {}
         if path.suffix.lower() in (".parquet", ".csv"):
-            return self._check(self.http.post(f"/v1/tables/{table}/updates", json={"files": [str(path)]}, headers=headers))
+            # Absolute, so that the service (which shares the landing directory) finds the
+            # file whatever directory this command runs from.
+            body = {"files": [str(path.resolve())]}
+            return self._check(self.http.post(f"/v1/tables/{table}/updates", json=body, headers=headers))
         headers["Content-Type"] = "application/x-ndjson"
         return self._check(self.http.post(f"/v1/tables/{table}/updates", content=path.read_bytes(), headers=headers))
 

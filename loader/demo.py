@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -72,7 +73,7 @@ class DemoProducer(threading.Thread):
             self.client.wait_ready()
             for table in DEMO_TABLES:
                 self.client.register_table(definition(table))
-        except (ClientError, TimeoutError, OSError) as exc:
+        except (ClientError, TimeoutError, OSError, httpx.TransportError) as exc:
             self.console.print(f"[red]demo producer could not start:[/red] {exc}")
             return
         next_send = {t.name: time.monotonic() for t in DEMO_TABLES}
@@ -95,13 +96,13 @@ class DemoProducer(threading.Thread):
         try:
             self.client.submit_rows(table.name, rows)
             self.sent += 1
-        except (ClientError, OSError) as exc:
+        except (ClientError, OSError, httpx.TransportError) as exc:
             self.console.print(f"[yellow]demo: {table.name}: {exc}[/yellow]")
 
     def _report(self) -> None:
         try:
             tables = self.client.tables()
-        except (ClientError, OSError):
+        except (ClientError, OSError, httpx.TransportError):
             return
         view = Table(title=f"demo: {self.sent} updates sent", title_justify="left")
         for column in ("table", "staleness s", "pending", "loaded seq", "delta version", "alpha", "max stretch"):

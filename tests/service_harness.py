@@ -7,13 +7,15 @@ guessed length.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -106,3 +108,24 @@ class Harness:
         return sorted(data.to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
+
+
+@contextlib.contextmanager
+def serve_in_thread(data_dir: Path, **settings: Any) -> Iterator[tuple[str, LoaderService]]:
+    """The app under a real uvicorn on a loopback port (one event loop, as in production),
+    with the Spark-free sink: for clients that need a URL (CLI, schemathesis)."""
+    from tests.server_process import free_port
+
+    config = make_settings(data_dir, **settings)
+    service = LoaderService(config, sink_factory=lambda s: ArrowSink(s.warehouse_path))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(config, service), host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        Harness.wait(lambda: (server.started and service.ready) or not thread.is_alive(), 30)
+        assert thread.is_alive(), "the server thread died while starting"
+        yield f"http://127.0.0.1:{port}", service
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -7,40 +7,22 @@ the operator token, so generated bodies reach validation instead of stopping at 
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from api.app import create_app
-from loader.service import LoaderService
-from tests.fakes import ArrowSink
-from tests.server_process import free_port
-from tests.service_harness import OPERATOR, make_settings
+from tests.service_harness import OPERATOR, make_settings, serve_in_thread
 
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = Path(tmp_path_factory.mktemp("fuzz")) / "data"
-    config = make_settings(data)
-    service = LoaderService(config, sink_factory=lambda s: ArrowSink(s.warehouse_path))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(config, service), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not (server.started and service.ready):
-        assert time.monotonic() < deadline and thread.is_alive(), "the fuzz target did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    with serve_in_thread(Path(tmp_path_factory.mktemp("fuzz")) / "data") as (url, _):
+        yield url
 
 
 # The document does not depend on the service's state: build it without starting one.
