@@ -2,21 +2,23 @@
 
 Kept in one small JSON file written atomically (temp file, fsync, rename), because it
 changes only on operator actions and after loads. It is not the durability mechanism
-for data (the WAL and the Delta log are): if ``last_release`` lags after a crash, only
-the staleness origin of a table is slightly off until its next load.
+for data (the WAL and the Delta log are): if it lags behind the last loads after a
+crash, a table's freshness accounts restart from slightly older values (its staleness is
+over-, never under-stated until its next load).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loader.config import TableConfig
+from loader.durable_files import write_atomic
 from loader.schema import TableSchema
+from schedulers.freshness import TableAccount
 
 
 @dataclass
@@ -33,6 +35,12 @@ class CatalogEntry:
     last_release: float | None = None
     last_seq: int = 0
     delta_version: int | None = None
+    #: Freshness accounts as of the last load (``schedulers.freshness.TableAccount``), so
+    #: the exported staleness counters continue across restarts instead of resetting.
+    freshness: dict[str, float] | None = None
+
+    def account(self) -> TableAccount | None:
+        return TableAccount(**self.freshness) if self.freshness else None
 
     @classmethod
     def from_config(cls, table: TableConfig, now: float) -> CatalogEntry:
@@ -63,6 +71,7 @@ class Catalog:
     path: Path
     entries: dict[str, CatalogEntry] = field(default_factory=dict)
     policy: str | None = None
+    policy_params: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def open(cls, path: Path) -> Catalog:
@@ -72,6 +81,7 @@ class Catalog:
                 raw = json.loads(path.read_text(encoding="utf-8"))
                 catalog.entries = {e["name"]: CatalogEntry.from_json(e) for e in raw["tables"]}
                 catalog.policy = raw.get("policy")
+                catalog.policy_params = raw.get("policy_params") or {}
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(
                     f"catalog {path} is unreadable ({exc}); restore it from a backup or remove it "
@@ -79,23 +89,18 @@ class Catalog:
                 ) from None
         return catalog
 
-    def save(self) -> None:
-        payload = json.dumps(
-            {"tables": [e.to_json() for e in self.entries.values()], "policy": self.policy, "saved_at": time.time()},
-            indent=1,
-        )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    def encode(self) -> bytes:
+        """The file's bytes; built on the thread that owns the entries (no torn snapshot)."""
+        document = {
+            "tables": [e.to_json() for e in self.entries.values()],
+            "policy": self.policy,
+            "policy_params": self.policy_params,
+            "saved_at": time.time(),
+        }
+        return json.dumps(document, indent=1).encode()
+
+    def save(self, data: bytes | None = None) -> None:
+        write_atomic(self.path, self.encode() if data is None else data)
 
     def __contains__(self, name: str) -> bool:
         return name in self.entries

@@ -22,7 +22,7 @@ from loader.estimates import CostEstimate
 from loader.pending import PendingStore
 from loader.updates import Batch, LoadResult, Update
 from schedulers.base import Policy
-from schedulers.freshness import FreshnessLedger, batch_stretches
+from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches
 from schedulers.model import TableSpec, TableState
 
 log = logging.getLogger(__name__)
@@ -92,13 +92,17 @@ class Dispatcher:
         policy.attach(self.states, workers)
 
     # -- tables ---------------------------------------------------------------
-    def add_table(self, spec: TableSpec, origin: float, paused: bool = False) -> int:
+    def add_table(
+        self, spec: TableSpec, origin: float, paused: bool = False, account: TableAccount | None = None
+    ) -> int:
+        """``origin``: what the table is current up to (r_i0); ``account``: freshness
+        accounts to continue (their ``current_upto`` must equal ``origin``)."""
         tid = len(self.states)
         state = TableState(tid, spec, origin=origin)
         self.states.append(state)
         self.index[spec.name] = tid
         self.estimates.append(CostEstimate(alpha=spec.alpha, overhead=spec.overhead))
-        self.ledger.add_table(spec.name, spec.weight, origin=origin)
+        self.ledger.add_table(spec.name, spec.weight, origin=origin, account=account)
         self.pending.add_table(spec.name)
         if paused:
             self._user_paused.add(tid)

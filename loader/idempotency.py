@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loader.durable_files import write_atomic
 from loader.errors import Conflict
 from loader.wal_format import WalRecord
 
@@ -243,23 +243,7 @@ class IdempotencyStore:
                 for k, e in entries
             ],
         }
-        data = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_atomic(path, json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
         return len(entries)
 
     @classmethod

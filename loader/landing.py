@@ -1,10 +1,10 @@
 """Updates that name files in the landing directory instead of carrying rows.
 
 Before the update is acknowledged each file is checked (inside the landing directory, a
-regular file, readable as its format with the table's schema) and hard-linked into
-storage the service owns, then fsynced: after the 202 the producer may delete or
-overwrite its landing file without affecting what gets loaded. A hard link is one
-metadata operation; across filesystems the file is copied instead.
+regular file, readable as its format with the table's schema, read in bounded chunks)
+and copied into storage the service owns (an in-kernel copy), then fsynced: after the
+202 the producer may delete, rename over or rewrite its landing file in place without
+affecting what gets loaded.
 """
 
 from __future__ import annotations
@@ -123,10 +123,9 @@ def accept_files(
     refs: list[FileRef] = []
     for resolved, fmt in checked:
         target = owned / f"{uuid.uuid4().hex}-{resolved.name}"
-        try:
-            os.link(resolved, target)
-        except OSError:
-            shutil.copyfile(resolved, target)
+        # A copy, not a hard link: a link shares the producer's inode, so rewriting the
+        # landing file in place after the 202 would change what gets loaded.
+        shutil.copyfile(resolved, target)
         with open(target, "rb") as handle:
             os.fsync(handle.fileno())
         refs.append(FileRef(path=str(target), format=fmt, size=target.stat().st_size))

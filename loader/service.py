@@ -20,12 +20,9 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from loader import failpoints
 from loader.catalog import Catalog, CatalogEntry
@@ -37,10 +34,12 @@ from loader.intake import UpdateRequest, ValidUpdate, iso
 from loader.landing import accept_files
 from loader.metrics import Metrics
 from loader.pending import PendingStore
+from loader.recovery import committed_seq, plan_recovery
 from loader.rows import rows_to_arrow
-from loader.sinks.base import Sink, app_id
+from loader.sinks.base import Sink
 from loader.updates import Batch, LoadResult, Update
 from loader.wal import WalRecord, WriteAheadLog
+from schedulers.freshness import TableAccount
 from schedulers.model import TableSpec
 from schedulers.registry import make_policy
 
@@ -69,15 +68,6 @@ class _TableRuntime:
     next_to_release: int = 0
 
 
-def committed_seq(path: Path, table: str) -> int:
-    """The table's Delta application-transaction version: every update <= it is loaded."""
-    try:
-        version = DeltaTable(str(path)).transaction_version(app_id(table))
-    except TableNotFoundError:
-        return 0
-    return version or 0
-
-
 class LoaderService:
     def __init__(
         self,
@@ -98,8 +88,12 @@ class LoaderService:
         self.accepting = False
         self.ready = False
         self.failure: str | None = None
+        self.wal_failed = False
         self.recovered_updates = 0
         self._catalog_dirty = False
+        self._catalog_lock = asyncio.Lock()  # one catalog write at a time
+        self._admin_lock = asyncio.Lock()  # operator changes of the table set, one at a time
+        self._orphans: dict[str, list[Update]] = {}
         self._startup: asyncio.Task[None] | None = None
         self.metrics.attach(lambda: self.dispatcher)
         self.metrics.workers.set(settings.workers)
@@ -117,7 +111,8 @@ class LoaderService:
         self.catalog = Catalog.open(s.state_path / "catalog.json")
         self._register_configured_tables()
         policy_name = self.catalog.policy or s.policy
-        policy = make_policy(policy_name, **(s.policy_params if policy_name == s.policy else {}))
+        params = self.catalog.policy_params if self.catalog.policy else s.policy_params
+        policy = make_policy(policy_name, **params)
         self.metrics.set_policy(policy_name)
         self.dispatcher = Dispatcher(
             policy,
@@ -134,31 +129,22 @@ class LoaderService:
             s.wal_path, durability=s.durability, segment_bytes=s.wal_segment_bytes, on_fsync=self.metrics.on_fsync
         )
         records = await asyncio.to_thread(lambda: list(self.wal.replay()))
-        committed = await asyncio.to_thread(
-            lambda: {name: committed_seq(s.warehouse_path / name, name) for name in self.catalog.entries}
-        )
-        for entry in self.catalog.entries.values():
-            self._add_runtime(entry, committed[entry.name])
-        stale_files: list[str] = []
         for record in records:
-            update = record.update
-            runtime = self.tables.get(update.table)
             self.idempotency.add_record(record)
-            if runtime is None:
-                log.warning("WAL holds an update for unknown table %r (seq %d); ignored", update.table, update.seq)
-                continue
-            runtime.next_seq = max(runtime.next_seq, update.seq + 1)
-            runtime.last_release = max(runtime.last_release, update.release)
-            if update.seq <= runtime.committed_seq:
-                stale_files.extend(f.path for f in update.files)
-                continue
-            runtime.next_to_release = update.seq
-            self.dispatcher.released(update)
-            runtime.next_to_release = update.seq + 1
-            self.recovered_updates += 1
-        for runtime in self.tables.values():
-            runtime.next_to_release = runtime.next_seq
-        await asyncio.to_thread(_remove_files, stale_files)
+        plan = await asyncio.to_thread(plan_recovery, records, list(self.catalog.entries), s.warehouse_path)
+        for entry in self.catalog.entries.values():
+            name = entry.name
+            self._add_runtime(entry, plan.committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name))
+            for update in plan.pending.get(name, ()):
+                self.dispatcher.released(update)
+        self.recovered_updates = plan.pending_count
+        self._orphans = dict(plan.orphans)
+        for name, updates in self._orphans.items():
+            log.warning(
+                "the WAL holds %d acknowledged updates of table %r, which the catalog does not know; they are kept "
+                "and loaded once the table is registered again (POST /v1/admin/tables)", len(updates), name,
+            )
+        await asyncio.to_thread(_remove_files, plan.stale_files)
         self.accepting = True
         log.info(
             "recovered %d pending updates from the WAL; intake open (durability=%s)",
@@ -207,8 +193,7 @@ class LoaderService:
         if self.dispatcher is not None:
             await self.dispatcher.wait_idle()
             await asyncio.to_thread(self.dispatcher.shutdown)
-        if self._catalog_dirty and self.catalog is not None:
-            await asyncio.to_thread(self.catalog.save)
+        await self.save_catalog()
         if self.wal is not None:
             await asyncio.to_thread(self.wal.close)
         self.ready = False
@@ -232,29 +217,63 @@ class LoaderService:
         if changed:
             self.catalog.save()
 
-    def _add_runtime(self, entry: CatalogEntry, committed: int) -> None:
+    def _add_runtime(
+        self, entry: CatalogEntry, committed: int, logged_seq: int = 0, logged_release: float | None = None
+    ) -> _TableRuntime:
+        """Scheduler state and sequence counter of a table; numbering resumes above every
+        sequence number Delta, the catalog or the WAL has seen."""
         assert self.dispatcher is not None
-        origin = entry.last_release if entry.last_release is not None else entry.created_at
+        account = entry.account()
+        if account is not None:
+            origin = account.current_upto
+        else:
+            origin = entry.last_release if entry.last_release is not None else entry.created_at
         spec = TableSpec(name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint)
-        self.dispatcher.add_table(spec, origin=origin, paused=entry.paused)
-        start = max(committed, entry.last_seq)
-        self.tables[entry.name] = _TableRuntime(
-            next_seq=start + 1, last_release=origin, committed_seq=committed, next_to_release=start + 1
-        )
+        self.dispatcher.add_table(spec, origin=origin, paused=entry.paused, account=account)
+        start = max(committed, entry.last_seq, logged_seq)
+        last_release = origin if logged_release is None else max(origin, logged_release)
+        runtime = _TableRuntime(next_seq=start + 1, last_release=last_release, committed_seq=committed, next_to_release=start + 1)
+        self.tables[entry.name] = runtime
+        return runtime
 
     async def register_table(self, table: TableConfig) -> CatalogEntry:
-        assert self.catalog is not None
-        if table.name in self.catalog:
-            existing = self.catalog[table.name]
-            if existing.schema == table.schema_:
-                return existing
-            raise Conflict(f"table {table.name!r} already exists with another schema; choose a new name")
-        entry = CatalogEntry.from_config(table, time.time())
-        if self.sink is not None:
-            await asyncio.to_thread(self.sink.ensure_table, entry.name, entry.schema)
-        self.catalog.add(entry)
-        await asyncio.to_thread(self.catalog.save)
-        self._add_runtime(entry, 0)
+        """Register a table (idempotent for the same schema); adopts WAL updates kept for it."""
+        assert self.catalog is not None and self.dispatcher is not None
+        async with self._admin_lock:
+            existing = self.catalog.entries.get(table.name)
+            if existing is not None:
+                if existing.schema == table.schema_:
+                    return existing
+                raise Conflict(f"table {table.name!r} already exists with another schema; choose a new name")
+            path = self.settings.warehouse_path / table.name
+            committed = await asyncio.to_thread(committed_seq, path, table.name)
+            kept = self._orphans.get(table.name, [])
+            arrow = table.schema_.arrow()
+            if any(u.rows is not None and not u.rows.schema.equals(arrow) for u in kept):
+                raise Conflict(
+                    f"the WAL holds acknowledged updates of table {table.name!r} written with another schema; "
+                    "register the table with the schema it had"
+                )
+            if self.sink is not None:
+                try:
+                    await asyncio.to_thread(self.sink.ensure_table, table.name, table.schema_)
+                except ValueError as exc:  # a Delta table of that name with another schema
+                    raise Conflict(f"{exc}; register it with the table's schema or choose a new name") from None
+            now = time.time()
+            entry = CatalogEntry.from_config(table, now)
+            if kept:
+                # The data interval start of the first kept update is not recorded: 1 s assumed.
+                entry.created_at = min(now, kept[0].release - 1.0)
+            self.catalog.add(entry)
+            logged = max((u.seq for u in kept), default=0)
+            runtime = self._add_runtime(entry, committed, logged, max((u.release for u in kept), default=None))
+            for update in kept:
+                if update.seq > committed:
+                    self.dispatcher.released(update)
+            runtime.next_to_release = runtime.next_seq
+            self._orphans.pop(table.name, None)
+            self._catalog_dirty = True
+        await self.save_catalog()
         return entry
 
     def entry(self, table: str) -> CatalogEntry:
@@ -268,13 +287,15 @@ class LoaderService:
         entry = self.entry(table)
         entry.weight = weight
         self.dispatcher.set_weight(table, weight)
-        await asyncio.to_thread(self.catalog.save)
+        self._catalog_dirty = True
+        await self.save_catalog()
 
     async def set_paused(self, table: str, paused: bool) -> None:
         entry = self.entry(table)
         entry.paused = paused
         self.dispatcher.set_paused(table, paused)
-        await asyncio.to_thread(self.catalog.save)
+        self._catalog_dirty = True
+        await self.save_catalog()
 
     async def set_policy(self, name: str, params: dict[str, Any]) -> None:
         try:
@@ -283,12 +304,14 @@ class LoaderService:
             raise Invalid(f"cannot use policy {name!r} with {params}: {exc}") from None
         self.dispatcher.switch_policy(policy)
         self.catalog.policy = name
+        self.catalog.policy_params = dict(params)
         self.metrics.set_policy(name)
-        await asyncio.to_thread(self.catalog.save)
+        self._catalog_dirty = True
+        await self.save_catalog()
 
     # -- intake ----------------------------------------------------------------------------
     def validate(self, requests: list[UpdateRequest]) -> list[ValidUpdate]:
-        """Check every update of a request against its table (no side effects except file links)."""
+        """Check every update of a request against its table (no side effects)."""
         valid: list[ValidUpdate] = []
         for request in requests:
             entry = self.entry(request.table)
@@ -299,7 +322,7 @@ class LoaderService:
         return valid
 
     def _take_files(self, valid: list[ValidUpdate]) -> None:
-        """Validate landing files and hard-link them into service storage (worker thread)."""
+        """Validate landing files and copy them into service storage (worker thread)."""
         for item in valid:
             if item.files:
                 entry = self.entry(item.table)
@@ -310,16 +333,46 @@ class LoaderService:
     async def submit(
         self, valid: list[ValidUpdate], *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> list[Ack]:
+        if self.wal_failed:
+            raise Unavailable(f"{self.failure}; intake stays closed until the service is restarted")
         if not self.accepting:
             raise Unavailable("the service is not accepting updates (starting up or shutting down); retry shortly")
-        if self.failure and self.wal is None:
-            raise Unavailable(self.failure)
+        taken: list[str] = []
         if any(item.files for item in valid):
             await asyncio.to_thread(self._take_files, valid)
+            taken = [f.path for item in valid for f in item.files]
+        try:
+            updates, planned = self._plan(valid)
+        except BaseException:
+            await asyncio.to_thread(_remove_files, taken)  # refused: nothing of it is kept
+            raise
+        acks = [Ack(u.table, u.seq, u.release) for u in updates]
+        response = _acks_body(acks)
+        records = [
+            WalRecord(update=u, idempotency_key=idempotency_key if k == 0 else None, request_hash=request_hash, response=response if k == 0 else None)
+            for k, u in enumerate(updates)
+        ]
+        append = asyncio.ensure_future(self.wal.append(records))
+        append.add_done_callback(lambda done: self._appended(updates, planned, done))
+        try:
+            # Shielded: a request cancelled mid-append (client gone) still has its updates
+            # written, and ``_appended`` still queues them for loading.
+            await asyncio.shield(append)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            raise Unavailable(
+                "the write-ahead log failed; the update may or may not have been recorded: retry it with the same "
+                "Idempotency-Key once the service has been restarted"
+            ) from None
+        failpoints.hit("intake.after-wal")
+        return acks
+
+    def _plan(self, valid: list[ValidUpdate]) -> tuple[list[Update], set[str]]:
+        """Sequence numbers and release times, assigned with no await in between so that per
+        table both strictly increase in the order records reach the WAL; all-or-nothing."""
         now = time.time()
         skew = self.settings.max_clock_skew_seconds
-        # Assign sequence numbers and release times with no await in between, so that
-        # per table both strictly increase in the order they are written to the WAL.
         planned: dict[str, tuple[int, float]] = {}
         updates: list[Update] = []
         for item in valid:
@@ -338,7 +391,9 @@ class LoaderService:
                         f"data_until {iso(item.data_until)} is more than {skew}s in the future; check the producer's clock",
                         table=item.table,
                     )
-                release = item.data_until
+                # Within the allowed clock skew a future data_until counts as now: a table is
+                # never current up to a time that has not come (staleness stays >= 0).
+                release = max(min(item.data_until, now), math.nextafter(last, math.inf))
             else:
                 release = max(now, math.nextafter(last, math.inf))
             updates.append(Update(item.table, seq, release, rows=item.rows, files=tuple(item.files)))
@@ -346,31 +401,24 @@ class LoaderService:
         for table, (next_seq, last) in planned.items():
             self.tables[table].next_seq = next_seq
             self.tables[table].last_release = last
-        acks = [Ack(u.table, u.seq, u.release) for u in updates]
-        response = _acks_body(acks)
-        records = [
-            WalRecord(update=u, idempotency_key=idempotency_key if k == 0 else None, request_hash=request_hash, response=response if k == 0 else None)
-            for k, u in enumerate(updates)
-        ]
-        try:
-            await self.wal.append(records)
-        except BaseException as exc:
-            for u in updates:
-                self.tables[u.table].reorder[u.seq] = None  # a gap: never becomes pending
-                self._drain(u.table)
-            if isinstance(exc, Exception):
-                self.failure = f"write-ahead log failed: {exc}"
-                self.accepting = False
-                log.exception("WAL append failed; intake closed")
-                raise Unavailable("the write-ahead log failed; the update was NOT accepted: retry later") from None
-            raise
+        return updates, set(planned)
+
+    def _appended(self, updates: list[Update], tables: set[str], done: asyncio.Future[None]) -> None:
+        """After the WAL append: queue the updates for loading, or leave gaps if it failed."""
+        failed = done.cancelled() or done.exception() is not None
         for u in updates:
-            self.tables[u.table].reorder[u.seq] = u
-            self.metrics.updates_received.labels(u.table).inc()
-        for table in planned:
+            self.tables[u.table].reorder[u.seq] = None if failed else u
+            if not failed:
+                self.metrics.updates_received.labels(u.table).inc()
+        for table in tables:
             self._drain(table)
-        failpoints.hit("intake.after-wal")
-        return acks
+        if failed and not done.cancelled():
+            self.failure = f"write-ahead log failed: {done.exception()}"
+            self.wal_failed = True
+            self.accepting = False
+            self.ready = False
+            self.metrics.ready.set(0)
+            log.error("WAL append failed (%s); intake closed until restart", done.exception())
 
     async def submit_once(
         self, key: str | None, request_hash: str, valid_thunk: Callable[[], list[ValidUpdate]]
@@ -440,9 +488,41 @@ class LoaderService:
 
     # -- periodic work (called by the maintenance scheduler) ------------------------------------
     async def save_catalog(self) -> None:
-        if self._catalog_dirty and self.catalog is not None:
+        """Persist the catalog if something changed; one write at a time, snapshot taken here.
+
+        The bytes are built on the event loop (which owns the entries), written on a
+        thread; a failed write leaves the catalog dirty, so the next call tries again.
+        """
+        if self.catalog is None:
+            return
+        async with self._catalog_lock:
+            if not self._catalog_dirty:
+                return
             self._catalog_dirty = False
-            await asyncio.to_thread(self.catalog.save)
+            if self.dispatcher is not None:
+                for name, entry in self.catalog.entries.items():
+                    if name in self.tables:
+                        entry.freshness = asdict(self._loaded_account(name))
+            data = self.catalog.encode()
+            try:
+                await asyncio.to_thread(self.catalog.save, data)
+            except BaseException:
+                self._catalog_dirty = True
+                raise
+
+    def _loaded_account(self, table: str) -> TableAccount:
+        """The table's freshness accounts without its not-yet-loaded updates, which the WAL
+        replays (and credits to LOW again) after a restart."""
+        d = self.dispatcher
+        tid = d.index[table]
+        account = d.ledger.account(tid)
+        previous, low, count = account.current_upto, 0.0, 0
+        for release in d.states[tid].releases:
+            if release > account.current_upto:
+                low += 0.5 * (release - previous) ** 2
+                previous = release
+                count += 1
+        return replace(account, low_bound=max(0.0, account.low_bound - low), updates=account.updates - count)
 
     async def truncate_wal(self) -> int:
         """Delete WAL segments whose updates are all in Delta (keys first saved elsewhere)."""
@@ -451,6 +531,8 @@ class LoaderService:
         self.idempotency.expire()
         path = self.settings.state_path / "idempotency.json"
         committed = {name: runtime.committed_seq for name, runtime in self.tables.items()}
+        # The catalog first: once segments are gone it is what remembers the newest releases.
+        await self.save_catalog()
         await asyncio.to_thread(self.idempotency.save, path)
         removed = await asyncio.to_thread(self.wal.truncate, committed)
         self.metrics.wal_bytes.set(self.wal.size_bytes)
@@ -502,9 +584,12 @@ def _acks_body(acks: list[Ack]) -> dict[str, Any]:
 
 
 def _remove_files(paths: list[str]) -> None:
+    """Best effort: a file left behind wastes space; failing a committed load would not."""
     for path in paths:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            log.warning("could not remove %s: %s", path, exc)
 

@@ -16,6 +16,18 @@ ROOT = str(Path(__file__).resolve().parent.parent)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import pytest  # noqa: E402
+
+from tests.service_harness import Harness  # noqa: E402
+
+
+@pytest.fixture
+def harness(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """An in-process service behind TestClient with the Spark-free sink (tests/service_harness.py)."""
+    with Harness(tmp_path / "data") as h:
+        yield h
+
+
 settings.register_profile("repro", derandomize=True, deadline=None, database=None, print_blob=True)
 settings.register_profile("explore", deadline=None, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))

@@ -16,6 +16,7 @@ from deltalake.exceptions import TableNotFoundError
 from loader.landing import read_landing_file
 from loader.schema import TableSchema
 from loader.sinks.base import app_id
+from loader.sinks.delta_table import schema_differences, unloaded_part
 from loader.updates import Batch, LoadResult
 
 
@@ -33,9 +34,13 @@ class ArrowSink:
     def ensure_table(self, table: str, schema: TableSchema) -> None:
         path = self.table_path(table)
         try:
-            DeltaTable(str(path))
+            existing = DeltaTable(str(path))
         except TableNotFoundError:
             DeltaTable.create(str(path), schema=schema.arrow(), partition_by=list(schema.partition_by) or None)
+            return
+        differences = schema_differences(existing, schema)
+        if differences:
+            raise ValueError(f"Delta table {table!r} exists with another schema: " + "; ".join(differences))
 
     def committed_seq(self, table: str) -> int:
         return DeltaTable(str(self.table_path(table))).transaction_version(app_id(table)) or 0
@@ -43,8 +48,10 @@ class ArrowSink:
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         if self.fail.is_set():
             raise RuntimeError("injected failure")
-        if self.committed_seq(batch.table) >= batch.last_seq:
+        todo = unloaded_part(batch, self.committed_seq(batch.table))
+        if todo is None:
             return LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
+        batch = todo
         parts = list(batch.row_tables) + [read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files]
         data = pa.concat_tables(parts)
         write_deltalake(

@@ -129,3 +129,4 @@ def serve_in_thread(data_dir: Path, **settings: Any) -> Iterator[tuple[str, Load
     finally:
         server.should_exit = True
         thread.join(30)
+

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,6 @@ from api.app import create_app
 from loader.service import LoaderService
 from tests.fakes import ArrowSink
 from tests.service_harness import CLICKS, OPERATOR, ORDERS_ONLY, PRODUCER, Harness, make_settings
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    with Harness(tmp_path / "data") as h:
-        yield h
 
 
 def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

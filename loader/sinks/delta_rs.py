@@ -27,7 +27,7 @@ from loader import failpoints
 from loader.schema import TableSchema
 from loader.sinks.add_actions import file_stats, log_path, partition_values
 from loader.sinks.base import app_id
-from loader.sinks.delta_table import DeltaSinkBase
+from loader.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.sinks.frame import build_batch_frame
 from loader.updates import Batch, LoadResult
 
@@ -57,8 +57,10 @@ class DeltaRsSink(DeltaSinkBase):
         table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
         path = self.table_path(table)
         delta = DeltaTable(str(path))
-        if (delta.transaction_version(txn_app) or 0) >= seq:
+        todo = unloaded_part(batch, delta.transaction_version(txn_app) or 0)
+        if todo is None:
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
+        batch = todo
 
         staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         published: list[Path] = []

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from loader import failpoints
 from loader.schema import TableSchema
 from loader.sinks.base import app_id
-from loader.sinks.delta_table import DeltaSinkBase
+from loader.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.sinks.frame import build_batch_frame
 from loader.sinks.probe import choose_writer
 from loader.updates import Batch, LoadResult
@@ -32,8 +32,10 @@ class DeltaSparkSink(DeltaSinkBase):
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
-        if self.committed_seq(table) >= seq:
+        todo = unloaded_part(batch, self.committed_seq(table))
+        if todo is None:
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
+        batch = todo
         started = time.perf_counter()
         writer = (
             build_batch_frame(self.spark, batch, schema)

@@ -17,6 +17,7 @@ from deltalake.exceptions import TableNotFoundError
 from loader.schema import TableSchema
 from loader.sinks.base import app_id
 from loader.spark import use_pool
+from loader.updates import Batch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,3 +112,17 @@ class DeltaSinkBase:
     def committed_seq(self, table: str) -> int:
         existing = self.open(table)
         return 0 if existing is None else existing.transaction_version(app_id(table)) or 0
+
+
+def unloaded_part(batch: Batch, committed: int) -> Batch | None:
+    """What Delta does not hold yet of ``batch`` given the table's transaction version.
+
+    A whole batch at or below the version was committed before a crash (skip it). A batch
+    straddling it is a retry whose first attempt committed after all (e.g. the worker
+    failed after the commit) and that newer updates have since joined: only they are
+    written, or the earlier ones would be loaded twice.
+    """
+    rest = tuple(u for u in batch.updates if u.seq > committed)
+    if not rest:
+        return None
+    return batch if len(rest) == len(batch.updates) else Batch(batch.table, rest)
