@@ -43,6 +43,20 @@ class FreshnessSummary:
     tables: tuple[TableFreshness, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class TableAccount:
+    """One table's running accounts, enough to continue them later (the live service keeps
+    them across restarts, so its exported counters neither reset nor count twice)."""
+
+    current_upto: float
+    last_finish: float
+    staleness: float = 0.0
+    low_bound: float = 0.0
+    max_stretch: float = 0.0
+    updates: int = 0
+    batches: int = 0
+
+
 def segment_staleness(previous_finish: float, finish: float, current_upto: float) -> float:
     """Integral of tau - current_upto over [previous_finish, finish] (a trapezoid)."""
     return (finish - previous_finish) * ((finish - current_upto) + (previous_finish - current_upto)) * 0.5
@@ -90,17 +104,33 @@ class FreshnessLedger:
         for spec in tables:
             self.add_table(spec.name, spec.weight)
 
-    def add_table(self, name: str, weight: float = 1.0, origin: float = 0.0) -> int:
-        """``origin`` is when accounting starts and what the table is current up to then."""
+    def add_table(
+        self, name: str, weight: float = 1.0, origin: float = 0.0, account: TableAccount | None = None
+    ) -> int:
+        """``origin`` is when accounting starts and what the table is current up to then;
+        ``account`` continues accounts saved earlier instead."""
+        a = account or TableAccount(current_upto=origin, last_finish=origin)
         self.names.append(name)
         self.weights.append(weight)
-        for column in (self._staleness, self._low, self._stretch):
-            column.append(0.0)
-        self._upto.append(origin)
-        self._last_finish.append(origin)
-        self._updates.append(0)
-        self._batches.append(0)
+        self._staleness.append(a.staleness)
+        self._low.append(a.low_bound)
+        self._stretch.append(a.max_stretch)
+        self._upto.append(a.current_upto)
+        self._last_finish.append(a.last_finish)
+        self._updates.append(a.updates)
+        self._batches.append(a.batches)
         return len(self.names) - 1
+
+    def account(self, tid: int) -> TableAccount:
+        return TableAccount(
+            current_upto=self._upto[tid],
+            last_finish=self._last_finish[tid],
+            staleness=self._staleness[tid],
+            low_bound=self._low[tid],
+            max_stretch=self._stretch[tid],
+            updates=self._updates[tid],
+            batches=self._batches[tid],
+        )
 
     def set_weight(self, tid: int, weight: float) -> None:
         self.weights[tid] = weight
