@@ -408,3 +408,21 @@ def test_batch_starting_before_its_last_update_is_rejected() -> None:
 
 def test_schedule_error_is_a_value_error() -> None:
     assert issubclass(ScheduleError, ValueError)
+
+
+def test_a_ledger_continued_from_an_account_matches_one_never_interrupted() -> None:
+    """What the live service relies on across restarts: export, restore, go on."""
+    releases = [1.0, 2.5, 4.0, 7.0]
+    whole = FreshnessLedger()
+    whole.add_table("t", 2.0)
+    for previous, release in zip([0.0, *releases], releases, strict=False):
+        whole.note_release(0, release - previous)
+    whole.record_batch(0, 3.0, releases, 0, 2, 0.0)
+    saved = whole.account(0)
+    resumed = FreshnessLedger()
+    resumed.add_table("t", 2.0, account=saved)
+    assert resumed.account(0) == saved
+    for ledger in (whole, resumed):
+        ledger.record_batch(0, 8.0, releases, 2, 4, 2.5)
+    assert resumed.account(0) == whole.account(0)
+    assert resumed.staleness_integral_at(0, 9.0) == whole.staleness_integral_at(0, 9.0)
