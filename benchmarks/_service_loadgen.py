@@ -41,6 +41,8 @@ class Stats:
     sent: int = 0
     completed: int = 0
     reconnects: int = 0
+    done_in_window: int = 0  # answers received inside the window (open mode)
+    unanswered: int = 0  # window requests still without an answer at the drain deadline
     first_error: str | None = None
 
     def error(self, key: str, detail: str) -> None:
@@ -118,7 +120,9 @@ def _record(stats: Stats, status: int, body: bytes, updates: int) -> None:
         stats.error(str(status), f"HTTP {status}: {body[:300]!r}")
 
 
-async def run_closed(spec: dict[str, Any], requests: list[tuple[bytes, int]], stats: Stats) -> float:
+async def run_closed(
+    spec: dict[str, Any], requests: list[tuple[bytes, int]], stats: Stats
+) -> float:
     start = spec["start_at"]
     begin, end = start + spec["warmup"], start + spec["warmup"] + spec["duration"]
     conns = [Connection(spec["host"], spec["port"], stats) for _ in range(spec["connections"])]
@@ -181,6 +185,7 @@ async def run_open(spec: dict[str, Any], requests: list[tuple[bytes, int]], stat
                 continue
             done = clock()
             stats.completed += 1
+            stats.done_in_window += begin <= done < end
             if begin <= scheduled < end:
                 stats.latencies.append(done - scheduled)
                 stats.service.append(done - sent)
@@ -200,7 +205,15 @@ async def run_open(spec: dict[str, Any], requests: list[tuple[bytes, int]], stat
             await asyncio.sleep(max(0.0, start + k * interval - clock()))
     for _ in workers:
         queue.put_nowait(None)
-    await asyncio.gather(*workers)
+    # An overloaded server may hold a long queue: give it drain_seconds, then count the rest.
+    _, late = await asyncio.wait(workers, timeout=float(spec.get("drain_seconds", 60.0)))
+    for task in late:
+        task.cancel()
+    while not queue.empty():
+        item = queue.get_nowait()
+        if item is not None and begin <= item[0] < end:
+            stats.unanswered += 1
+    stats.unanswered += len(late)  # each cancelled worker held one request in flight
     for c in conns:
         await c.close()
     return end - begin
@@ -236,6 +249,8 @@ def main(argv: list[str]) -> int:
         "sent": stats.sent,
         "completed": stats.completed,
         "reconnects": stats.reconnects,
+        "done_in_window": stats.done_in_window,
+        "unanswered": stats.unanswered,
         "cpu_seconds": cpu,
     }
     sys.stdout.write(json.dumps(out) + "\n")

@@ -40,6 +40,7 @@ SCHEMA = {
 SPARK_MASTER = "local[2]"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def base_settings(port: int, data_dir: Path, *, policy: str, workers: int) -> dict[str, Any]:
@@ -73,7 +74,14 @@ class Service:
         return self.proc.proc.pid
 
     def client(self, timeout: float = 30.0) -> httpx.Client:
-        return self.proc.client(timeout)
+        """An operator client that never reuses a connection idle for 1 s: uvicorn closes idle
+        keep-alive connections after 5 s, and a request racing that close gets a reset."""
+        return httpx.Client(
+            base_url=self.proc.base,
+            headers={"Authorization": f"Bearer {self.proc.token}"},
+            timeout=timeout,
+            limits=httpx.Limits(keepalive_expiry=1.0),
+        )
 
 
 @contextlib.contextmanager
@@ -115,9 +123,20 @@ def stop(proc: ServerProcess, timeout: float = 60.0) -> None:
 
 
 # -- observation ------------------------------------------------------------------------
+def get(http: httpx.Client, path: str) -> httpx.Response:
+    """GET with one retry: uvicorn closes idle keep-alive connections after 5 s, and a request
+    racing that close on a pooled connection fails with a reset (GETs are safe to repeat)."""
+    try:
+        response = http.get(path)
+    except httpx.TransportError:
+        response = http.get(path)
+    response.raise_for_status()
+    return response
+
+
 def scrape(http: httpx.Client) -> dict[str, float]:
-    """/metrics as {name + labels: value} (labels text kept verbatim), plus per-name sums."""
-    text = http.get("/metrics").text
+    """/metrics as {'name{a="x",b="y"}': value} (labels sorted by name), plus 'sum:name' totals."""
+    text = get(http, "/metrics").text
     out: dict[str, float] = {}
     sums: dict[str, float] = {}
     for line in text.splitlines():
@@ -126,14 +145,18 @@ def scrape(http: httpx.Client) -> dict[str, float]:
         match = _SAMPLE.match(line)
         if match is None:
             continue
-        name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
+        name, value = match.group(1), float(match.group(3))
+        pairs = sorted(_LABEL.findall(match.group(2) or ""))
+        labels = "{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}" if pairs else ""
         out[name + labels] = value
         sums[name] = sums.get(name, 0.0) + value
     out.update({f"sum:{k}": v for k, v in sums.items()})
     return out
 
 
-def wal_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+def wal_delta(
+    before: dict[str, float], after: dict[str, float], seconds: float
+) -> dict[str, float]:
     """Group commit between two scrapes: fsyncs/s, records per fsync, mean fsync time."""
 
     def d(key: str) -> float:
@@ -147,14 +170,16 @@ def wal_delta(before: dict[str, float], after: dict[str, float], seconds: float)
         "fsyncs_per_second": fsyncs / seconds if seconds > 0 else float("nan"),
         "records": records,
         "records_per_fsync": records / groups if groups else float("nan"),
-        "mean_fsync_ms": 1e3 * d("loader_wal_fsync_duration_seconds_sum") / fsyncs if fsyncs else float("nan"),
+        "mean_fsync_ms": 1e3 * d("loader_wal_fsync_duration_seconds_sum") / fsyncs
+        if fsyncs
+        else float("nan"),
         "batches_loaded": d("sum:loader_batches_total"),
         "updates_loaded": d("sum:loader_updates_loaded_total"),
     }
 
 
 def group_cpu(pgid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of the server's process group: the Python service vs the rest (JVM)."""
+    """CPU seconds (user + system) of the server's process group: Python service vs JVM."""
     python = other = 0.0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -175,13 +200,15 @@ def group_cpu(pgid: int) -> dict[str, float]:
     return {"python": python, "jvm": other}
 
 
-def cpu_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+def cpu_delta(
+    before: dict[str, float], after: dict[str, float], seconds: float
+) -> dict[str, float]:
     """Cores used by the service's Python process and by the JVM (and its helpers)."""
     return {k + "_cores": (after[k] - before[k]) / seconds for k in before}
 
 
 def table_status(http: httpx.Client) -> list[dict[str, Any]]:
-    return http.get("/v1/tables").json()["tables"]
+    return get(http, "/v1/tables").json()["tables"]
 
 
 def wait_loaded(http: httpx.Client, timeout: float, poll: float = 0.1) -> tuple[bool, float]:
