@@ -94,9 +94,9 @@ def main(argv: list[str]) -> int:
                         )
                     target = bare_root / f"{table}-{k}"
                     t0 = time.perf_counter()
-                    build_batch_frame(spark, batch, SCHEMA).write.mode("errorifexists").parquet(
-                        str(target)
-                    )
+                    build_batch_frame(spark, batch, SCHEMA, bare_root / f"{table}-{k}-in").write.mode(
+                        "errorifexists"
+                    ).parquet(str(target))
                     bare_seconds = time.perf_counter() - t0
                     shutil.rmtree(target, ignore_errors=True)
                     if k == 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -33,6 +34,11 @@ def _serve(settings: Settings, demo: bool) -> None:
     except JavaError as exc:
         raise fail(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Loads talk to Spark through py4j, giving up the GIL at every round trip and waiting
+    # up to the switch interval to win it back from a busy request handler. At 1 ms
+    # (default 5 ms) a load under intake pressure ran ~3x faster for ~9% of the handler's
+    # throughput: BENCHMARKS.md, "A load beside a busy request handler".
+    sys.setswitchinterval(0.001)
     for chatty in ("apscheduler", "httpx", "py4j"):  # a line per job run / request otherwise
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:

@@ -44,7 +44,9 @@ class Update:
 
     @property
     def nbytes(self) -> int:
-        rows = self.rows.nbytes if self.rows is not None else 0
+        # get_total_buffer_size keeps the GIL (~0.5 us); Table.nbytes releases and retakes
+        # it, which costs milliseconds whenever a loader thread is running Python.
+        rows = self.rows.get_total_buffer_size() if self.rows is not None else 0
         return rows + sum(f.size for f in self.files)
 
     @property

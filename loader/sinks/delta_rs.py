@@ -1,7 +1,8 @@
 """The embedded default writer: Spark writes Parquet, the ``deltalake`` package commits it.
 
 No Delta JVM jars are needed. One load is one Spark job writing the batch as Parquet
-into ``<table>/.staging-<uuid>/``; the files are then renamed into the table's root or
+into ``<table>/.staging-<uuid>/out/`` (its in-memory rows reach Spark as a Parquet file
+in ``.../in/``); the files are then renamed into the table's root or
 hive-style partition directories (the same filesystem, so a rename is one metadata
 operation) and committed as one Delta transaction carrying ``(app_id(table), last_seq)``.
 
@@ -63,17 +64,18 @@ class DeltaRsSink(DeltaSinkBase):
         batch = todo
 
         staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+        output = staging / "out"
         published: list[Path] = []
         committed = False
         try:
             started = time.perf_counter()
-            frame = build_batch_frame(self.spark, batch, schema)
+            frame = build_batch_frame(self.spark, batch, schema, staging / "in")
             frame.write.mode("errorifexists").partitionBy(*schema.partition_by).parquet(
-                str(staging)
+                str(output)
             )
             written = time.perf_counter()
             failpoints.hit("load.after-spark-write")
-            actions, rows = self._publish(staging, path, schema, published)
+            actions, rows = self._publish(output, path, schema, published)
             moved = time.perf_counter()
             failpoints.hit("load.after-publish")
             delta.create_write_transaction(

@@ -7,7 +7,9 @@ exactly-once check and the table checks are the same code for both paths.
 
 from __future__ import annotations
 
+import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,16 +39,20 @@ class DeltaSparkSink(DeltaSinkBase):
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
         batch = todo
         started = time.perf_counter()
-        writer = (
-            build_batch_frame(self.spark, batch, schema)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", txn_app)
-            .option("txnVersion", str(seq))
-        )
-        if schema.partition_by:
-            writer = writer.partitionBy(*schema.partition_by)
-        writer.save(str(self.table_path(table)))
+        scratch = self.table_path(table) / f".staging-{uuid.uuid4().hex}"  # hidden from Delta
+        try:
+            writer = (
+                build_batch_frame(self.spark, batch, schema, scratch)
+                .write.format("delta")
+                .mode("append")
+                .option("txnAppId", txn_app)
+                .option("txnVersion", str(seq))
+            )
+            if schema.partition_by:
+                writer = writer.partitionBy(*schema.partition_by)
+            writer.save(str(self.table_path(table)))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         done = time.perf_counter()
         failpoints.hit("load.after-commit")
         delta = self.open(table)

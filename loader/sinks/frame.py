@@ -13,6 +13,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -54,10 +55,22 @@ def _escape_glob(path: str) -> str:
     return _GLOB.sub(r"\\\1", path)
 
 
-def _rows_frame(spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema) -> DataFrame:
+def _rows_frame(
+    spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema, scratch: Path
+) -> DataFrame:
+    """In-memory rows, handed to Spark as a Parquet file that executors read.
+
+    ``createDataFrame(arrow)`` would serialize the rows in this process through py4j,
+    holding the GIL for most of a load and many round trips, which the service's request
+    handler then waits for; pyarrow writes the file with the GIL released, and Spark's
+    executors (in the JVM) do the reading.
+    """
     arrow = schema.arrow()
     data = pa.concat_tables([t.select(arrow.names).cast(arrow) for t in tables])
-    return spark.createDataFrame(data, schema=spark_struct(schema))
+    scratch.mkdir(parents=True, exist_ok=True)
+    path = scratch / "rows.parquet"
+    pq.write_table(data, path, compression="none")
+    return spark.read.schema(spark_struct(schema)).parquet(_escape_glob(str(path)))
 
 
 def _csv_header(path: str) -> tuple[str, ...]:
@@ -211,15 +224,19 @@ def build_batch_frame(
     spark: SparkSession,
     batch: Batch,
     schema: TableSchema,
+    scratch: Path,
     target_file_bytes: int = TARGET_FILE_BYTES,
 ) -> DataFrame:
-    """The batch as one lazily evaluated DataFrame; no row reaches the driver."""
+    """The batch as one lazily evaluated DataFrame; no row reaches the driver.
+
+    ``scratch`` is a directory (that executors can read) for the batch's in-memory rows;
+    the caller removes it once the frame has been written.
+    """
     frames: list[DataFrame] = []
-    if batch.row_tables:
-        frames.append(_rows_frame(spark, batch.row_tables, schema))
+    tables = batch.row_tables
+    if tables or not batch.files:  # a batch without payload still advances the sequence
+        frames.append(_rows_frame(spark, tables or [schema.arrow().empty_table()], schema, scratch))
     frames.extend(_files_frames(spark, batch.files, schema))
-    if not frames:  # updates without payload still advance the table's sequence
-        frames.append(_rows_frame(spark, [schema.arrow().empty_table()], schema))
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
