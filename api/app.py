@@ -26,6 +26,7 @@ class RequestMetrics:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -44,10 +45,14 @@ class RequestMetrics:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            labels = (path, str(status))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.request_duration.labels(*labels).observe(time.perf_counter() - began)
+            key = (getattr(route, "path", "unmatched"), status)
+            children = self._children.get(key)
+            if children is None:  # labels() costs a lock and a dict build: once per pair
+                labels = (key[0], str(status))
+                children = self.metrics.requests.labels(*labels), self.metrics.request_duration.labels(*labels)
+                self._children[key] = children
+            children[0].inc()
+            children[1].observe(time.perf_counter() - began)
 
 
 def _error_response(error: ServiceError) -> JSONResponse:

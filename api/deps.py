@@ -50,4 +50,3 @@ async def read_body(request: Request) -> bytes:
 Service = Annotated[LoaderService, Depends(get_service)]
 Caller = Annotated[Principal, Depends(get_principal)]
 Operator = Annotated[Principal, Depends(get_operator)]
-Body = Annotated[bytes, Depends(read_body)]

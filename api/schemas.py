@@ -66,8 +66,14 @@ class ErrorModel(BaseModel):
 RegisterTableBody = TableConfig
 
 
-def body_doc(model: type[BaseModel], *, ndjson: bool = False) -> dict[str, Any]:
+def body_doc(
+    model: type[BaseModel], *, ndjson: bool = False, parameters: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """OpenAPI of a route that parses its body (and ``parameters``) itself."""
     content: dict[str, Any] = {"application/json": {"schema": model.model_json_schema(ref_template="#/components/schemas/{model}")}}
     if ndjson:
         content["application/x-ndjson"] = {"schema": {"type": "string", "description": "One JSON row per line."}}
-    return {"requestBody": {"required": True, "content": content}}
+    doc: dict[str, Any] = {"requestBody": {"required": True, "content": content}}
+    if parameters:
+        doc["parameters"] = parameters
+    return doc

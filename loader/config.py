@@ -74,6 +74,8 @@ class SparkConfig(BaseModel):
     app_name: str = "warehouse-loader"
     #: Extra Spark configuration (e.g. spark.jars.packages for the native Delta writer).
     conf: dict[str, str] = Field(default_factory=dict)
+    #: Nice increment for the local driver JVM (Linux): loads yield the CPU to acks. 0: off.
+    driver_nice: int = Field(default=10, ge=0, le=19)
 
 
 class MaintenanceConfig(BaseModel):

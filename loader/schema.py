@@ -7,6 +7,7 @@ either Delta writer path reads back with the same types everywhere.
 
 from __future__ import annotations
 
+import functools
 import re
 from enum import Enum
 
@@ -101,6 +102,10 @@ class TableSchema(BaseModel):
         return [c.name for c in self.columns]
 
     def arrow(self) -> pa.Schema:
+        return self._arrow
+
+    @functools.cached_property
+    def _arrow(self) -> pa.Schema:  # built once per schema: every update is checked against it
         return pa.schema([pa.field(c.name, ARROW_TYPES[c.type], nullable=c.nullable) for c in self.columns])
 
     def spark_ddl(self) -> str:

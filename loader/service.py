@@ -171,10 +171,12 @@ class LoaderService:
         if self._sink_factory is not None:
             return self._sink_factory(self.settings)
         from loader.sinks import make_sink
-        from loader.spark import build_spark_session
+        from loader.spark import build_spark_session, renice_driver_jvm
 
         s = self.settings
         spark = build_spark_session(master=s.spark.master, conf=s.spark.conf, app_name=s.spark.app_name, fair_pools=s.workers)
+        if s.spark.driver_nice:
+            renice_driver_jvm(spark, s.spark.driver_nice)
         return make_sink(s.writer, s.warehouse_path, spark)
 
     async def wait_ready(self, timeout: float) -> None:

@@ -140,6 +140,31 @@ def build_spark_session(
     return builder.getOrCreate()
 
 
+def renice_driver_jvm(spark: SparkSession, increment: int) -> int:
+    """Lower the CPU priority of the local driver JVM's threads (Linux); returns threads changed.
+
+    Embedded, the JVM runs the loads on the same cores that acknowledge updates; a load
+    can wait a moment, an ack should not. Threads the JVM starts later inherit the nice
+    value of the thread that starts them, so doing this once covers them too.
+    """
+    proc = getattr(spark.sparkContext._gateway, "proc", None)  # type: ignore[union-attr]
+    if increment <= 0 or proc is None or not hasattr(os, "setpriority"):
+        return 0
+    changed = 0
+    try:
+        tids = os.listdir(f"/proc/{proc.pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            current = os.getpriority(os.PRIO_PROCESS, int(tid))
+            os.setpriority(os.PRIO_PROCESS, int(tid), min(19, current + increment))
+            changed += 1
+        except OSError:  # the thread ended meanwhile, or no permission: best effort
+            pass
+    return changed
+
+
 def use_pool(spark: SparkSession, name: str | None) -> None:
     """Run this thread's next Spark jobs in FAIR pool ``name`` (None: the default pool).
 
