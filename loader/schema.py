@@ -102,13 +102,16 @@ class TableSchema(BaseModel):
         return [c.name for c in self.columns]
 
     def arrow(self) -> pa.Schema:
-        return self._arrow
-
-    @functools.cached_property
-    def _arrow(self) -> pa.Schema:  # built once per schema: every update is checked against it
-        return pa.schema([pa.field(c.name, ARROW_TYPES[c.type], nullable=c.nullable) for c in self.columns])
+        return _arrow_schema(self)
 
     def spark_ddl(self) -> str:
         return ", ".join(
             f"`{c.name}` {SPARK_TYPES[c.type]}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _arrow_schema(schema: TableSchema) -> pa.Schema:
+    """Built once per distinct schema (every update is checked against it). A cache beside
+    the frozen model rather than on it: ``model_copy(update=...)`` would copy a cached value."""
+    return pa.schema([pa.field(c.name, ARROW_TYPES[c.type], nullable=c.nullable) for c in schema.columns])
