@@ -34,7 +34,9 @@ async def read_body(request: Request) -> bytes:
     if declared is not None:
         try:
             if int(declared) > limit:
-                raise TooLarge(f"body of {int(declared)} bytes exceeds the limit of {limit}; split the update or use files")
+                raise TooLarge(
+                    f"body of {int(declared)} bytes exceeds the limit of {limit}; split the update or use files"
+                )
         except ValueError:
             raise BadRequest("Content-Length is not a number") from None
     chunks: list[bytes] = []

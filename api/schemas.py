@@ -70,7 +70,9 @@ def body_doc(
     model: type[BaseModel], *, ndjson: bool = False, parameters: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """OpenAPI of a route that parses its body (and ``parameters``) itself."""
-    content: dict[str, Any] = {"application/json": {"schema": model.model_json_schema(ref_template="#/components/schemas/{model}")}}
+    content: dict[str, Any] = {
+        "application/json": {"schema": model.model_json_schema(ref_template="#/components/schemas/{model}")}
+    }
     if ndjson:
         content["application/x-ndjson"] = {"schema": {"type": "string", "description": "One JSON row per line."}}
     doc: dict[str, Any] = {"requestBody": {"required": True, "content": content}}

@@ -59,9 +59,7 @@ def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]
     table = Table(title=title, title_justify="left", header_style="bold")
     for i, header in enumerate(headers):
         numeric = i > 0 and all(_NUMERIC.match(row[i]) for row in cells if i < len(row))
-        table.add_column(
-            str(header), justify="right" if numeric else "left", overflow="fold", no_wrap=i == 0
-        )
+        table.add_column(str(header), justify="right" if numeric else "left", overflow="fold", no_wrap=i == 0)
     colours = {"PASS": "[green]PASS[/]", "MISS": "[bold red]MISS[/]"}
     for row in cells:
         # escape: cells such as period ranges "[1, 2]" are not rich markup.
@@ -74,9 +72,7 @@ def command_line(module: str, argv: Sequence[str] | None) -> str:
     """The command as typed, for the report (interpreter path relative to the repo if inside)."""
     args = sys.argv[1:] if argv is None else list(argv)
     exe = sys.executable
-    python = (
-        os.path.relpath(exe, REPO_ROOT) if exe.startswith(str(REPO_ROOT) + os.sep) else "python"
-    )
+    python = os.path.relpath(exe, REPO_ROOT) if exe.startswith(str(REPO_ROOT) + os.sep) else "python"
     return " ".join([shlex.quote(python), "-m", module, *map(shlex.quote, args)])
 
 
@@ -159,9 +155,7 @@ def cpu_model() -> str:
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
-        )
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip()
@@ -210,11 +204,7 @@ def machine_markdown(meta: dict[str, Any], package: str = "schedulers") -> str:
         )
         if meta.get("loadavg_peak") is not None:
             load += f", {meta['loadavg_peak']:.2f} at most"
-    changed = (
-        ""
-        if meta.get(f"{package}_unchanged_during_run", True)
-        else f" (**{package}/ changed during the run**)"
-    )
+    changed = "" if meta.get(f"{package}_unchanged_during_run", True) else f" (**{package}/ changed during the run**)"
     return (
         f"Command: `{meta['command']}` ({'quick smoke run' if meta['quick'] else 'full run'}, "
         f"{fmt_duration(meta['run_seconds'])}).  \n"
@@ -223,11 +213,7 @@ def machine_markdown(meta: dict[str, Any], package: str = "schedulers") -> str:
         f"{machine['python']}; {machine['platform']}{load}.  \n"
         f"Date: {machine['date_utc']}.  \n"
         f"Code: git {machine['git_commit']}"
-        + (
-            f" + uncommitted changes in {package}/"
-            if machine.get(f"{package}_modified_vs_commit")
-            else ""
-        )
+        + (f" + uncommitted changes in {package}/" if machine.get(f"{package}_modified_vs_commit") else "")
         + f"; {package}/*.py sha256 {machine[f'{package}_sha256']}{changed}.\n"
     )
 
@@ -239,9 +225,7 @@ def median(values: Sequence[float]) -> float:
 
 
 # -- markdown -----------------------------------------------------------------------
-def md_table(
-    headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None
-) -> str:
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> str:
     """A GitHub markdown table; ``align`` is one char per column: l, r or c (default: l then r)."""
     headers = [str(h) for h in headers]
     if align is None:
@@ -315,8 +299,6 @@ def write_json(path: Path, payload: Any) -> Path:
     """Strict JSON, written atomically (a crashed run never leaves half a results file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(
-        json.dumps(json_safe(payload), indent=1, allow_nan=False) + "\n", encoding="utf-8"
-    )
+    tmp.write_text(json.dumps(json_safe(payload), indent=1, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path

@@ -104,12 +104,8 @@ def bound_rows(quality: list[Record]) -> list[dict[str, Any]]:
     rows = []
     for r in quality:
         pol = r["policies"]
-        bound = (
-            eager_bound(r["alpha_max"], r["tables"], r["workers"]) if r["overhead"] == 0 else None
-        )
-        eager = {
-            name: pol[name]["quality"]["staleness_ratio"] for name in EAGER_POLICIES if name in pol
-        }
+        bound = eager_bound(r["alpha_max"], r["tables"], r["workers"]) if r["overhead"] == 0 else None
+        eager = {name: pol[name]["quality"]["staleness_ratio"] for name in EAGER_POLICIES if name in pol}
         gar_ok, gar_why = gar_premises(r)
         gar = pol.get("group-and-run", {}).get("quality")
         rows.append(
@@ -171,9 +167,7 @@ def factor(record: Record, peer: str, good: str, field: str = "total_staleness")
     return pol[peer]["quality"][field] / pol[good]["quality"][field]
 
 
-def _factor_claim(
-    quality: Iterable[Record], peer: str, good: str, goal: float, what: str
-) -> dict[str, Any] | None:
+def _factor_claim(quality: Iterable[Record], peer: str, good: str, goal: float, what: str) -> dict[str, Any] | None:
     values = [(r["workload"], f) for r in quality if (f := factor(r, peer, good)) is not None]
     if not values:
         return None
@@ -204,15 +198,11 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         full = big["updates"] >= BIG_UPDATES
         measured = f"{seconds:.2f} s for {big['updates']:,} updates (median of {entry['runs']})"
         if not full:
-            measured += (
-                f"; ~{seconds * BIG_UPDATES / big['updates']:.1f} s per 1M extrapolated, not judged"
-            )
+            measured += f"; ~{seconds * BIG_UPDATES / big['updates']:.1f} s per 1M extrapolated, not judged"
         targets.append(
             {
                 "target": (
-                    f"simulate {BIG_UPDATES:,} updates ({big['tables']:,} tables, "
-                    f"{big['workers']} workers), "
-                    "myopic"
+                    f"simulate {BIG_UPDATES:,} updates ({big['tables']:,} tables, {big['workers']} workers), myopic"
                 ),
                 "measured": measured,
                 "goal": f"< {BIG_SECONDS_TARGET:g} s",
@@ -259,13 +249,10 @@ def _myopic_ratio_claim(quality: list[Record]) -> dict[str, Any] | None:
     for r in rows:
         ratio = r["policies"]["myopic"]["quality"]["staleness_ratio"]
         met += ratio < MYOPIC_RATIO_TARGET
-        parts.append(
-            f"{r['workload']} {ratio:.3f} (floor 1+2α = {processing_floor(r['alpha_max']):.3f})"
-        )
+        parts.append(f"{r['workload']} {ratio:.3f} (floor 1+2α = {processing_floor(r['alpha_max']):.3f})")
     return {
         "claim": (
-            f"myopic staleness ratio < {MYOPIC_RATIO_TARGET:g} at U = "
-            f"{MYOPIC_RATIO_UTILIZATION:g}, quasiperiodic suite"
+            f"myopic staleness ratio < {MYOPIC_RATIO_TARGET:g} at U = {MYOPIC_RATIO_UTILIZATION:g}, quasiperiodic suite"
         ),
         "source": "issue target",
         "measured": f"met in {met} of {len(rows)}: " + "; ".join(parts),
@@ -285,8 +272,7 @@ def evaluate_claims(results: dict[str, Any]) -> list[dict[str, Any]]:
         tightest = min(covered, key=lambda b: b["bound"] / b["myopic_ratio"])
         claims.append(
             {
-                "claim": "myopic staleness / LOW <= Theorem 3.1 bound (any eager policy), where "
-                "it applies",
+                "claim": "myopic staleness / LOW <= Theorem 3.1 bound (any eager policy), where it applies",
                 "source": "Theorem 3.1, Corollary 3.2",
                 "measured": (
                     f"applies to {len(covered)} of {len(bounds)} workloads, held in {len(held)}; "
@@ -302,8 +288,7 @@ def evaluate_claims(results: dict[str, Any]) -> list[dict[str, Any]]:
         held = [b for b in gar if b["gar_stretch"] < GAR_STRETCH_BOUND]
         claims.append(
             {
-                "claim": f"group-and-run max stretch < {GAR_STRETCH_BOUND:g} where Theorem 4.3's "
-                "premises hold",
+                "claim": f"group-and-run max stretch < {GAR_STRETCH_BOUND:g} where Theorem 4.3's premises hold",
                 "source": "Theorem 4.3",
                 "measured": (
                     f"premises hold in {len(gar)} of {len(bounds)} workloads, held in "
@@ -425,9 +410,7 @@ def build_notes(results: dict[str, Any]) -> list[str]:
         )
     big = results.get("big")
     if big:
-        slow = [
-            (n, e) for n, e in big["policies"].items() if e["median_seconds"] >= BIG_SECONDS_TARGET
-        ]
+        slow = [(n, e) for n, e in big["policies"].items() if e["median_seconds"] >= BIG_SECONDS_TARGET]
         if slow:
             notes.append(
                 f"At {big['updates']:,} updates these policies take >= {BIG_SECONDS_TARGET:g} s: "

@@ -46,9 +46,7 @@ def _suites(quality: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 # =====================================================================================
 # Tables, as (headers, rows)
 # =====================================================================================
-def metric_table(
-    records: list[dict[str, Any]], policies: list[str], metric: str, floor: bool = False
-) -> TableRows:
+def metric_table(records: list[dict[str, Any]], policies: list[str], metric: str, floor: bool = False) -> TableRows:
     """One quality metric, workload x policy."""
     headers = ["workload", "updates"] + (["1+2α"] if floor else []) + [_abbrev(p) for p in policies]
     rows = []
@@ -56,10 +54,7 @@ def metric_table(
         row: list[Any] = [r["workload"], f"{r['updates']:,}"]
         if floor:
             row.append(f"{claims.processing_floor(r['alpha_mean']):.3f}")
-        row += [
-            fmt_num(r["policies"][p]["quality"][metric]) if p in r["policies"] else "–"
-            for p in policies
-        ]
+        row += [fmt_num(r["policies"][p]["quality"][metric]) if p in r["policies"] else "–" for p in policies]
         rows.append(row)
     return headers, rows
 
@@ -244,11 +239,7 @@ def decisions_table(dec: dict[str, Any]) -> TableRows:
     rows = []
     for name, d in dec["policies"].items():
         harness = name == "(harness only)"
-        index = (
-            "–"
-            if d["index_live_entries"] is None
-            else f"{d['index_live_entries']:,} / {d['index_heap_entries']:,}"
-        )
+        index = "–" if d["index_live_entries"] is None else f"{d['index_live_entries']:,} / {d['index_heap_entries']:,}"
         rows.append(
             [
                 name,
@@ -284,13 +275,10 @@ def _consistency(results: dict[str, Any]) -> str:
         for name, e in r["policies"].items():
             if e["evaluator_mismatches"]:
                 problems.append(
-                    f"{r['workload']} {name}: evaluate_schedule disagrees: "
-                    + "; ".join(e["evaluator_mismatches"])
+                    f"{r['workload']} {name}: evaluate_schedule disagrees: " + "; ".join(e["evaluator_mismatches"])
                 )
             if e["nondeterministic"]:
-                problems.append(
-                    f"{r['workload']} {name}: repeats differ in {e['nondeterministic']}"
-                )
+                problems.append(f"{r['workload']} {name}: repeats differ in {e['nondeterministic']}")
     if problems:
         return "**Consistency problems:**\n\n" + "\n".join(f"- {p}" for p in problems) + "\n"
     if results["meta"]["verify"] and results.get("quality"):
@@ -349,11 +337,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             + ". Weights uniform (all 1) or skewed (log-uniform in [1, 20]). U = sum(alpha_i) / "
             "p (the per-job "
             "overhead is extra load). Horizons give ~12,000 updates per workload"
-            + (
-                f" (× {suite['horizon_scale']:g} in this quick run)"
-                if suite["horizon_scale"] != 1
-                else ""
-            )
+            + (f" (× {suite['horizon_scale']:g} in this quick run)" if suite["horizon_scale"] != 1 else "")
             + ".\n"
         )
         add(
@@ -503,9 +487,7 @@ def print_console(results: dict[str, Any]) -> None:
             *max_benefit_table(quality),
         )
     if results.get("big"):
-        print_table(
-            f"Simulator speed, {results['big']['updates']:,} updates", *big_table(results["big"])
-        )
+        print_table(f"Simulator speed, {results['big']['updates']:,} updates", *big_table(results["big"]))
     if results.get("decisions"):
         print_table(
             f"Decision cost at {results['decisions']['tables']:,} tables",

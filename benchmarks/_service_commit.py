@@ -88,10 +88,7 @@ def main(argv: list[str]) -> int:
                     result = sink.load(batch, SCHEMA)
                     delta_seconds = time.perf_counter() - t0
                     if result.skipped or result.rows != rows:
-                        raise RuntimeError(
-                            f"delta load of {rows} rows wrote {result.rows} "
-                            f"(skipped={result.skipped})"
-                        )
+                        raise RuntimeError(f"delta load of {rows} rows wrote {result.rows} (skipped={result.skipped})")
                     target = bare_root / f"{table}-{k}"
                     t0 = time.perf_counter()
                     build_batch_frame(spark, batch, SCHEMA, bare_root / f"{table}-{k}-in").write.mode(
@@ -124,8 +121,7 @@ def main(argv: list[str]) -> int:
                     }
                 )
                 print(
-                    f"[commit] {rows:,} rows: delta {med['total_seconds']:.3f} s, bare {bare:.3f} "
-                    "s",
+                    f"[commit] {rows:,} rows: delta {med['total_seconds']:.3f} s, bare {bare:.3f} s",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -120,9 +120,7 @@ def _record(stats: Stats, status: int, body: bytes, updates: int) -> None:
         stats.error(str(status), f"HTTP {status}: {body[:300]!r}")
 
 
-async def run_closed(
-    spec: dict[str, Any], requests: list[tuple[bytes, int]], stats: Stats
-) -> float:
+async def run_closed(spec: dict[str, Any], requests: list[tuple[bytes, int]], stats: Stats) -> float:
     start = spec["start_at"]
     begin, end = start + spec["warmup"], start + spec["warmup"] + spec["duration"]
     conns = [Connection(spec["host"], spec["port"], stats) for _ in range(spec["connections"])]

@@ -60,8 +60,7 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
         targets.append(
             {
-                "target": "acknowledged updates/s through POST /v1/updates, durability fsync "
-                "(group commit)",
+                "target": "acknowledged updates/s through POST /v1/updates, durability fsync (group commit)",
                 "measured": f"{_rate(best['median_updates_per_second'])} at "
                 f"{best['updates_per_request']} updates/request "
                 f"(median of {intake['repeats']}); {parts}",
@@ -152,12 +151,8 @@ def build_notes(results: dict[str, Any]) -> list[str]:
                 "Arrow table, encodes a WAL record and notifies the policy, on the same "
                 "interpreter as the loads."
             )
-        met = [
-            r for r in intake["single_open"] if r["p99_ms"] < TARGET_P99_MS and not r["unanswered"]
-        ]
-        lowest = (
-            min(intake["single_open"], key=lambda r: r["rate"]) if intake["single_open"] else None
-        )
+        met = [r for r in intake["single_open"] if r["p99_ms"] < TARGET_P99_MS and not r["unanswered"]]
+        lowest = min(intake["single_open"], key=lambda r: r["rate"]) if intake["single_open"] else None
         if (
             lowest is not None
             and lowest["p99_ms"] >= TARGET_P99_MS
@@ -171,16 +166,10 @@ def build_notes(results: dict[str, Any]) -> list[str]:
                 "inside the server while loads run (compare the paused diagnostic)."
             )
         if intake["single_open"]:
-            parts = ", ".join(
-                f"{r['rate']:,}/s: p99 {_ms(r['p99_ms'])} ms" for r in intake["single_open"]
-            )
+            parts = ", ".join(f"{r['rate']:,}/s: p99 {_ms(r['p99_ms'])} ms" for r in intake["single_open"])
             notes.append(
                 f"Open-loop latency by offered rate ({parts}); the p99 < {TARGET_P99_MS:g} ms goal "
-                + (
-                    f"holds up to {max(r['rate'] for r in met):,} requests/s."
-                    if met
-                    else "holds at none of them."
-                )
+                + (f"holds up to {max(r['rate'] for r in met):,} requests/s." if met else "holds at none of them.")
             )
         multi = intake["multi"]
         small = min(multi, key=lambda m: m["updates_per_request"])
@@ -227,9 +216,7 @@ def build_notes(results: dict[str, Any]) -> list[str]:
             )
         slow_drain = [m for m in multi if any(r["drained"] is False for r in m["runs"])]
         if slow_drain:
-            notes.append(
-                "Some intake runs left updates unloaded after 180 s: loading fell behind intake."
-            )
+            notes.append("Some intake runs left updates unloaded after 180 s: loading fell behind intake.")
     fresh = results.get("freshness")
     if fresh:
         for p in fresh["policies"]:
@@ -269,9 +256,7 @@ def build_notes(results: dict[str, Any]) -> list[str]:
                 "Spark, while the "
                 "simulator starts it at the release instant. "
                 + (
-                    "The live service was the staler in "
-                    + ", ".join(q["policy"] for q in worse)
-                    + "."
+                    "The live service was the staler in " + ", ".join(q["policy"] for q in worse) + "."
                     if worse
                     else "The live service was the fresher in every policy here."
                 )
@@ -442,11 +427,7 @@ def _other(size: dict[str, Any]) -> float:
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     n = len(ordered)
-    return (
-        float("nan")
-        if not n
-        else (ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2]))
-    )
+    return float("nan") if not n else (ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2]))
 
 
 def commit_table(commit: dict[str, Any]) -> TableRows:

@@ -154,9 +154,7 @@ def scrape(http: httpx.Client) -> dict[str, float]:
     return out
 
 
-def wal_delta(
-    before: dict[str, float], after: dict[str, float], seconds: float
-) -> dict[str, float]:
+def wal_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
     """Group commit between two scrapes: fsyncs/s, records per fsync, mean fsync time."""
 
     def d(key: str) -> float:
@@ -170,9 +168,7 @@ def wal_delta(
         "fsyncs_per_second": fsyncs / seconds if seconds > 0 else float("nan"),
         "records": records,
         "records_per_fsync": records / groups if groups else float("nan"),
-        "mean_fsync_ms": 1e3 * d("loader_wal_fsync_duration_seconds_sum") / fsyncs
-        if fsyncs
-        else float("nan"),
+        "mean_fsync_ms": 1e3 * d("loader_wal_fsync_duration_seconds_sum") / fsyncs if fsyncs else float("nan"),
         "batches_loaded": d("sum:loader_batches_total"),
         "updates_loaded": d("sum:loader_updates_loaded_total"),
     }
@@ -200,9 +196,7 @@ def group_cpu(pgid: int) -> dict[str, float]:
     return {"python": python, "jvm": other}
 
 
-def cpu_delta(
-    before: dict[str, float], after: dict[str, float], seconds: float
-) -> dict[str, float]:
+def cpu_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
     """Cores used by the service's Python process and by the JVM (and its helpers)."""
     return {k + "_cores": (after[k] - before[k]) / seconds for k in before}
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (
+    RESULTS_DIR,
     LoadMonitor,
     command_line,
     load_average,
@@ -34,7 +35,6 @@ from benchmarks._common import (
     md_table,
     write_json,
     write_section,
-    RESULTS_DIR,
 )
 
 MODULE = "benchmarks.fair_pools"

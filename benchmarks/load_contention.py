@@ -71,10 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     from loader.updates import Batch, Update
 
     started = time.perf_counter()
-    meta: dict[str, Any] = {"command": command_line(MODULE, argv), "quick": args.quick, "machine": machine_info("loader")}
+    meta: dict[str, Any] = {
+        "command": command_line(MODULE, argv),
+        "quick": args.quick,
+        "machine": machine_info("loader"),
+    }
     spark = build_spark_session(master="local[2]", fair_pools=2)
     schema = TableSchema.model_validate(
-        {"columns": [{"name": "id", "type": "int64"}, {"name": "v", "type": "float64"}, {"name": "s", "type": "string"}]}
+        {
+            "columns": [
+                {"name": "id", "type": "int64"},
+                {"name": "v", "type": "float64"},
+                {"name": "s", "type": "string"},
+            ]
+        }
     )
     warehouse = Path(tempfile.mkdtemp(prefix="contention-"))
     sink = DeltaRsSink(warehouse, spark)
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             stop = threading.Event()
             loads: list[float] = []
 
-            def loader() -> None:
+            def loader(stop: threading.Event = stop, loads: list[float] = loads) -> None:
                 while not stop.is_set():
                     t0 = time.perf_counter()
                     sink.load(batch(), schema)
@@ -134,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["run_seconds"] = time.perf_counter() - started
     meta["loadavg_end"] = load_average()
     meta["repeats"] = repeats
-    by_interval = {
-        i * 1000: [r for r in results if r["interval_ms"] == i * 1000] for i in INTERVALS
-    }
+    by_interval = {i * 1000: [r for r in results if r["interval_ms"] == i * 1000] for i in INTERVALS}
     med = {
         ms: {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "interval_ms"}
         for ms, runs in by_interval.items()
@@ -161,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         "embedded-writer loads of 100 updates of 3 rows on `local[2]`. *Main thread* is its throughput relative "
         "to running alone; *load alone* is a load's duration with the main thread idle.\n\n"
         + md_table(
-            ["switch interval ms", "main thread", "worst main stall ms", "loads/s", "load s (contended)", "load s (alone)"],
+            [
+                "switch interval ms",
+                "main thread",
+                "worst main stall ms",
+                "loads/s",
+                "load s (contended)",
+                "load s (alone)",
+            ],
             rows_md,
         )
         + f"\n\n`loader serve` sets the switch interval to {SERVICE_INTERVAL * 1000:g} ms: a contended load took "

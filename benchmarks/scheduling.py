@@ -210,17 +210,14 @@ def _quality(result: SimulationResult) -> dict[str, Any]:
 
 
 def _close(a: float, b: float, rel: float = 1e-9) -> bool:
-    return a == b or (
-        math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * max(abs(a), abs(b))
-    )
+    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * max(abs(a), abs(b)))
 
 
 def _evaluator_mismatches(trace: Trace, result: SimulationResult) -> list[str]:
     """Re-score the recorded schedule independently; the figures that disagree (none expected)."""
     independent = evaluate_schedule(trace, result.schedule or [])
     return [
-        f"{name}: simulator {getattr(result.freshness, name)!r} vs evaluate_schedule "
-        f"{getattr(independent, name)!r}"
+        f"{name}: simulator {getattr(result.freshness, name)!r} vs evaluate_schedule {getattr(independent, name)!r}"
         for name in CHECKED_FIELDS
         if not _close(float(getattr(result.freshness, name)), float(getattr(independent, name)))
     ]
@@ -241,9 +238,7 @@ def _policy_extras(result: SimulationResult) -> dict[str, Any]:
     return extras
 
 
-def run_quality(
-    workloads: list[Workload], policies: list[str], repeats: int, verify: bool
-) -> list[dict[str, Any]]:
+def run_quality(workloads: list[Workload], policies: list[str], repeats: int, verify: bool) -> list[dict[str, Any]]:
     """Quality figures per workload and policy, plus simulator speed (median of the repeats)."""
     records: list[dict[str, Any]] = []
     for n, workload in enumerate(workloads, 1):
@@ -272,27 +267,19 @@ def run_quality(
                 "nondeterministic": [],
                 "seconds": [],
             }
-        for _ in range(
-            repeats
-        ):  # timed runs, interleaved across policies so load drift hits all alike
+        for _ in range(repeats):  # timed runs, interleaved across policies so load drift hits all alike
             for name in policies:
                 entry = record["policies"][name]
-                result, seconds = timed(
-                    functools.partial(simulate, trace, make_policy(name), workload.workers)
-                )
+                result, seconds = timed(functools.partial(simulate, trace, make_policy(name), workload.workers))
                 entry["seconds"].append(seconds)
                 quality = _quality(result)
                 if quality != entry["quality"]:
-                    entry["nondeterministic"].append(
-                        [k for k in QUALITY_FIELDS if quality[k] != entry["quality"][k]]
-                    )
+                    entry["nondeterministic"].append([k for k in QUALITY_FIELDS if quality[k] != entry["quality"][k]])
         for entry in record["policies"].values():
             entry["median_seconds"] = median(entry["seconds"])
             entry["updates_per_second"] = trace.n_updates / entry["median_seconds"]
         records.append(record)
-        myopic = (
-            record["policies"].get("myopic", {}).get("quality", {}).get("staleness_ratio", math.nan)
-        )
+        myopic = record["policies"].get("myopic", {}).get("quality", {}).get("staleness_ratio", math.nan)
         log(
             f"[quality {n}/{len(workloads)}] {workload.key}: {trace.n_updates:,} updates, "
             f"myopic ratio {myopic:.4f}, {time.perf_counter() - began:.1f} s"
@@ -307,12 +294,9 @@ def build_big_trace(target_updates: int) -> tuple[Trace, float, float]:
     """Quasiperiodic, 1000 tables, periods 1/10/100 s, U = 0.5, over the shortest horizon giving
     at least ``target_updates``."""
     per_table = [
-        BIG_TABLES // len(QUASI_PERIODS) + (i < BIG_TABLES % len(QUASI_PERIODS))
-        for i in range(len(QUASI_PERIODS))
+        BIG_TABLES // len(QUASI_PERIODS) + (i < BIG_TABLES % len(QUASI_PERIODS)) for i in range(len(QUASI_PERIODS))
     ]
-    rate = sum(
-        count / (0.75 * b) for count, b in zip(per_table, QUASI_PERIODS, strict=True)
-    )  # mean gap is 0.75 B
+    rate = sum(count / (0.75 * b) for count, b in zip(per_table, QUASI_PERIODS, strict=True))  # mean gap is 0.75 B
     horizon = math.ceil(1.01 * target_updates / rate)
     while True:
         trace, generation = timed(
@@ -332,9 +316,7 @@ def build_big_trace(target_updates: int) -> tuple[Trace, float, float]:
         horizon = math.ceil(horizon * 1.02)
 
 
-def run_big(
-    policies: list[str], target_updates: int, repeats: int, repeats_others: int
-) -> dict[str, Any]:
+def run_big(policies: list[str], target_updates: int, repeats: int, repeats_others: int) -> dict[str, Any]:
     """Simulation time of the big trace per policy (a fresh policy each run)."""
     trace, horizon, generation = build_big_trace(target_updates)
     log(
@@ -439,9 +421,7 @@ def decision_factories() -> dict[str, Callable[[], Policy]]:
     return factories
 
 
-def decision_run(
-    factory: Callable[[], Policy], specs: list[TableSpec], decisions: int, warmup: int
-) -> dict[str, Any]:
+def decision_run(factory: Callable[[], Policy], specs: list[TableSpec], decisions: int, warmup: int) -> dict[str, Any]:
     """One timed run, fresh states and policy: ns per decision cycle, set-up time, index size."""
     n = len(specs)
     states = [TableState(i, spec) for i, spec in enumerate(specs)]
@@ -454,9 +434,7 @@ def decision_run(
         policy.notify(tid, 2.0)
     setup_ns = time.perf_counter_ns() - t0
     workers = list(range(DECISION_WORKERS))
-    if getattr(policy, "_groups", None) is not None and not getattr(
-        policy, "work_conserving", True
-    ):
+    if getattr(policy, "_groups", None) is not None and not getattr(policy, "work_conserving", True):
         # Faithful GroupAndRun leaves spare workers idle: drive only the assigned ones.
         workers = sorted(w for g in policy.describe()["groups"] for w in g["workers"]) or workers
     limit = policy.batch_limit
@@ -482,9 +460,7 @@ def decision_run(
             tid = chosen
             state = states[tid]
             released = len(state.releases)
-            state.dispatched = (
-                released if limit is None else min(released, state.dispatched + limit)
-            )
+            state.dispatched = released if limit is None else min(released, state.dispatched + limit)
             state.running = True
             notify(tid, now)
             push((worker, tid))
@@ -503,11 +479,7 @@ def decision_run(
 
 def _index_size(policy: Policy) -> dict[str, int | None]:
     """Live entries and raw length of the policy's LazyHeap(s): the index holds ~10k tables."""
-    heaps = [
-        getattr(policy, attr)
-        for attr in ("_heap", "_queue", "_due")
-        if getattr(policy, attr, None) is not None
-    ]
+    heaps = [getattr(policy, attr) for attr in ("_heap", "_queue", "_due") if getattr(policy, attr, None) is not None]
     heaps += [group.heap for group in getattr(policy, "_groups", None) or []]
     if not heaps:
         return {"index_live_entries": None, "index_heap_entries": None}
@@ -517,9 +489,7 @@ def _index_size(policy: Policy) -> dict[str, int | None]:
     }
 
 
-def run_decisions(
-    policies: list[str], tables: int, decisions: int, warmup: int, repeats: int
-) -> dict[str, Any]:
+def run_decisions(policies: list[str], tables: int, decisions: int, warmup: int, repeats: int) -> dict[str, Any]:
     """Decision cost per policy, median of ``repeats`` runs interleaved across policies."""
     specs = decision_specs(tables)
     factories = decision_factories()
@@ -570,9 +540,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="smoke run: horizons / 10, 100k-update scale test, 1 repeat; writes "
         "results/scheduling-quick.json and leaves BENCHMARKS.md alone unless --markdown",
     )
-    parser.add_argument(
-        "--repeats", type=int, default=None, help="timed runs per speed figure (default 3; quick 1)"
-    )
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per speed figure (default 3; quick 1)")
     parser.add_argument(
         "--big-repeats-others",
         type=int,
@@ -590,31 +558,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="timed decisions per run (default 50,000; quick 10,000)",
     )
-    parser.add_argument(
-        "--no-verify", action="store_true", help="skip re-scoring schedules with evaluate_schedule"
-    )
-    parser.add_argument(
-        "--skip", default="", help="comma-separated parts to skip: quality, big, decisions"
-    )
+    parser.add_argument("--no-verify", action="store_true", help="skip re-scoring schedules with evaluate_schedule")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: quality, big, decisions")
     parser.add_argument(
         "--markdown",
         type=Path,
         default=None,
-        help=f"file whose '{SECTION}' section to rewrite (default {BENCHMARKS_MD.name}; quick: "
-        "none)",
+        help=f"file whose '{SECTION}' section to rewrite (default {BENCHMARKS_MD.name}; quick: none)",
     )
     parser.add_argument(
         "--rerender",
         action="store_true",
-        help="simulate nothing: recompute verdicts from the saved raw results (--json) and "
-        "rewrite the report",
+        help="simulate nothing: recompute verdicts from the saved raw results (--json) and rewrite the report",
     )
     parser.add_argument(
         "--json",
         type=Path,
         default=None,
-        help="raw results (default benchmarks/results/scheduling.json; quick: "
-        "scheduling-quick.json)",
+        help="raw results (default benchmarks/results/scheduling.json; quick: scheduling-quick.json)",
     )
     args = parser.parse_args(argv)
     args.policy_list = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -691,14 +652,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     with LoadMonitor() as monitor:
         if "quality" not in args.skip_parts:
-            results["quality"] = run_quality(
-                suite(args.quick), args.policy_list, args.repeats, not args.no_verify
-            )
+            results["quality"] = run_quality(suite(args.quick), args.policy_list, args.repeats, not args.no_verify)
         if "big" not in args.skip_parts:
             target = claims.BIG_UPDATES // 10 if args.quick else claims.BIG_UPDATES
-            results["big"] = run_big(
-                args.policy_list, target, args.repeats, args.big_repeats_others
-            )
+            results["big"] = run_big(args.policy_list, target, args.repeats, args.big_repeats_others)
         if "decisions" not in args.skip_parts:
             results["decisions"] = run_decisions(
                 args.policy_list,
@@ -710,9 +667,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["run_seconds"] = time.perf_counter() - started
     meta["loadavg_end"] = load_average()
     meta["loadavg_peak"] = monitor.peak
-    meta["schedulers_unchanged_during_run"] = (
-        source_fingerprint("schedulers") == machine["schedulers_sha256"]
-    )
+    meta["schedulers_unchanged_during_run"] = source_fingerprint("schedulers") == machine["schedulers_sha256"]
     results["targets"] = claims.evaluate_targets(results)
     results["claims"] = claims.evaluate_claims(results)
     results["notes"] = claims.build_notes(results)

@@ -142,9 +142,7 @@ def single_requests() -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def _spec_file(spec: dict[str, Any]) -> Iterator[Path]:
-    with tempfile.NamedTemporaryFile(
-        "w", suffix=".json", prefix="bench-spec-", delete=False
-    ) as handle:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="bench-spec-", delete=False) as handle:
         json.dump(spec, handle)
     path = Path(handle.name)
     try:
@@ -184,9 +182,7 @@ def run_child(module: str, spec: dict[str, Any], timeout: float) -> dict[str, An
 # =====================================================================================
 def _measure(svc: srv.Service, spec: dict[str, Any], *, drain: bool = True) -> dict[str, Any]:
     """One generator run, the server observed around it; then (``drain``) wait for Delta."""
-    spec = dict(
-        spec, host="127.0.0.1", port=svc.port, token=srv.PRODUCER_TOKEN, start_at=time.time() + 1.0
-    )
+    spec = dict(spec, host="127.0.0.1", port=svc.port, token=srv.PRODUCER_TOKEN, start_at=time.time() + 1.0)
     with svc.client() as http:
         m0, c0, t0 = srv.scrape(http), srv.group_cpu(svc.pid), time.time()
         timeout = spec["warmup"] + spec["duration"] + spec.get("drain_seconds", 60) + 120
@@ -337,9 +333,7 @@ def run_intake(quick: bool, repeats: int) -> dict[str, Any]:
     return out
 
 
-def run_paused(
-    svc: srv.Service, warmup: float, duration: float, single: list[dict[str, Any]]
-) -> dict[str, Any]:
+def run_paused(svc: srv.Service, warmup: float, duration: float, single: list[dict[str, Any]]) -> dict[str, Any]:
     """Diagnostic: the same intake with every table paused, so no Spark load competes with it.
 
     One run per configuration; afterwards the tables are resumed and the backlog loaded.
@@ -451,9 +445,7 @@ def _replay(svc: srv.Service, trace: Trace) -> dict[str, Any]:
         sent_all = time.time()
         drained, drain_seconds = srv.wait_loaded(http, timeout=180, poll=0.05)
         if not drained:
-            raise RuntimeError(
-                f"the service did not load every update within 180 s:\n{svc.proc.log_tail()}"
-            )
+            raise RuntimeError(f"the service did not load every update within 180 s:\n{svc.proc.log_tail()}")
         tables = {t["name"]: t for t in srv.table_status(http)}
         metrics = srv.scrape(http)
     return {
@@ -476,15 +468,9 @@ def _live_figures(replay: dict[str, Any], names: list[str]) -> dict[str, Any]:
     metrics = replay["metrics"]
     total = sum(tables[n]["staleness_integral_at_last_load"] for n in names)
     low = sum(tables[n]["low_bound"] for n in names)
-    batches = sum(
-        metrics.get(f'loader_batches_total{{outcome="loaded",table="{n}"}}', 0.0) for n in names
-    )
-    duration_sum = sum(
-        metrics.get(f'loader_batch_duration_seconds_sum{{table="{n}"}}', 0.0) for n in names
-    )
-    duration_count = sum(
-        metrics.get(f'loader_batch_duration_seconds_count{{table="{n}"}}', 0.0) for n in names
-    )
+    batches = sum(metrics.get(f'loader_batches_total{{outcome="loaded",table="{n}"}}', 0.0) for n in names)
+    duration_sum = sum(metrics.get(f'loader_batch_duration_seconds_sum{{table="{n}"}}', 0.0) for n in names)
+    duration_count = sum(metrics.get(f'loader_batch_duration_seconds_count{{table="{n}"}}', 0.0) for n in names)
     return {
         "total_staleness": total,
         "low_bound": low,
@@ -556,16 +542,12 @@ def run_freshness(quick: bool, policies: list[str]) -> dict[str, Any]:
             "staleness_ratio": result.freshness.staleness_ratio,
             "max_stretch": result.freshness.max_stretch,
             "batches": result.freshness.batches,
-            "mean_batch_seconds": statistics.fmean(b.finish - b.start for b in schedule)
-            if schedule
-            else float("nan"),
+            "mean_batch_seconds": statistics.fmean(b.finish - b.start for b in schedule) if schedule else float("nan"),
         }
         # Sensitivity: the same releases, every table costed at the live mean batch duration.
         flat = Trace(
             tables=[
-                spec.model_copy(
-                    update={"alpha": 0.0, "overhead": float(live["mean_batch_seconds"])}
-                )
+                spec.model_copy(update={"alpha": 0.0, "overhead": float(live["mean_batch_seconds"])})
                 for spec in sim_trace.tables
             ],
             update_tables=sim_trace.update_tables,
@@ -628,14 +610,9 @@ def run_commit(quick: bool, runs: int) -> dict[str, Any]:
         "runs": runs,
         "rows_per_update": COMMIT_ROWS_PER_UPDATE,
     }
-    log(
-        f"[commit] sizes {', '.join(f'{s:,}' for s in sizes)} rows, {runs} timed runs each (+1 "
-        "warm-up)"
-    )
+    log(f"[commit] sizes {', '.join(f'{s:,}' for s in sizes)} rows, {runs} timed runs each (+1 warm-up)")
     out = run_child("benchmarks._service_commit", spec, timeout=900)
-    out.update(
-        {"master": srv.SPARK_MASTER, "runs": runs, "rows_per_update": COMMIT_ROWS_PER_UPDATE}
-    )
+    out.update({"master": srv.SPARK_MASTER, "runs": runs, "rows_per_update": COMMIT_ROWS_PER_UPDATE})
     for size in out["sizes"]:
         log(
             f"[commit] {size['rows']:,} rows: delta-rs path {size['delta_median']:.3f} s, bare "
@@ -677,15 +654,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="freshness policies, comma-separated (default myopic,max-benefit; quick myopic)",
     )
-    parser.add_argument(
-        "--skip", default="", help="comma-separated parts to skip: intake, freshness, commit"
-    )
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: intake, freshness, commit")
     parser.add_argument(
         "--markdown",
         type=Path,
         default=None,
-        help=f"file whose '{SECTION}' section to rewrite "
-        f"(default {BENCHMARKS_MD.name}; quick: none)",
+        help=f"file whose '{SECTION}' section to rewrite (default {BENCHMARKS_MD.name}; quick: none)",
     )
     parser.add_argument(
         "--json",

@@ -12,7 +12,7 @@ import sys
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -42,8 +42,12 @@ Generator = Enum("Generator", {name: name for name in generators.GENERATORS}, ty
 TraceOption = Annotated[Path, typer.Option("--trace", help="Trace file (JSON Lines): table lines, then updates.")]
 WorkersOption = Annotated[int, typer.Option("--workers", min=1, help="Number of workers P.")]
 IntervalOption = Annotated[
-    Optional[float],
-    typer.Option("--interval-period", min=0.0, help="Trigger period (s) for the interval policy; default: each table's period hint, else 10 s."),
+    float | None,
+    typer.Option(
+        "--interval-period",
+        min=0.0,
+        help="Trigger period (s) for the interval policy; default: each table's period hint, else 10 s.",
+    ),
 ]
 
 
@@ -75,7 +79,9 @@ def _progress(total: int, enabled: bool, label: str):  # type: ignore[no-untyped
     return update, bar.close
 
 
-def _run(trace: Trace, policy: str, workers: int, interval: float | None, *, schedule: bool, progress: bool) -> SimulationResult:
+def _run(
+    trace: Trace, policy: str, workers: int, interval: float | None, *, schedule: bool, progress: bool
+) -> SimulationResult:
     try:
         instance = make_policy(policy, period=interval)
     except ValueError as exc:
@@ -94,9 +100,11 @@ def simulate_command(
     trace: TraceOption,
     policy: Annotated[PolicyName, typer.Option("--policy", help="Scheduling policy.")],  # type: ignore[valid-type]
     workers: WorkersOption,
-    schedule_out: Annotated[Optional[Path], typer.Option("--schedule-out", help="Write one JSON line per batch here.")] = None,
+    schedule_out: Annotated[
+        Path | None, typer.Option("--schedule-out", help="Write one JSON line per batch here.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on the last line of stdout.")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of staleness over time here.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of staleness over time here.")] = None,
     interval_period: IntervalOption = None,
 ) -> None:
     """Replay a trace through one policy and report staleness, LOW, stretch."""
@@ -104,7 +112,9 @@ def simulate_command(
         if target is not None and not target.parent.is_dir():
             raise fail(f"cannot write {target}: directory {target.parent} does not exist; create it first")
     data = _load(trace)
-    result = _run(data, policy.value, workers, interval_period, schedule=bool(schedule_out or plot), progress=not as_json)
+    result = _run(
+        data, policy.value, workers, interval_period, schedule=bool(schedule_out or plot), progress=not as_json
+    )
     if schedule_out is not None and result.schedule is not None:
         with schedule_out.open("w", encoding="utf-8") as handle:
             write_schedule(result.schedule, handle)
@@ -126,7 +136,9 @@ def _compare(data: Trace, workers: int, interval: float | None, progress: bool) 
 def compare_command(
     trace: TraceOption,
     workers: WorkersOption,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (a list of summaries) on the last line.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object (a list of summaries) on the last line.")
+    ] = False,
     interval_period: IntervalOption = None,
 ) -> None:
     """Run every policy on one trace and print them side by side."""
@@ -135,7 +147,11 @@ def compare_command(
     if as_json:
         print(json.dumps({"workers": workers, "results": [r.summary() for r in results]}))
     else:
-        console.print(comparison_table(results, title=f"{trace.name}: {data.n_updates:,} updates, {len(data.tables)} tables, {workers} workers"))
+        console.print(
+            comparison_table(
+                results, title=f"{trace.name}: {data.n_updates:,} updates, {len(data.tables)} tables, {workers} workers"
+            )
+        )
 
 
 @app.command("gen-trace")

@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from loader.cli import app, console, err_console, fail
 from loader.config import ConfigError, Role, Settings, load_settings
 
-ConfigOption = Annotated[Optional[Path], typer.Option("--config", help="TOML configuration file (see deploy/loader.example.toml).")]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="TOML configuration file (see deploy/loader.example.toml).")
+]
 
 
 def _settings(config: Path | None, **overrides: object) -> Settings:
@@ -67,11 +69,11 @@ def _serve(settings: Settings, demo: bool) -> None:
 @app.command("serve")
 def serve_command(
     config: ConfigOption = None,
-    host: Annotated[Optional[str], typer.Option(help="Listen address (default 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Listen port (default 8000).")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="WAL, warehouse, state (default ./data).")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="Worker pool size P.")] = None,
-    policy: Annotated[Optional[str], typer.Option(help="Scheduling policy.")] = None,
+    host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default 8000).")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="WAL, warehouse, state (default ./data).")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Worker pool size P.")] = None,
+    policy: Annotated[str | None, typer.Option(help="Scheduling policy.")] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Also run a demo producer feeding synthetic traffic.")] = False,
 ) -> None:
     """Run the loader service (embedded defaults: local Spark, ./data, port 8000)."""
@@ -81,8 +83,8 @@ def serve_command(
 @app.command("demo")
 def demo_command(
     config: ConfigOption = None,
-    port: Annotated[Optional[int], typer.Option(help="Listen port (default 8000).")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Default ./data.")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default 8000).")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Default ./data.")] = None,
 ) -> None:
     """Run the service with a demo producer: watch tables fill and staleness move."""
     _serve(_settings(config, port=port, data_dir=data_dir), demo=True)
@@ -91,11 +93,15 @@ def demo_command(
 @app.command("submit")
 def submit_command(
     table: Annotated[str, typer.Argument(help="Table to submit to.")],
-    file: Annotated[Path, typer.Argument(help="NDJSON rows (sent in the body), or a .parquet/.csv in the landing directory.")],
+    file: Annotated[
+        Path, typer.Argument(help="NDJSON rows (sent in the body), or a .parquet/.csv in the landing directory.")
+    ],
     url: Annotated[str, typer.Option(help="Service URL.")] = "http://127.0.0.1:8000",
-    token: Annotated[Optional[str], typer.Option(envvar="LOADER_TOKEN", help="Bearer token (default: the generated producer token).")] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="LOADER_TOKEN", help="Bearer token (default: the generated producer token).")
+    ] = None,
     config: ConfigOption = None,
-    key: Annotated[Optional[str], typer.Option("--idempotency-key", help="Makes a retried submission safe.")] = None,
+    key: Annotated[str | None, typer.Option("--idempotency-key", help="Makes a retried submission safe.")] = None,
 ) -> None:
     """Submit one update to a running service and print its acknowledgement."""
     import json

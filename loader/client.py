@@ -69,7 +69,9 @@ class LoaderClient:
     def register_table(self, definition: dict[str, Any]) -> Any:
         return self._check(self.http.post("/v1/admin/tables", json=definition))
 
-    def submit_rows(self, table: str, rows: list[dict[str, Any]], *, key: str | None = None, data_until: float | None = None) -> Any:
+    def submit_rows(
+        self, table: str, rows: list[dict[str, Any]], *, key: str | None = None, data_until: float | None = None
+    ) -> Any:
         body: dict[str, Any] = {"rows": rows}
         if data_until is not None:
             body["data_until"] = data_until

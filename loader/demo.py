@@ -31,7 +31,13 @@ class DemoTable:
 
 DEMO_TABLES = (
     DemoTable("clicks", 0.2, 20, (("event_time", "timestamp"), ("user_id", "int64"), ("url", "string"))),
-    DemoTable("orders", 1.0, 5, (("order_time", "timestamp"), ("order_id", "int64"), ("amount", "float64"), ("country", "string")), 5.0),
+    DemoTable(
+        "orders",
+        1.0,
+        5,
+        (("order_time", "timestamp"), ("order_id", "int64"), ("amount", "float64"), ("country", "string")),
+        5.0,
+    ),
     DemoTable("payments", 2.0, 3, (("paid_at", "timestamp"), ("order_id", "int64"), ("amount", "float64")), 3.0),
     DemoTable("inventory", 10.0, 50, (("sku", "string"), ("on_hand", "int32"), ("day", "date"))),
 )
@@ -59,7 +65,9 @@ def definition(table: DemoTable) -> dict[str, Any]:
 
 
 class DemoProducer(threading.Thread):
-    def __init__(self, client: LoaderClient, *, seed: int = 7, report_every: float = 5.0, console: Console | None = None) -> None:
+    def __init__(
+        self, client: LoaderClient, *, seed: int = 7, report_every: float = 5.0, console: Console | None = None
+    ) -> None:
         super().__init__(name="demo-producer", daemon=True)
         self.client = client
         self.rng = random.Random(seed)

@@ -259,7 +259,14 @@ class Dispatcher:
             failures = self._failures.get(tid, 0) + 1
             self._failures[tid] = failures
             delay = min(self._max_retry_delay, 0.5 * 2 ** (failures - 1))
-            log.error("loading %s (updates %d..%d) failed: %s; retrying in %.1fs", state.name, batch.first_seq, batch.last_seq, error, delay)
+            log.error(
+                "loading %s (updates %d..%d) failed: %s; retrying in %.1fs",
+                state.name,
+                batch.first_seq,
+                batch.last_seq,
+                error,
+                delay,
+            )
             self.hold(state.name)
             assert self._loop is not None
             self._loop.call_later(delay, self.release_hold, state.name)

@@ -27,9 +27,7 @@ import signal
 import threading
 
 ENV = "LOADER_FAILPOINTS"
-POINTS = frozenset(
-    {"intake.after-wal", "load.after-spark-write", "load.after-publish", "load.after-commit"}
-)
+POINTS = frozenset({"intake.after-wal", "load.after-spark-write", "load.after-publish", "load.after-commit"})
 
 
 def parse(spec: str) -> dict[str, int]:

@@ -51,8 +51,7 @@ class IdempotencyConflict(Conflict):
 
     def __init__(self, key: str) -> None:
         super().__init__(
-            f"Idempotency-Key {key!r} was already used with a different request; "
-            "use a new key for a new request",
+            f"Idempotency-Key {key!r} was already used with a different request; use a new key for a new request",
             idempotency_key=key,
         )
         self.key = key
@@ -88,8 +87,7 @@ class Slot:
 
     __slots__ = ("_store", "key", "request_hash", "response", "replayed")
 
-    def __init__(self, store: IdempotencyStore, key: str, request_hash: str,
-                 response: dict[str, Any] | None) -> None:
+    def __init__(self, store: IdempotencyStore, key: str, request_hash: str, response: dict[str, Any] | None) -> None:
         self._store = store
         self.key = key
         self.request_hash = request_hash

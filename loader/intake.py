@@ -130,4 +130,4 @@ def _maybe_number(value: str) -> Any:
 
 
 def iso(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).isoformat().replace("+00:00", "Z")

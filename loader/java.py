@@ -28,7 +28,9 @@ def java_major() -> int | None:
 def check_java() -> int:
     major = java_major()
     if major is None:
-        raise JavaError("Java not found: Spark needs Java 17 or newer (apt install openjdk-17-jre-headless, or set JAVA_HOME)")
+        raise JavaError(
+            "Java not found: Spark needs Java 17 or newer (apt install openjdk-17-jre-headless, or set JAVA_HOME)"
+        )
     if major < 17:
         raise JavaError(f"Java {major} found; Spark 4 needs Java 17 or newer (apt install openjdk-17-jre-headless)")
     return major

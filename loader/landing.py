@@ -28,7 +28,13 @@ from loader.updates import FileFormat, FileRef
 #: Rows per chunk when a landing file is checked (bounded memory whatever the file's size).
 CHUNK_ROWS = 65_536
 
-_EXTENSIONS = {".parquet": FileFormat.parquet, ".csv": FileFormat.csv, ".json": FileFormat.json, ".jsonl": FileFormat.json, ".ndjson": FileFormat.json}
+_EXTENSIONS = {
+    ".parquet": FileFormat.parquet,
+    ".csv": FileFormat.csv,
+    ".json": FileFormat.json,
+    ".jsonl": FileFormat.json,
+    ".ndjson": FileFormat.json,
+}
 
 
 def _format_of(path: Path, declared: str | None) -> FileFormat:
@@ -89,9 +95,7 @@ def _check_nulls(table: pa.Table, schema: TableSchema, name: str) -> None:
             raise Invalid(f"file {name!r}: column {column.name!r} is required but has nulls", column=column.name)
 
 
-def accept_files(
-    specs: list[Any], landing: Path, owned: Path, schema: TableSchema, table: str
-) -> tuple[FileRef, ...]:
+def accept_files(specs: list[Any], landing: Path, owned: Path, schema: TableSchema, table: str) -> tuple[FileRef, ...]:
     """Validate every named file, then take ownership of all of them (or of none)."""
     if not specs:
         raise Invalid(f"update for table {table!r} names no files", table=table)

@@ -46,9 +46,7 @@ class Maintenance:
             finally:
                 self._running.discard(task)
 
-        self.scheduler.add_job(
-            tracked, "interval", seconds=seconds, id=name, name=name, max_instances=1, coalesce=True
-        )
+        self.scheduler.add_job(tracked, "interval", seconds=seconds, id=name, name=name, max_instances=1, coalesce=True)
 
     def start(self) -> None:
         self.scheduler.start()

@@ -48,14 +48,22 @@ class FreshnessCollector(Collector):
             "LOW, the lower bound on the staleness integral of any schedule (1/2 sum of update lengths^2).",
             labels=["table"],
         )
-        stretch = GaugeMetricFamily("loader_table_max_stretch", "Largest stretch of any loaded update.", labels=["table"])
-        pending = GaugeMetricFamily("loader_table_pending_updates", "Acknowledged updates not yet loaded.", labels=["table"])
-        pending_bytes = GaugeMetricFamily("loader_table_pending_bytes", "Payload bytes of pending updates.", labels=["table"])
+        stretch = GaugeMetricFamily(
+            "loader_table_max_stretch", "Largest stretch of any loaded update.", labels=["table"]
+        )
+        pending = GaugeMetricFamily(
+            "loader_table_pending_updates", "Acknowledged updates not yet loaded.", labels=["table"]
+        )
+        pending_bytes = GaugeMetricFamily(
+            "loader_table_pending_bytes", "Payload bytes of pending updates.", labels=["table"]
+        )
         alpha = GaugeMetricFamily(
             "loader_table_alpha", "Estimated load seconds per second of data (processing-time model).", labels=["table"]
         )
         overhead = GaugeMetricFamily(
-            "loader_table_overhead_seconds", "Estimated fixed seconds per batch (processing-time model).", labels=["table"]
+            "loader_table_overhead_seconds",
+            "Estimated fixed seconds per batch (processing-time model).",
+            labels=["table"],
         )
         weight = GaugeMetricFamily("loader_table_weight", "Priority weight of the table.", labels=["table"])
         if d is not None:
@@ -89,22 +97,37 @@ class Metrics:
         self.rows_loaded = Counter("loader_rows_loaded", "Rows appended to Delta.", ["table"], registry=r)
         self.updates_loaded = Counter("loader_updates_loaded", "Updates loaded into Delta.", ["table"], registry=r)
         self.batch_duration = Histogram(
-            "loader_batch_duration_seconds", "Wall time of a batch, Spark job and commit.", ["table"],
-            buckets=DURATION_BUCKETS, registry=r,
+            "loader_batch_duration_seconds",
+            "Wall time of a batch, Spark job and commit.",
+            ["table"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
         )
-        self.delta_version = Gauge("loader_table_delta_version", "Delta version of the last commit.", ["table"], registry=r)
+        self.delta_version = Gauge(
+            "loader_table_delta_version", "Delta version of the last commit.", ["table"], registry=r
+        )
         self.updates_received = Counter("loader_updates_received", "Updates acknowledged.", ["table"], registry=r)
-        self.requests = Counter("loader_http_requests", "HTTP requests by route and status.", ["route", "status"], registry=r)
+        self.requests = Counter(
+            "loader_http_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
+        )
         self.request_duration = Histogram(
-            "loader_http_request_duration_seconds", "HTTP request latency by route and status.", ["route", "status"],
-            buckets=LATENCY_BUCKETS, registry=r,
+            "loader_http_request_duration_seconds",
+            "HTTP request latency by route and status.",
+            ["route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.wal_fsync = Histogram(
-            "loader_wal_fsync_duration_seconds", "Duration of one WAL group-commit flush.", buckets=FSYNC_BUCKETS, registry=r
+            "loader_wal_fsync_duration_seconds",
+            "Duration of one WAL group-commit flush.",
+            buckets=FSYNC_BUCKETS,
+            registry=r,
         )
         self.wal_records_per_fsync = Histogram(
-            "loader_wal_records_per_fsync", "Records made durable by one flush (group-commit size).",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024), registry=r,
+            "loader_wal_records_per_fsync",
+            "Records made durable by one flush (group-commit size).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024),
+            registry=r,
         )
         self.wal_bytes = Gauge("loader_wal_size_bytes", "Bytes in WAL segments on disk.", registry=r)
         self.workers = Gauge("loader_workers", "Size of the worker pool.", registry=r)
@@ -115,7 +138,7 @@ class Metrics:
 
     def attach(self, dispatcher: Callable[[], Dispatcher | None]) -> None:
         self.registry.register(FreshnessCollector(dispatcher))
-        self.workers_busy.set_function(lambda: (d.busy_workers if (d := dispatcher()) is not None else 0))
+        self.workers_busy.set_function(lambda: d.busy_workers if (d := dispatcher()) is not None else 0)
 
     def set_policy(self, name: str) -> None:
         if self._policy_name is not None:

@@ -79,7 +79,7 @@ def parse_timestamp(value: Any) -> dt.datetime:
         if not math.isfinite(value):
             raise _Bad(f"expected a finite Unix time, got {value!r}")
         try:
-            return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc)
+            return dt.datetime.fromtimestamp(value, tz=dt.UTC)
         except (OverflowError, OSError, ValueError):
             raise _Bad(f"Unix time {value!r} is out of range") from None
     if not isinstance(value, str):
@@ -89,8 +89,8 @@ def parse_timestamp(value: Any) -> dt.datetime:
     except ValueError:
         raise _Bad(f"expected an ISO-8601 timestamp such as 2026-01-31T12:00:00Z, got {value!r}") from None
     if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.astimezone(dt.timezone.utc)
+        return parsed.replace(tzinfo=dt.UTC)
+    return parsed.astimezone(dt.UTC)
 
 
 _CONVERTERS: dict[ColumnType, Callable[[Any], Any]] = {
@@ -115,9 +115,7 @@ def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Ta
     plan = [(c.name, c.nullable, _CONVERTERS[c.type], out[k]) for k, c in enumerate(columns)]
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise Invalid(
-                f"row {index} of table {table!r} is not a JSON object", table=table, row=index, column=None
-            )
+            raise Invalid(f"row {index} of table {table!r} is not a JSON object", table=table, row=index, column=None)
         if len(row) > len(names) or not names.issuperset(row):
             unknown = sorted(set(row) - names)
             if unknown:

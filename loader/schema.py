@@ -105,9 +105,7 @@ class TableSchema(BaseModel):
         return _arrow_schema(self)
 
     def spark_ddl(self) -> str:
-        return ", ".join(
-            f"`{c.name}` {SPARK_TYPES[c.type]}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
-        )
+        return ", ".join(f"`{c.name}` {SPARK_TYPES[c.type]}{'' if c.nullable else ' NOT NULL'}" for c in self.columns)
 
 
 @functools.lru_cache(maxsize=1024)

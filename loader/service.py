@@ -53,7 +53,12 @@ class Ack:
     release: float
 
     def as_json(self) -> dict[str, Any]:
-        return {"table": self.table, "sequence": self.sequence, "release_time": self.release, "release_time_iso": iso(self.release)}
+        return {
+            "table": self.table,
+            "sequence": self.sequence,
+            "release_time": self.release,
+            "release_time_iso": iso(self.release),
+        }
 
 
 @dataclass
@@ -142,13 +147,16 @@ class LoaderService:
         for name, updates in self._orphans.items():
             log.warning(
                 "the WAL holds %d acknowledged updates of table %r, which the catalog does not know; they are kept "
-                "and loaded once the table is registered again (POST /v1/admin/tables)", len(updates), name,
+                "and loaded once the table is registered again (POST /v1/admin/tables)",
+                len(updates),
+                name,
             )
         await asyncio.to_thread(_remove_files, plan.stale_files)
         self.accepting = True
         log.info(
             "recovered %d pending updates from the WAL; intake open (durability=%s)",
-            self.recovered_updates, s.durability.value,
+            self.recovered_updates,
+            s.durability.value,
         )
         if load:
             self._startup = asyncio.create_task(self._start_loading())
@@ -165,7 +173,12 @@ class LoaderService:
         self.dispatcher.start()
         self.ready = True
         self.metrics.ready.set(1)
-        log.info("loading with %s writer, policy %s, %d workers", self.sink.name, self.dispatcher.policy.name, self.settings.workers)
+        log.info(
+            "loading with %s writer, policy %s, %d workers",
+            self.sink.name,
+            self.dispatcher.policy.name,
+            self.settings.workers,
+        )
 
     def _make_sink(self) -> Sink:
         if self._sink_factory is not None:
@@ -174,7 +187,9 @@ class LoaderService:
         from loader.spark import build_spark_session, renice_driver_jvm
 
         s = self.settings
-        spark = build_spark_session(master=s.spark.master, conf=s.spark.conf, app_name=s.spark.app_name, fair_pools=s.workers)
+        spark = build_spark_session(
+            master=s.spark.master, conf=s.spark.conf, app_name=s.spark.app_name, fair_pools=s.workers
+        )
         if s.spark.driver_nice:
             renice_driver_jvm(spark, s.spark.driver_nice)
         return make_sink(s.writer, s.warehouse_path, spark)
@@ -230,11 +245,15 @@ class LoaderService:
             origin = account.current_upto
         else:
             origin = entry.last_release if entry.last_release is not None else entry.created_at
-        spec = TableSpec(name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint)
+        spec = TableSpec(
+            name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint
+        )
         self.dispatcher.add_table(spec, origin=origin, paused=entry.paused, account=account)
         start = max(committed, entry.last_seq, logged_seq)
         last_release = origin if logged_release is None else max(origin, logged_release)
-        runtime = _TableRuntime(next_seq=start + 1, last_release=last_release, committed_seq=committed, next_to_release=start + 1)
+        runtime = _TableRuntime(
+            next_seq=start + 1, last_release=last_release, committed_seq=committed, next_to_release=start + 1
+        )
         self.tables[entry.name] = runtime
         return runtime
 
@@ -318,7 +337,11 @@ class LoaderService:
         for request in requests:
             entry = self.entry(request.table)
             if request.rows is not None:
-                valid.append(ValidUpdate(request.table, request.data_until, rows=rows_to_arrow(request.rows, entry.schema, entry.name)))
+                valid.append(
+                    ValidUpdate(
+                        request.table, request.data_until, rows=rows_to_arrow(request.rows, entry.schema, entry.name)
+                    )
+                )
             else:
                 valid.append(ValidUpdate(request.table, request.data_until, files=tuple(request.files or ())))
         return valid
@@ -329,7 +352,11 @@ class LoaderService:
             if item.files:
                 entry = self.entry(item.table)
                 item.files = accept_files(
-                    list(item.files), self.settings.landing_path, self.owned_files_dir / item.table, entry.schema, item.table
+                    list(item.files),
+                    self.settings.landing_path,
+                    self.owned_files_dir / item.table,
+                    entry.schema,
+                    item.table,
                 )
 
     async def submit(
@@ -351,7 +378,12 @@ class LoaderService:
         acks = [Ack(u.table, u.seq, u.release) for u in updates]
         response = _acks_body(acks)
         records = [
-            WalRecord(update=u, idempotency_key=idempotency_key if k == 0 else None, request_hash=request_hash, response=response if k == 0 else None)
+            WalRecord(
+                update=u,
+                idempotency_key=idempotency_key if k == 0 else None,
+                request_hash=request_hash,
+                response=response if k == 0 else None,
+            )
             for k, u in enumerate(updates)
         ]
         append = asyncio.ensure_future(self.wal.append(records))
@@ -390,7 +422,8 @@ class LoaderService:
                     )
                 if item.data_until > now + skew:
                     raise Invalid(
-                        f"data_until {iso(item.data_until)} is more than {skew}s in the future; check the producer's clock",
+                        f"data_until {iso(item.data_until)} is more than {skew}s in the future; "
+                        "check the producer's clock",
                         table=item.table,
                     )
                 # Within the allowed clock skew a future data_until counts as now: a table is
@@ -474,7 +507,9 @@ class LoaderService:
         if done.result.skipped:
             log.info(
                 "%s updates %d..%d were already in Delta (committed before a restart); not loaded again",
-                done.table, done.batch.first_seq, done.batch.last_seq,
+                done.table,
+                done.batch.first_seq,
+                done.batch.last_seq,
             )
         m = self.metrics
         m.batches.labels(done.table, "skipped" if done.result.skipped else "loaded").inc()
@@ -594,4 +629,3 @@ def _remove_files(paths: list[str]) -> None:
             pass
         except OSError as exc:
             log.warning("could not remove %s: %s", path, exc)
-

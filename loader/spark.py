@@ -99,9 +99,7 @@ def write_allocation_file(pools: int, directory: Path) -> Path:
         for i in range(pools)
     )
     path = directory / "fairscheduler.xml"
-    path.write_text(
-        f'<?xml version="1.0"?>\n<allocations>\n{entries}</allocations>\n', encoding="utf-8"
-    )
+    path.write_text(f'<?xml version="1.0"?>\n<allocations>\n{entries}</allocations>\n', encoding="utf-8")
     return path
 
 
@@ -129,9 +127,7 @@ def build_spark_session(
     if fair_pools > 0 and "spark.scheduler.allocation.file" not in user:
         directory = Path(tempfile.mkdtemp(prefix="loader-spark-"))
         atexit.register(shutil.rmtree, directory, True)
-        settings["spark.scheduler.allocation.file"] = str(
-            write_allocation_file(fair_pools, directory)
-        )
+        settings["spark.scheduler.allocation.file"] = str(write_allocation_file(fair_pools, directory))
     settings.update(user)
 
     builder = SparkSession.builder.master(master).appName(app_name)

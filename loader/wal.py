@@ -139,8 +139,9 @@ class _Segment:
     synced: bool = True
 
     def info(self) -> SegmentInfo:
-        return SegmentInfo(self.path, self.first_index, self.records, self.size,
-                           MappingProxyType(dict(self.max_seq)), self.keys)
+        return SegmentInfo(
+            self.path, self.first_index, self.records, self.size, MappingProxyType(dict(self.max_seq)), self.keys
+        )
 
 
 _Waiter = asyncio.Future[None] | concurrent.futures.Future[None]
@@ -299,8 +300,9 @@ class WriteAheadLog:
             raise WalClosedError(f"WAL {self.directory} is {self._state}; open a new WriteAheadLog")
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def _lock(self) -> None:
@@ -346,7 +348,9 @@ class WriteAheadLog:
             if scan.first_index is not None and scan.first_index != index:
                 raise WalCorruptError(path, 0, f"header says first record {scan.first_index}, name says {index}")
             if index < next_index:
-                raise WalCorruptError(path, 0, f"first record {index} overlaps the previous segment (ends at {next_index})")
+                raise WalCorruptError(
+                    path, 0, f"first record {index} overlaps the previous segment (ends at {next_index})"
+                )
             if scan.damage is not None:
                 if not last:
                     raise WalCorruptError(path, scan.damage.offset, scan.damage.reason)
@@ -387,8 +391,12 @@ class WriteAheadLog:
             cut, end = scan.file_size - scan.end, scan.end
         self.last_repair = TailRepair(path, end, cut, scan.dropped_records, scan.damage.reason)
         log.warning(
-            "WAL: cut a torn tail of %d bytes (%d complete record(s) of an unfinished append) from %s "
-            "at byte %d: %s", cut, scan.dropped_records, path, end, scan.damage.reason,
+            "WAL: cut a torn tail of %d bytes (%d complete record(s) of an unfinished append) from %s at byte %d: %s",
+            cut,
+            scan.dropped_records,
+            path,
+            end,
+            scan.damage.reason,
         )
 
     def _create_segment(self, first_index: int) -> _Segment:
@@ -474,7 +482,8 @@ class WriteAheadLog:
 
         Safe from many tasks (and threads) at once. Raises ValueError for a seq that is
         negative or does not increase per table, TypeError for a response that is not
-        JSON, before anything is written; WalFailedError if the write or fsync failed. Cancelling the caller does not withdraw records already queued.
+        JSON, before anything is written; WalFailedError if the write or fsync failed.
+        Cancelling the caller does not withdraw records already queued.
         """
         if not records:
             return
@@ -664,7 +673,8 @@ class WriteAheadLog:
         with self._truncate_lock:
             with self._meta_lock:
                 victims = [
-                    s for s in self._segments
+                    s
+                    for s in self._segments
                     if s is not self._active
                     and all(t in committed and seq <= committed[t] for t, seq in s.max_seq.items())
                 ]

@@ -163,8 +163,9 @@ def encode_group(records: Sequence[WalRecord]) -> bytes:
         body = _rows_to_ipc(update.rows) if update.rows is not None else b""
         payload = b"".join((_U32.pack(len(head)), head, body))
         if len(payload) > MAX_PAYLOAD:
-            raise ValueError(f"WAL record of {update.table!r} seq {update.seq} is {len(payload)} bytes; "
-                             f"the limit is {MAX_PAYLOAD}")
+            raise ValueError(
+                f"WAL record of {update.table!r} seq {update.seq} is {len(payload)} bytes; the limit is {MAX_PAYLOAD}"
+            )
         frames.append(FRAME_HEADER.pack(len(payload), zlib.crc32(payload)))
         frames.append(payload)
     return b"".join(frames)
@@ -176,8 +177,12 @@ def decode_header(payload: bytes) -> dict[str, Any]:
     if _U32.size + size > len(payload):
         raise ValueError(f"header length {size} exceeds the {len(payload)}-byte payload")
     header = json.loads(payload[_U32.size : _U32.size + size])
-    if not isinstance(header, dict) or not isinstance(header.get("table"), str) \
-            or not isinstance(header.get("seq"), int) or not isinstance(header.get("more"), int):
+    if (
+        not isinstance(header, dict)
+        or not isinstance(header.get("table"), str)
+        or not isinstance(header.get("seq"), int)
+        or not isinstance(header.get("more"), int)
+    ):
         raise ValueError("record header lacks table/seq/more")
     return header
 
@@ -286,7 +291,9 @@ def scan_segment(path: Path) -> SegmentScan:
                     continue
                 for table, seq, has_key in group:
                     if seq <= scan.max_seq.get(table, -1 << 63):
-                        raise WalCorruptError(path, offset, f"seq {seq} of {table!r} is not after {scan.max_seq[table]}")
+                        raise WalCorruptError(
+                            path, offset, f"seq {seq} of {table!r} is not after {scan.max_seq[table]}"
+                        )
                     scan.max_seq[table] = seq
                     scan.keys += has_key
                 scan.records += len(group)

@@ -263,7 +263,9 @@ def evaluate_schedule(trace: Trace, batches: Iterable[BatchRecord]) -> Freshness
         if releases[lo] != batch.first_release or releases[hi - 1] != batch.last_release:
             raise ScheduleError(f"batch of {batch.table!r} at {batch.start} is not the next run of its updates")
         if batch.start < releases[hi - 1]:
-            raise ScheduleError(f"batch of {batch.table!r} starts at {batch.start} before its update {releases[hi - 1]}")
+            raise ScheduleError(
+                f"batch of {batch.table!r} starts at {batch.start} before its update {releases[hi - 1]}"
+            )
         if batch.start < last_finish[tid] or batch.finish < batch.start:
             raise ScheduleError(f"batches of {batch.table!r} overlap at {batch.start}")
         previous = releases[lo - 1] if lo else 0.0
@@ -272,7 +274,5 @@ def evaluate_schedule(trace: Trace, batches: Iterable[BatchRecord]) -> Freshness
         last_finish[tid] = batch.finish
     for tid, releases in enumerate(per_table):
         if cursor[tid] != len(releases):
-            raise ScheduleError(
-                f"table {trace.tables[tid].name!r}: {len(releases) - cursor[tid]} updates never loaded"
-            )
+            raise ScheduleError(f"table {trace.tables[tid].name!r}: {len(releases) - cursor[tid]} updates never loaded")
     return ledger.summary()

@@ -1,8 +1,9 @@
 """Seeded workload generators for ``loader gen-trace`` and the benchmarks.
 
 Every random generator takes a ``seed`` and is reproducible: the same arguments give the
-same trace, byte for byte. The stretch counterexample is deterministic and takes no seed. Utilization is sum(alpha_i) / workers, the load the paper's
-section 2 says must stay below 1 for the workers to keep up.
+same trace, byte for byte. The stretch counterexample is deterministic and takes no
+seed. Utilization is sum(alpha_i) / workers, the load the paper's section 2 says must
+stay below 1 for the workers to keep up.
 """
 
 from __future__ import annotations

@@ -10,12 +10,13 @@ one over sorted periods (open a group at the smallest ungrouped period P, put in
 table with period <= 2P), which uses the fewest groups.
 
 How tables change group as estimates move: each group owns the window [lo, 2 lo] fixed
-when it was formed (a merged group, below, owns its whole span [lo, hi]). A table stays in its group while its period stays within the window
-widened by ``tolerance`` (hysteresis, so jitter does not make tables flap); beyond that it
-moves to another group whose window holds its period, re-deriving the worker split. If no
-window holds it the whole partition is rebuilt, at most once per ``regroup_gap`` seconds
-of policy time (default: the shortest group period); until then it joins the group with
-the nearest window. Running batches are never moved or preempted.
+when it was formed (a merged group, below, owns its whole span [lo, hi]). A table stays
+in its group while its period stays within the window widened by ``tolerance``
+(hysteresis, so jitter does not make tables flap); beyond that it moves to another group
+whose window holds its period, re-deriving the worker split. If no window holds it the
+whole partition is rebuilt, at most once per ``regroup_gap`` seconds of policy time
+(default: the shortest group period); until then it joins the group with the nearest
+window. Running batches are never moved or preempted.
 
 The paper needs p >= 2g. When there are more groups than p // 2, adjacent groups are merged
 (the pair whose union spans the least) until g <= max(1, p // 2); the merged groups then
@@ -69,7 +70,9 @@ class GroupAndRunPolicy(Policy):
     eager = False
     worker_agnostic = False
 
-    def __init__(self, work_conserving: bool = False, tolerance: float = 1.25, regroup_gap: float | None = None) -> None:
+    def __init__(
+        self, work_conserving: bool = False, tolerance: float = 1.25, regroup_gap: float | None = None
+    ) -> None:
         if tolerance < 1.0:
             raise ValueError("tolerance must be >= 1 (1 = move a table as soon as it leaves its window)")
         self.work_conserving = work_conserving

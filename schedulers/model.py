@@ -136,9 +136,7 @@ class TableState:
         previous = self.releases[-1] if self.releases else self.origin
         length = at - previous
         estimate = self.period_estimate
-        self.period_estimate = (
-            length if estimate is None else estimate + PERIOD_EWMA_GAIN * (length - estimate)
-        )
+        self.period_estimate = length if estimate is None else estimate + PERIOD_EWMA_GAIN * (length - estimate)
         self.releases.append(at)
 
     # -- what policies read ----------------------------------------------------

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedulers.base import Policy
-from schedulers.freshness import FreshnessSummary, FreshnessLedger, low_bounds
+from schedulers.freshness import FreshnessLedger, FreshnessSummary, low_bounds
 from schedulers.model import BatchRecord, TableState, Trace
 
 ProgressCallback = Callable[[int], None]

@@ -109,7 +109,7 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
             tables.append(spec)
             last_by_table.append(0.0)
         else:
-            raise TraceError(f"{where}: 'type' must be \"table\" or \"update\", got {kind!r}")
+            raise TraceError(f'{where}: \'type\' must be "table" or "update", got {kind!r}')
     if not tables:
         raise TraceError(f"{source}: no table lines; a trace declares its tables first")
     return Trace(tables=tables, update_tables=update_tables, update_releases=update_releases)

@@ -52,7 +52,9 @@ class ArrowSink:
         if todo is None:
             return LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
         batch = todo
-        parts = list(batch.row_tables) + [read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files]
+        parts = list(batch.row_tables) + [
+            read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files
+        ]
         data = pa.concat_tables(parts)
         write_deltalake(
             str(self.table_path(batch.table)),

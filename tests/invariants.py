@@ -81,9 +81,7 @@ def _releases(trace: Trace) -> dict[str, list[float]]:
     return dict(zip(names, trace.releases_by_table(), strict=True))
 
 
-def _per_table(
-    trace: Trace, schedule: Sequence[BatchRecord], policy_name: str
-) -> dict[str, list[BatchRecord]]:
+def _per_table(trace: Trace, schedule: Sequence[BatchRecord], policy_name: str) -> dict[str, list[BatchRecord]]:
     """Batches of each table in execution order: by start, zero-length first, then by data
     (several zero-length batches of one table at one instant: oldest updates first)."""
     known = {spec.name for spec in trace.tables}
@@ -92,10 +90,7 @@ def _per_table(
         if batch.table not in known:
             _fail(policy_name, "(a)", f"batch #{k} {_fmt(batch)} names a table not in the trace")
         by_table[batch.table].append((batch.start, batch.finish, batch.first_release, k, batch))
-    return {
-        name: [b for *_, b in sorted(items, key=lambda x: x[:4])]
-        for name, items in by_table.items()
-    }
+    return {name: [b for *_, b in sorted(items, key=lambda x: x[:4])] for name, items in by_table.items()}
 
 
 def _start_of_data(releases: Sequence[float], first_release: float) -> float:
@@ -176,9 +171,7 @@ def static_partition(trace: Trace, result: Any) -> Groups | None:
 # -- (a) every update loaded exactly once, in order ----------------------------------------
 
 
-def check_coverage(
-    trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str
-) -> None:
+def check_coverage(trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str) -> None:
     """(a) The batches of each table cover its releases contiguously and in order."""
     releases = _releases(trace)
     by_table = _per_table(trace, schedule, policy_name)
@@ -214,9 +207,7 @@ def check_coverage(
 # -- (b) a batch holds all pending updates of its table -------------------------------------
 
 
-def check_full_batches(
-    trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str
-) -> None:
+def check_full_batches(trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str) -> None:
     """(b) Each batch holds every pending update of its table at its start (no-batching: one)."""
     releases = _releases(trace)
     by_table = _per_table(trace, schedule, policy_name)
@@ -258,9 +249,7 @@ def check_full_batches(
 # -- (c) one batch per table at a time, never before its data -------------------------------
 
 
-def check_table_exclusion(
-    trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str
-) -> None:
+def check_table_exclusion(trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str) -> None:
     """(c) Batches of one table never overlap in time, and none starts before its last release."""
     for name, batches in _per_table(trace, schedule, policy_name).items():
         previous: BatchRecord | None = None
@@ -285,9 +274,7 @@ def check_table_exclusion(
 # -- (d) at most P batches at once, one per processor --------------------------------------
 
 
-def check_processors(
-    trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str
-) -> None:
+def check_processors(trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str) -> None:
     """(d) Processor ids in [0, P); no two overlapping batches on one processor; <= P running."""
     per_proc: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
     for k, batch in enumerate(schedule):
@@ -305,13 +292,11 @@ def check_processors(
                 _fail(
                     policy_name,
                     "(d)",
-                    f"processor {proc} runs two batches at once: "
-                    f"{_fmt(schedule[k0])} and {_fmt(schedule[k1])}",
+                    f"processor {proc} runs two batches at once: {_fmt(schedule[k0])} and {_fmt(schedule[k1])}",
                 )
     # Sweep: ends before starts at equal times (a batch finishing at t frees its worker).
     events = sorted(
-        [(b.finish, 0) for b in schedule if b.finish > b.start]
-        + [(b.start, 1) for b in schedule if b.finish > b.start]
+        [(b.finish, 0) for b in schedule if b.finish > b.start] + [(b.start, 1) for b in schedule if b.finish > b.start]
     )
     running = 0
     for t, kind in events:
@@ -327,9 +312,7 @@ def check_processors(
 # -- (e) processing time --------------------------------------------------------------------
 
 
-def check_durations(
-    trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str
-) -> None:
+def check_durations(trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str) -> None:
     """(e) finish - start == overhead + alpha * (last_release - start of data of first update)."""
     specs = {spec.name: spec for spec in trace.tables}
     releases = _releases(trace)
@@ -424,8 +407,7 @@ def check_freshness(
             _fail(
                 policy_name,
                 "(f)",
-                f"evaluate_schedule {key} = {getattr(evaluated, key)!r}, "
-                f"definition gives {value!r}",
+                f"evaluate_schedule {key} = {getattr(evaluated, key)!r}, definition gives {value!r}",
             )
     if evaluated.updates != trace.n_updates or evaluated.batches != len(schedule):
         _fail(
@@ -439,9 +421,7 @@ def check_freshness(
         for key in _SUMMARY_FIELDS:
             a, b = getattr(simulated, key), getattr(evaluated, key)
             if not _close(float(a), float(b)):
-                _fail(
-                    policy_name, "(f)", f"simulator {key} = {a!r} but evaluate_schedule gives {b!r}"
-                )
+                _fail(policy_name, "(f)", f"simulator {key} = {a!r} but evaluate_schedule gives {b!r}")
         for ts, te in zip(simulated.tables, evaluated.tables, strict=True):
             for key in (
                 "name",
@@ -569,11 +549,7 @@ class ReplayState:
 
     def available(self, tid: int) -> bool:
         """Some update released and not loaded, and no batch of the table running."""
-        return (
-            self.released(tid) > self.cursor[tid]
-            and self.last_finish[tid] <= self.t
-            and tid not in self.in_round
-        )
+        return self.released(tid) > self.cursor[tid] and self.last_finish[tid] <= self.t and tid not in self.in_round
 
     def oldest_pending(self, tid: int) -> float:
         return self.rel[tid][self.cursor[tid]]
@@ -740,27 +716,17 @@ def check_myopic_rule(
     earliest among all tables available at that moment (after the starts already made at
     the same instant by lower-index workers). With ``groups``, among its group's tables.
     """
-    check_priority_rule(
-        trace, schedule, workers, policy_name, myopic_key, "MYOPIC (oldest pending release)", groups
-    )
+    check_priority_rule(trace, schedule, workers, policy_name, myopic_key, "MYOPIC (oldest pending release)", groups)
 
 
-def check_fifo_rule(
-    trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str
-) -> None:
+def check_fifo_rule(trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str) -> None:
     """FIFO: tables are loaded in the order they became available (same-instant ties pass)."""
-    check_priority_rule(
-        trace, schedule, workers, policy_name, fifo_key, "FIFO (earliest to become available)"
-    )
+    check_priority_rule(trace, schedule, workers, policy_name, fifo_key, "FIFO (earliest to become available)")
 
 
-def check_max_benefit_rule(
-    trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str
-) -> None:
+def check_max_benefit_rule(trace: Trace, schedule: Sequence[BatchRecord], workers: int, policy_name: str) -> None:
     """Max-benefit: the available table with the largest w L / (overhead + alpha L)."""
-    check_priority_rule(
-        trace, schedule, workers, policy_name, max_benefit_key, "max-benefit (largest benefit rate)"
-    )
+    check_priority_rule(trace, schedule, workers, policy_name, max_benefit_key, "max-benefit (largest benefit rate)")
 
 
 def check_group_binding(
@@ -774,8 +740,7 @@ def check_group_binding(
             _fail(
                 policy_name,
                 "(groups)",
-                f"{_fmt(batch)}: table is in group {k_table} "
-                f"but worker {batch.processor} is in group {k_worker}",
+                f"{_fmt(batch)}: table is in group {k_table} but worker {batch.processor} is in group {k_worker}",
             )
 
 

@@ -42,7 +42,11 @@ def toml_value(value: Any) -> str:
 def write_config(path: Path, settings: dict[str, Any]) -> Path:
     """A TOML config from plain data: scalars first, then tables and arrays of tables."""
     lines = [f"{k} = {toml_value(v)}" for k, v in settings.items() if not isinstance(v, (dict, list))]
-    lines += [f"{k} = {toml_value(v)}" for k, v in settings.items() if isinstance(v, list) and not (v and isinstance(v[0], dict))]
+    lines += [
+        f"{k} = {toml_value(v)}"
+        for k, v in settings.items()
+        if isinstance(v, list) and not (v and isinstance(v[0], dict))
+    ]
     for key, value in settings.items():
         if isinstance(value, dict):
             lines.append(f"[{key}]")

@@ -108,8 +108,6 @@ class Harness:
         return sorted(data.to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
-
-
 @contextlib.contextmanager
 def serve_in_thread(data_dir: Path, **settings: Any) -> Iterator[tuple[str, LoaderService]]:
     """The app under a real uvicorn on a loopback port (one event loop, as in production),
@@ -129,4 +127,3 @@ def serve_in_thread(data_dir: Path, **settings: Any) -> Iterator[tuple[str, Load
     finally:
         server.should_exit = True
         thread.join(30)
-

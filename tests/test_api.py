@@ -66,15 +66,44 @@ def test_ndjson_and_multi_update_endpoint(harness: Harness) -> None:
     [
         ("/v1/tables/nope/updates", {"json": {"rows": [{"x": 1}]}}, 404, "does not exist"),
         ("/v1/tables/orders/updates", {"json": {"rows": [{"order_id": 1}, {"order_id": "x"}]}}, 422, "row 1"),
-        ("/v1/tables/orders/updates", {"content": b'{"rows": [', "headers": {"Content-Type": "application/json"}}, 400, "not valid JSON"),
+        (
+            "/v1/tables/orders/updates",
+            {"content": b'{"rows": [', "headers": {"Content-Type": "application/json"}},
+            400,
+            "not valid JSON",
+        ),
         ("/v1/tables/orders/updates", {"json": {"files": ["../../etc/passwd"]}}, 400, "outside the landing directory"),
         ("/v1/tables/orders/updates", {"json": {"files": ["missing.parquet"]}}, 400, "does not exist"),
-        ("/v1/updates", {"json": {"updates": [{"table": "orders", "rows": [{"order_id": 1}]}, {"table": "clicks", "rows": [{"n": "x"}]}]}}, 422, "column 'n'"),
-        ("/v1/updates", {"json": {"updates": [{"table": "orders", "rows": [{"order_id": 1}]}, {"table": "nope", "rows": [{}]}]}}, 404, "nope"),
-        ("/v1/tables/orders/updates", {"content": b"a,b", "headers": {"Content-Type": "text/csv"}}, 415, "not supported"),
+        (
+            "/v1/updates",
+            {
+                "json": {
+                    "updates": [
+                        {"table": "orders", "rows": [{"order_id": 1}]},
+                        {"table": "clicks", "rows": [{"n": "x"}]},
+                    ]
+                }
+            },
+            422,
+            "column 'n'",
+        ),
+        (
+            "/v1/updates",
+            {"json": {"updates": [{"table": "orders", "rows": [{"order_id": 1}]}, {"table": "nope", "rows": [{}]}]}},
+            404,
+            "nope",
+        ),
+        (
+            "/v1/tables/orders/updates",
+            {"content": b"a,b", "headers": {"Content-Type": "text/csv"}},
+            415,
+            "not supported",
+        ),
     ],
 )
-def test_bad_input_is_refused_and_changes_nothing(harness: Harness, path: str, kwargs: dict, status: int, fragment: str) -> None:
+def test_bad_input_is_refused_and_changes_nothing(
+    harness: Harness, path: str, kwargs: dict, status: int, fragment: str
+) -> None:
     before = {t: harness.status(t)["last_sequence"] for t in ("orders", "clicks")}
     r = harness.post(path, **kwargs)
     assert r.status_code == status, r.text
@@ -88,7 +117,9 @@ def test_body_too_large_is_413(tmp_path: Path) -> None:
     service = LoaderService(settings, sink_factory=lambda s: ArrowSink(s.warehouse_path))
     with TestClient(create_app(settings, service)) as client:
         rows = [{"url": "x" * 100, "n": 1}] * 50
-        r = client.post("/v1/tables/clicks/updates", json={"rows": rows}, headers={"Authorization": f"Bearer {PRODUCER}"})
+        r = client.post(
+            "/v1/tables/clicks/updates", json={"rows": rows}, headers={"Authorization": f"Bearer {PRODUCER}"}
+        )
         assert r.status_code == 413 and "limit" in r.json()["message"]
 
 
@@ -132,14 +163,18 @@ def test_operator_actions(harness: Harness) -> None:
     assert harness.post("/v1/admin/tables", token=OPERATOR, json=changed).status_code == 409
     bad = {"name": "bad name", "schema": {"columns": [{"name": "k", "type": "string"}]}}
     assert harness.post("/v1/admin/tables", token=OPERATOR, json=bad).status_code == 422
-    r = harness.client.put("/v1/admin/tables/events/weight", json={"weight": 4}, headers={"Authorization": f"Bearer {OPERATOR}"})
+    r = harness.client.put(
+        "/v1/admin/tables/events/weight", json={"weight": 4}, headers={"Authorization": f"Bearer {OPERATOR}"}
+    )
     assert r.status_code == 200 and r.json()["weight"] == 4
     assert harness.post("/v1/admin/tables/events/pause", token=OPERATOR).json()["paused"] is True
     assert harness.post("/v1/tables/events/updates", json={"rows": [{"k": "a"}]}).status_code == 202
     assert harness.status("events")["pending_updates"] == 1  # paused: intake continues, loading waits
     assert harness.post("/v1/admin/tables/events/resume", token=OPERATOR).json()["paused"] is False
     harness.wait_loaded("events", 1)
-    r = harness.client.put("/v1/admin/policy", json={"policy": "group-and-run"}, headers={"Authorization": f"Bearer {OPERATOR}"})
+    r = harness.client.put(
+        "/v1/admin/policy", json={"policy": "group-and-run"}, headers={"Authorization": f"Bearer {OPERATOR}"}
+    )
     assert r.status_code == 200 and r.json()["policy"] == "group-and-run"
     r = harness.client.put("/v1/admin/policy", json={"policy": "nope"}, headers={"Authorization": f"Bearer {OPERATOR}"})
     assert r.status_code == 422
@@ -166,7 +201,9 @@ def test_landing_files_are_loaded(harness: Harness) -> None:
     pq.write_table(pa.table({"order_id": pa.array([1, 2], pa.int64()), "country": ["DE", "FR"]}), landing / "a.parquet")
     (landing / "b.csv").write_text("order_id,amount,country\n3,1.5,DE\n", encoding="utf-8")
     (landing / "c.json").write_text('{"order_id": 4, "country": "US"}\n', encoding="utf-8")
-    r = harness.post("/v1/tables/orders/updates", json={"files": ["a.parquet", "b.csv", {"path": "c.json", "format": "json"}]})
+    r = harness.post(
+        "/v1/tables/orders/updates", json={"files": ["a.parquet", "b.csv", {"path": "c.json", "format": "json"}]}
+    )
     assert r.status_code == 202, r.text
     (landing / "a.parquet").unlink()  # the producer may delete its file once acknowledged
     bad = landing / "bad.csv"

@@ -200,7 +200,9 @@ def test_simulate_human_output(traces: dict[str, Path]) -> None:
 def test_plot_writes_a_png(traces: dict[str, Path], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "out.png"
-    result = invoke("simulate", "--trace", traces["poisson"], "--policy", "myopic", "--workers", "2", "--plot", out, "--json")
+    result = invoke(
+        "simulate", "--trace", traces["poisson"], "--policy", "myopic", "--workers", "2", "--plot", out, "--json"
+    )
     assert result.exit_code == 0, result.output
     assert out.stat().st_size > 0
     assert out.read_bytes()[:8] == PNG_MAGIC
@@ -261,7 +263,11 @@ TABLE = '{"type": "table", "name": "t", "alpha": 0.1}'
     "lines,number,fragment",
     [
         ([TABLE, '{"type": "update", "table": "t", "release": 2}', "{oops"], 3, "not valid JSON"),
-        ([TABLE, '{"type": "update", "table": "t", "release": 2}', '{"type": "update", "table": "t", "release": 1}'], 3, "strictly increase"),
+        (
+            [TABLE, '{"type": "update", "table": "t", "release": 2}', '{"type": "update", "table": "t", "release": 1}'],
+            3,
+            "strictly increase",
+        ),
         ([TABLE, '{"type": "update", "table": "u", "release": 1}'], 2, "unknown table 'u'"),
         (['{"type": "table", "name": "t", "alpha": -1}'], 1, "'alpha'"),
     ],

@@ -54,7 +54,10 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
             '[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "int64" }]\n',
             "tables declared twice",
         ),
-        ('[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "decimal" }]\n', "tables.0.schema.columns.0.type"),
+        (
+            '[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "decimal" }]\n',
+            "tables.0.schema.columns.0.type",
+        ),
         ('[[auth_tokens]]\ntoken = "short"\nrole = "operator"\n', "auth_tokens.0.token"),
     ],
 )

@@ -152,7 +152,7 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(server: ServerProces
         acked_before = len(producers.acked)
         stop, threads = producers.run()
         if failpoint is None:
-            wait_for(lambda: len(producers.acked) >= acked_before + 60, 120, "60 more acks", server)
+            wait_for(lambda n=acked_before + 60: len(producers.acked) >= n, 120, "60 more acks", server)
             server.kill()
         else:
             wait_for(lambda: not server.alive, 120, f"failpoint {failpoint}", server)

@@ -85,7 +85,9 @@ def test_failed_batch_is_put_back_and_retried() -> None:
     async def scenario() -> None:
         recorder = Recorder(fail_first={"t"})
         failed: list[FailedBatch] = []
-        d = Dispatcher(make_policy("myopic"), 1, PendingStore(), recorder, on_failed=failed.append, max_retry_delay=0.01)
+        d = Dispatcher(
+            make_policy("myopic"), 1, PendingStore(), recorder, on_failed=failed.append, max_retry_delay=0.01
+        )
         d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
         d.start()
         for seq in (1, 2, 3):

@@ -69,9 +69,7 @@ def event_rows(rng: random.Random, ids: range) -> list[dict[str, Any]]:
     ]
 
 
-def test_every_intake_form_lands_exactly_once_and_reads_back_the_same_everywhere(
-    spark, live: Harness
-) -> None:
+def test_every_intake_form_lands_exactly_once_and_reads_back_the_same_everywhere(spark, live: Harness) -> None:
     rng = random.Random(11)
     schema = TableSchema.model_validate(EVENTS["schema"])
     sent: list[dict[str, Any]] = []
@@ -83,9 +81,7 @@ def test_every_intake_form_lands_exactly_once_and_reads_back_the_same_everywhere
     # NDJSON
     rows = event_rows(rng, range(300, 340))
     ndjson = "\n".join(json.dumps(r) for r in rows).encode()
-    r = live.post(
-        "/v1/tables/events/updates", content=ndjson, headers={"Content-Type": "application/x-ndjson"}
-    )
+    r = live.post("/v1/tables/events/updates", content=ndjson, headers={"Content-Type": "application/x-ndjson"})
     assert r.status_code == 202, r.text
     sent += rows
     # several tables in one request

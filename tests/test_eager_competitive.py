@@ -62,9 +62,7 @@ def test_staleness_ratio_tends_to_one_as_alpha_shrinks(kind: str, policy_name: s
         ratios.append(ratio)
     points = list(zip(UTILIZATIONS, ratios, strict=True))
     for (u0, r0), (u1, r1) in zip(points, points[1:], strict=False):
-        assert r1 <= r0 + MONOTONE_SLACK, (
-            f"ratio rose from {r0} (utilization {u0}) to {r1} (utilization {u1})"
-        )
+        assert r1 <= r0 + MONOTONE_SLACK, f"ratio rose from {r0} (utilization {u0}) to {r1} (utilization {u1})"
     assert ratios[-1] < 1.02, ratios
 
 

@@ -258,9 +258,7 @@ def test_two_tables_fifo_takes_the_other_order() -> None:
 
 
 def test_weighted_staleness_and_low() -> None:
-    trace = two_table_trace(
-        MYOPIC_A, MYOPIC_B, a={"alpha": 1.0, "weight": 3.0}, b={"alpha": 1.0, "weight": 0.5}
-    )
+    trace = two_table_trace(MYOPIC_A, MYOPIC_B, a={"alpha": 1.0, "weight": 3.0}, b={"alpha": 1.0, "weight": 0.5})
     result = simulate(trace, make_policy("myopic"), 1, record_schedule=True)
     f = result.freshness
     assert f.weighted_staleness == 113.625
@@ -318,10 +316,7 @@ def test_instantaneous_loading_meets_low_exactly(policy: str) -> None:
 @st.composite
 def instantaneous_traces(draw: st.DrawFn) -> Trace:
     n = draw(st.integers(1, 4))
-    specs = [
-        TableSpec(name=f"t{i}", alpha=0.0, weight=draw(st.sampled_from([0.5, 1.0, 3.0])))
-        for i in range(n)
-    ]
+    specs = [TableSpec(name=f"t{i}", alpha=0.0, weight=draw(st.sampled_from([0.5, 1.0, 3.0]))) for i in range(n)]
     events = []
     for tid in range(n):
         # A coarse grid makes tables release at the same instants.

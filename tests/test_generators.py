@@ -113,9 +113,7 @@ def test_releases_stay_within_the_horizon(kind: str) -> None:
 
 @pytest.mark.parametrize("utilization,workers,tables", [(0.5, 4, 30), (0.3, 2, 7), (0.9, 8, 40), (0.05, 1, 3)])
 def test_quasiperiodic_utilization_is_exact(utilization: float, workers: int, tables: int) -> None:
-    trace = generators.quasiperiodic(
-        tables=tables, workers=workers, utilization=utilization, horizon=50.0, seed=1
-    )
+    trace = generators.quasiperiodic(tables=tables, workers=workers, utilization=utilization, horizon=50.0, seed=1)
     alphas = {s.alpha for s in trace.tables}
     assert alphas == {utilization * workers / tables}  # Theorem 4.3: one alpha for all
     assert sum(s.alpha for s in trace.tables) / workers == pytest.approx(utilization, rel=1e-12)

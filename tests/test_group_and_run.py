@@ -46,9 +46,7 @@ def theorem_alpha(workers: int, groups: int, tables: int) -> float:
     return min((workers - groups) / (8 * tables), 1 / 8)
 
 
-def theorem_trace(
-    periods: tuple[float, ...], workers: int, seed: int, tables: int = TABLES
-) -> Trace:
+def theorem_trace(periods: tuple[float, ...], workers: int, seed: int, tables: int = TABLES) -> Trace:
     """A quasiperiodic workload at the theorem's largest alpha (the generator sets
     alpha = utilization * workers / tables, so utilization = alpha * tables / workers)."""
     alpha = theorem_alpha(workers, len(periods), tables)
@@ -88,12 +86,8 @@ def test_faithful_stretch_below_3_under_theorem_conditions(case, tables: int) ->
         assert alpha <= (workers - g) / (8 * tables) and alpha <= 1 / 8
         result = run(trace, "group-and-run", workers)
         groups = static_partition(trace, result)
-        assert groups is not None, (
-            "hinted periods > 2x apart with p >= 2g: the partition never changes"
-        )
-        check_schedule(
-            trace, result.schedule, workers, "group-and-run", result=result, groups=groups
-        )
+        assert groups is not None, "hinted periods > 2x apart with p >= 2g: the partition never changes"
+        check_schedule(trace, result.schedule, workers, "group-and-run", result=result, groups=groups)
 
         # Lemma 4.2: no update waits more than B/6 for its batch to start (the first
         # update of a batch waits longest).
@@ -188,9 +182,7 @@ def test_groups_are_merged_when_p_below_2g() -> None:
         result = run(trace, policy_name, workers)
         groups = result.summary()["groups"]
         assert len(groups) <= workers // 2
-        assert sorted(n for group in groups for n in group["tables"]) == sorted(
-            s.name for s in trace.tables
-        )
+        assert sorted(n for group in groups for n in group["tables"]) == sorted(s.name for s in trace.tables)
         assert any(group["period_range"][1] > 2 * group["period_range"][0] for group in groups)
         check_schedule(trace, result.schedule, workers, policy_name, result=result)
 
@@ -216,9 +208,7 @@ def test_work_conserving_variant_is_eager(case) -> None:
     )
     result = run(trace, "group-and-run-wc", workers)
     assert make_policy("group-and-run-wc").eager and not make_policy("group-and-run").eager
-    check_schedule(
-        trace, result.schedule, workers, "group-and-run-wc", result=result
-    )  # includes (g)
+    check_schedule(trace, result.schedule, workers, "group-and-run-wc", result=result)  # includes (g)
 
 
 def test_work_conserving_vs_faithful_on_one_workload() -> None:

@@ -89,8 +89,11 @@ def test_snapshot_round_trips_atomically(tmp_path: Path) -> None:
 
 def test_a_damaged_snapshot_is_an_error_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "idempotency.json"
-    for content in (b"{not json", json.dumps({"version": 9, "entries": []}).encode(),
-                    json.dumps({"version": 1, "entries": [{"key": "k"}]}).encode()):
+    for content in (
+        b"{not json",
+        json.dumps({"version": 9, "entries": []}).encode(),
+        json.dumps({"version": 1, "entries": [{"key": "k"}]}).encode(),
+    ):
         path.write_bytes(content)
         with pytest.raises(ValueError, match=str(path)):
             IdempotencyStore.load(path)

@@ -54,7 +54,9 @@ def test_unsupported_media_type() -> None:
 
 
 def test_multi() -> None:
-    reqs = parse_multi(b'{"updates": [{"table": "a", "rows": [{}]}, {"table": "b", "files": ["f.csv"]}]}', "application/json")
+    reqs = parse_multi(
+        b'{"updates": [{"table": "a", "rows": [{}]}, {"table": "b", "files": ["f.csv"]}]}', "application/json"
+    )
     assert [r.table for r in reqs] == ["a", "b"]
     with pytest.raises(Invalid, match=r'updates\[0\] needs "table"'):
         parse_multi(b'{"updates": [{"rows": []}]}', "application/json")

@@ -75,9 +75,7 @@ def traces(draw: st.DrawFn, max_tables: int = 6, max_updates: int = 40) -> Trace
     events = sorted((release, tid) for tid, releases in per_table.items() for release in releases)
     if events and draw(st.booleans()):  # same-instant releases of different tables in any order
         keys = draw(st.permutations(range(len(events))))
-        events = [
-            e for _, e in sorted(zip(keys, events, strict=True), key=lambda x: (x[1][0], x[0]))
-        ]
+        events = [e for _, e in sorted(zip(keys, events, strict=True), key=lambda x: (x[1][0], x[0]))]
     return Trace(
         tables=specs,
         update_tables=[tid for _, tid in events],
@@ -113,9 +111,7 @@ POLICY_CASES = [(name, {}) for name in POLICY_NAMES] + [
 )
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), workers=st.integers(1, 4))
-def test_random_trace_schedules_satisfy_invariants(
-    policy_name: str, options: dict, trace: Trace, workers: int
-) -> None:
+def test_random_trace_schedules_satisfy_invariants(policy_name: str, options: dict, trace: Trace, workers: int) -> None:
     run_and_check(trace, policy_name, workers, **options)
 
 
@@ -130,9 +126,7 @@ def test_zero_cost_tables_batch_and_run_at_once(trace: Trace, workers: int) -> N
     for policy_name in ("fifo", "myopic", "max-benefit", "group-and-run-wc", "no-batching"):
         result = run_and_check(trace, policy_name, workers)
         assert all(b.start == b.last_release == b.finish for b in result.schedule), policy_name
-        assert result.freshness.total_staleness == pytest.approx(
-            result.freshness.low_bound, rel=1e-12
-        )
+        assert result.freshness.total_staleness == pytest.approx(result.freshness.low_bound, rel=1e-12)
 
 
 # -- seeded generator workloads -------------------------------------------------------------
@@ -159,9 +153,7 @@ WORKLOADS = {
         weighting="skewed",
         seed=7,
     ),
-    "bursty": lambda: generators.bursty(
-        tables=6, horizon=150.0, utilization=0.7, workers=2, seed=3
-    ),
+    "bursty": lambda: generators.bursty(tables=6, horizon=150.0, utilization=0.7, workers=2, seed=3),
     "counterexample": lambda: generators.stretch_counterexample(tables=4, workers=2),
 }
 WORKLOAD_WORKERS = {
@@ -186,9 +178,7 @@ def test_generator_workload_schedules_satisfy_invariants(workload: str, policy_n
 def test_counterexample_stretch_is_unbounded_for_every_policy() -> None:
     """Section 4: the huge-then-tiny update pair forces stretch >= alpha * huge / tiny."""
     huge, tiny = 100.0, 0.01
-    trace = generators.stretch_counterexample(
-        tables=4, huge=huge, tiny=tiny, utilization=0.5, workers=2
-    )
+    trace = generators.stretch_counterexample(tables=4, huge=huge, tiny=tiny, utilization=0.5, workers=2)
     alpha = trace.tables[0].alpha
     for policy_name in POLICY_NAMES:
         result = run_and_check(trace, policy_name, 2)
@@ -205,9 +195,7 @@ TINY = Trace(
 )
 
 
-def _batch(
-    table: str, proc: int, start: float, first: float, last: float, n: int, prev: float
-) -> BatchRecord:
+def _batch(table: str, proc: int, start: float, first: float, last: float, n: int, prev: float) -> BatchRecord:
     return BatchRecord(table, proc, start, start + 0.5 * (last - prev), first, last, n)
 
 
@@ -321,9 +309,7 @@ def test_freshness_checker_rejects_simulator_disagreement() -> None:
     check_freshness(TINY, result.schedule, 2, "myopic", result=result)
     skewed = dataclasses.replace(
         result,
-        freshness=dataclasses.replace(
-            result.freshness, total_staleness=result.freshness.total_staleness * 1.001
-        ),
+        freshness=dataclasses.replace(result.freshness, total_staleness=result.freshness.total_staleness * 1.001),
     )
     with pytest.raises(AssertionError, match="total_staleness"):
         check_freshness(TINY, result.schedule, 2, "myopic", result=skewed)
@@ -334,9 +320,7 @@ def test_freshness_checker_rejects_simulator_disagreement() -> None:
 
 @settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(max_tables=4, max_updates=30), workers=st.integers(1, 3), data=st.data())
-def test_evaluate_schedule_ignores_record_order(
-    trace: Trace, workers: int, data: st.DataObject
-) -> None:
+def test_evaluate_schedule_ignores_record_order(trace: Trace, workers: int, data: st.DataObject) -> None:
     """A schedule read back from a file in another order (say, grouped by table) is the same
     schedule: evaluate_schedule sorts the records itself and must give the same figures."""
     for policy_name in ("myopic", "no-batching"):

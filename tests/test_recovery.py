@@ -116,9 +116,11 @@ def test_a_future_data_until_within_the_skew_never_makes_staleness_negative(harn
     first = harness.get("/metrics").text
     assert _counter(first, "loader_table_staleness_seconds", "clicks") >= 0
     second = harness.get("/metrics").text
-    assert _counter(second, "loader_table_staleness_seconds_squared_total", "clicks") >= _counter(
-        first, "loader_table_staleness_seconds_squared_total", "clicks"
-    ) >= 0
+    assert (
+        _counter(second, "loader_table_staleness_seconds_squared_total", "clicks")
+        >= _counter(first, "loader_table_staleness_seconds_squared_total", "clicks")
+        >= 0
+    )
 
 
 def test_a_refused_update_leaves_no_copied_file_behind(harness: Harness) -> None:

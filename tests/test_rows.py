@@ -31,7 +31,15 @@ SCHEMA = TableSchema.model_validate(
 def test_valid_rows_become_typed_arrow() -> None:
     table = rows_to_arrow(
         [
-            {"id": 1, "small": 2, "price": 3, "name": "a", "ok": True, "day": "2026-01-02", "at": "2026-01-02T03:04:05+01:00"},
+            {
+                "id": 1,
+                "small": 2,
+                "price": 3,
+                "name": "a",
+                "ok": True,
+                "day": "2026-01-02",
+                "at": "2026-01-02T03:04:05+01:00",
+            },
             {"id": 2, "at": 0},
         ],
         SCHEMA,
@@ -41,8 +49,8 @@ def test_valid_rows_become_typed_arrow() -> None:
     assert table.num_rows == 2
     assert table.column("price").to_pylist() == [3.0, None]
     assert table.column("day").to_pylist()[0] == dt.date(2026, 1, 2)
-    assert table.column("at").to_pylist()[0] == dt.datetime(2026, 1, 2, 2, 4, 5, tzinfo=dt.timezone.utc)
-    assert table.column("at").to_pylist()[1] == dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    assert table.column("at").to_pylist()[0] == dt.datetime(2026, 1, 2, 2, 4, 5, tzinfo=dt.UTC)
+    assert table.column("at").to_pylist()[1] == dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +87,15 @@ def test_non_object_row_and_empty_update() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.dictionaries(st.sampled_from(["id", "small", "name", "x"]), st.one_of(st.none(), st.integers(), st.text(max_size=3), st.booleans())), max_size=5))
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["id", "small", "name", "x"]),
+            st.one_of(st.none(), st.integers(), st.text(max_size=3), st.booleans()),
+        ),
+        max_size=5,
+    )
+)
 def test_either_everything_or_a_clear_error(rows: list[dict]) -> None:
     try:
         table = rows_to_arrow(rows, SCHEMA, "t")

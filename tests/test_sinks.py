@@ -78,9 +78,7 @@ def order_rows(rng: random.Random, ids: range) -> pa.Table:
         {
             "id": list(ids),
             "name": [rng.choice(["ada", "bob", None, "chloé", ""]) for _ in ids],
-            "amount": [
-                None if rng.random() < 0.1 else round(rng.uniform(-1e6, 1e6), 3) for _ in ids
-            ],
+            "amount": [None if rng.random() < 0.1 else round(rng.uniform(-1e6, 1e6), 3) for _ in ids],
             "day": [dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(400)) for _ in ids],
             "at": [base + dt.timedelta(microseconds=rng.randrange(10**12)) for _ in ids],
         },
@@ -121,9 +119,7 @@ def sink(spark, tmp_path: Path) -> DeltaRsSink:
 
 
 # -- writer selection and session ---------------------------------------------------------
-def test_auto_picks_delta_rs_without_jars_and_delta_spark_says_how_to_fix(
-    spark, tmp_path: Path
-) -> None:
+def test_auto_picks_delta_rs_without_jars_and_delta_spark_says_how_to_fix(spark, tmp_path: Path) -> None:
     if delta_jvm_available(spark):
         assert make_sink("auto", tmp_path, spark).name == "delta-spark"
         return
@@ -143,7 +139,10 @@ def test_both_writers_produce_tables_that_read_back_identically(spark, tmp_path:
     if not delta_jvm_available(spark):
         pytest.skip("Delta JVM jars are not on Spark's classpath (no Maven access here)")
     schema = TableSchema.model_validate(
-        {"columns": [*ORDERS.model_dump()["columns"], {"name": "country", "type": "string"}], "partition_by": ["country"]}
+        {
+            "columns": [*ORDERS.model_dump()["columns"], {"name": "country", "type": "string"}],
+            "partition_by": ["country"],
+        }
     )
     rng = random.Random(5)
     rows = order_rows(rng, range(300))
@@ -206,17 +205,11 @@ def test_rows_batch_lands_exactly_once_with_its_transaction(sink: DeltaRsSink) -
     assert {"spark_seconds", "commit_seconds"} <= set(result.details)
     assert by_id(read_delta(path)) == expected
     assert by_id(read_duckdb(path)) == expected
-    assert (
-        DeltaTable(str(path)).transaction_version(app_id("orders"))
-        == 5
-        == sink.committed_seq("orders")
-    )
+    assert DeltaTable(str(path)).transaction_version(app_id("orders")) == 5 == sink.committed_seq("orders")
     assert sum(a["num_records"] for a in add_actions(path)) == 400
 
 
-def test_batch_mixing_rows_parquet_csv_and_json_lands_as_intake_read_it(
-    sink: DeltaRsSink, tmp_path: Path
-) -> None:
+def test_batch_mixing_rows_parquet_csv_and_json_lands_as_intake_read_it(sink: DeltaRsSink, tmp_path: Path) -> None:
     rng = random.Random(11)
     sink.ensure_table("orders", ORDERS)
     landing = tmp_path / "landing"
@@ -224,13 +217,9 @@ def test_batch_mixing_rows_parquet_csv_and_json_lands_as_intake_read_it(
     rows = order_rows(rng, range(0, 50))
     # pandas' default Parquet: nanosecond timestamps, int32 ids, columns in another order.
     from_pandas = order_rows(rng, range(50, 80))
-    nanos = from_pandas.set_column(
-        4, "at", from_pandas.column("at").cast(pa.timestamp("ns", tz="UTC"))
-    )
+    nanos = from_pandas.set_column(4, "at", from_pandas.column("at").cast(pa.timestamp("ns", tz="UTC")))
     pq.write_table(
-        nanos.select(["at", "amount", "name", "day", "id"]).set_column(
-            4, "id", nanos["id"].cast(pa.int32())
-        ),
+        nanos.select(["at", "amount", "name", "day", "id"]).set_column(4, "id", nanos["id"].cast(pa.int32())),
         landing / "feed.parquet",
     )
     # CSV: header order differs, one column missing, one unknown, empties and NULL markers.
@@ -258,24 +247,16 @@ def test_batch_mixing_rows_parquet_csv_and_json_lands_as_intake_read_it(
 
     result = sink.load(batch, ORDERS)
 
-    oracle = [rows] + [
-        read_landing_file(Path(f.path), f.format, ORDERS.arrow()) for f in batch.files
-    ]
+    oracle = [rows] + [read_landing_file(Path(f.path), f.format, ORDERS.arrow()) for f in batch.files]
     expected = by_id(pa.concat_tables(oracle))
     assert result.rows == len(expected) == 50 + 30 + 4 + 2
     assert by_id(read_delta(sink.table_path("orders"))) == expected
     csv_rows = {r["id"]: r for r in expected if 80 <= r["id"] < 90}
-    assert (
-        csv_rows[81]["name"] == "" and csv_rows[82]["name"] == "" and csv_rows[83]["name"] == "NULL"
-    )
-    assert csv_rows[83]["amount"] is None and csv_rows[83]["at"] == dt.datetime(
-        2024, 5, 1, 10, tzinfo=UTC
-    )
+    assert csv_rows[81]["name"] == "" and csv_rows[82]["name"] == "" and csv_rows[83]["name"] == "NULL"
+    assert csv_rows[83]["amount"] is None and csv_rows[83]["at"] == dt.datetime(2024, 5, 1, 10, tzinfo=UTC)
 
 
-def test_partitioned_table_has_right_partition_values_and_reads_back(
-    spark, sink: DeltaRsSink
-) -> None:
+def test_partitioned_table_has_right_partition_values_and_reads_back(spark, sink: DeltaRsSink) -> None:
     schema = TableSchema.model_validate(
         {
             "columns": [
@@ -307,15 +288,14 @@ def test_partitioned_table_has_right_partition_values_and_reads_back(
     path = sink.table_path("sales")
     assert result.rows == n and result.files_written == 12
     actions = add_actions(path)
-    assert sorted(
-        (str(a["partition.country"]), str(a["partition.day"])) for a in actions
-    ) == sorted((str(c), str(d)) for c in countries for d in days)
+    assert sorted((str(a["partition.country"]), str(a["partition.day"])) for a in actions) == sorted(
+        (str(c), str(d)) for c in countries for d in days
+    )
     for action in actions:  # each file holds exactly its partition's rows
         expected_rows = sum(
             1
             for i in range(n)
-            if countries[i % 4] == action["partition.country"]
-            and days[i % 3] == action["partition.day"]
+            if countries[i % 4] == action["partition.country"] and days[i % 3] == action["partition.day"]
         )
         assert action["num_records"] == expected_rows
     expected = by_id(rows)
@@ -346,17 +326,11 @@ def test_replayed_batch_is_skipped_and_a_later_batch_commits(sink: DeltaRsSink) 
     later = Batch("orders", (rows_update("orders", 3, order_rows(rng, range(20, 25))),))
     result = sink.load(later, ORDERS)
     assert (result.skipped, result.rows, result.delta_version) == (False, 5, 2)
-    assert (
-        sink.committed_seq("orders")
-        == 3
-        == DeltaTable(str(path)).transaction_version(app_id("orders"))
-    )
+    assert sink.committed_seq("orders") == 3 == DeltaTable(str(path)).transaction_version(app_id("orders"))
     assert read_delta(path).num_rows == 25
     assert sorted(r["id"] for r in read_delta(path).to_pylist()) == list(range(25))
     # A batch ending at or below the committed sequence is a replay too.
-    assert sink.load(
-        Batch("orders", (rows_update("orders", 2, order_rows(rng, range(99, 100))),)), ORDERS
-    ).skipped
+    assert sink.load(Batch("orders", (rows_update("orders", 2, order_rows(rng, range(99, 100))),)), ORDERS).skipped
 
 
 def test_all_column_types_round_trip_with_statistics(sink: DeltaRsSink) -> None:
@@ -386,9 +360,7 @@ def test_all_column_types_round_trip_with_statistics(sink: DeltaRsSink) -> None:
     path = sink.table_path("types")
     back = read_delta(path)
     assert back.schema.field("ts").type == pa.timestamp("us", tz="UTC")
-    assert [back.schema.field(n).type for n in ALL_TYPES.names] == [
-        f.type for f in ALL_TYPES.arrow()
-    ]
+    assert [back.schema.field(n).type for n in ALL_TYPES.names] == [f.type for f in ALL_TYPES.arrow()]
     assert by_id(back) == by_id(rows)
     assert by_id(read_duckdb(path)) == by_id(rows)
     # Spark wrote microsecond timestamps (not INT96), readable by every Delta reader.
@@ -412,9 +384,7 @@ def test_all_column_types_round_trip_with_statistics(sink: DeltaRsSink) -> None:
     assert stats["maxValues"]["ts"] == "2024-02-29T12:00:00.001Z"  # 1 µs past noon, rounded up
     assert stats["minValues"]["i64"] == -(2**63) and stats["maxValues"]["i32"] == 2**31 - 1
     assert stats["minValues"]["d"] == "0001-01-01" and stats["maxValues"]["d"] == "9999-12-31"
-    assert (
-        stats["minValues"]["s"] == "b ✓ ünïcode" and "s" not in stats["maxValues"]
-    )  # "x"*40: too long a bound
+    assert stats["minValues"]["s"] == "b ✓ ünïcode" and "s" not in stats["maxValues"]  # "x"*40: too long a bound
 
 
 def _stats_from_log(path: Path) -> dict[str, Any]:
@@ -455,9 +425,7 @@ def test_ensure_table_is_idempotent_and_refuses_another_schema(sink: DeltaRsSink
     fewer = TableSchema(columns=ORDERS.columns[:4])
     with pytest.raises(ValueError, match=r"the table has column 'at'"):
         sink.ensure_table("orders", fewer)
-    nullable_id = TableSchema(
-        columns=(ORDERS.columns[0].model_copy(update={"nullable": True}), *ORDERS.columns[1:])
-    )
+    nullable_id = TableSchema(columns=(ORDERS.columns[0].model_copy(update={"nullable": True}), *ORDERS.columns[1:]))
     with pytest.raises(ValueError, match=r"column 'id' is NOT NULL in the table but nullable"):
         sink.ensure_table("orders", nullable_id)
     partitioned = TableSchema(columns=ORDERS.columns, partition_by=("name",))
@@ -470,9 +438,7 @@ def test_failed_load_commits_nothing_and_leaves_no_files(sink: DeltaRsSink, tmp_
     bad = tmp_path / "bad.json"
     bad.write_text('{"id": 1, "name": "ok"}\n{"id": null, "name": "no id"}\n', encoding="utf-8")
     good = order_rows(random.Random(1), range(100, 110))
-    batch = Batch(
-        "orders", (rows_update("orders", 1, good), file_update("orders", 2, bad, FileFormat.json))
-    )
+    batch = Batch("orders", (rows_update("orders", 1, good), file_update("orders", 2, bad, FileFormat.json)))
     path = sink.table_path("orders")
 
     with pytest.raises(Exception, match="NOT NULL"):
@@ -492,9 +458,7 @@ def test_staging_left_by_a_crash_is_cleaned_and_loads_leave_none(sink: DeltaRsSi
     sink.ensure_table("orders", ORDERS)
     assert not leftover.parent.exists()
 
-    sink.load(
-        Batch("orders", (rows_update("orders", 1, order_rows(random.Random(3), range(7))),)), ORDERS
-    )
+    sink.load(Batch("orders", (rows_update("orders", 1, order_rows(random.Random(3), range(7))),)), ORDERS)
     assert not list(path.glob(f"{STAGING_PREFIX}*"))
     assert read_delta(path).num_rows == 7
     assert sink.cleanup("orders") == 0

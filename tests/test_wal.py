@@ -42,17 +42,28 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def small_rows(seed: int, n: int = 3) -> pa.Table:
     rng = random.Random(seed)
-    return pa.table({
-        "id": pa.array([rng.randrange(1 << 40) for _ in range(n)], pa.int64()),
-        "name": pa.array([None if rng.random() < 0.2 else f"név-{rng.randrange(100)}" for _ in range(n)]),
-        "at": pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=rng.randrange(10**6))
-                        for _ in range(n)], pa.timestamp("us", tz="UTC")),
-        "value": pa.array([rng.random() for _ in range(n)], pa.float64()),
-    })
+    return pa.table(
+        {
+            "id": pa.array([rng.randrange(1 << 40) for _ in range(n)], pa.int64()),
+            "name": pa.array([None if rng.random() < 0.2 else f"név-{rng.randrange(100)}" for _ in range(n)]),
+            "at": pa.array(
+                [dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=rng.randrange(10**6)) for _ in range(n)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "value": pa.array([rng.random() for _ in range(n)], pa.float64()),
+        }
+    )
 
 
-def rec(table: str, seq: int, *, rows: pa.Table | None = None, files: tuple[FileRef, ...] = (),
-        key: str | None = None, created_at: float = 1_700_000_000.25) -> WalRecord:
+def rec(
+    table: str,
+    seq: int,
+    *,
+    rows: pa.Table | None = None,
+    files: tuple[FileRef, ...] = (),
+    key: str | None = None,
+    created_at: float = 1_700_000_000.25,
+) -> WalRecord:
     update = Update(table, seq, 1_700_000_000.0 + seq / 10, rows, files)
     if key is None:
         return WalRecord(update, created_at=created_at)
@@ -64,9 +75,12 @@ def same(a: WalRecord, b: WalRecord) -> bool:
     rows_same = (ua.rows is None and ub.rows is None) or (
         ua.rows is not None and ub.rows is not None and ua.rows.equals(ub.rows, check_metadata=True)
     )
-    return (rows_same and (ua.table, ua.seq, ua.release, ua.files) == (ub.table, ub.seq, ub.release, ub.files)
-            and (a.idempotency_key, a.request_hash, a.response, a.created_at)
-            == (b.idempotency_key, b.request_hash, b.response, b.created_at))
+    return (
+        rows_same
+        and (ua.table, ua.seq, ua.release, ua.files) == (ub.table, ub.seq, ub.release, ub.files)
+        and (a.idempotency_key, a.request_hash, a.response, a.created_at)
+        == (b.idempotency_key, b.request_hash, b.response, b.created_at)
+    )
 
 
 def assert_same(got: list[WalRecord], want: list[WalRecord]) -> None:
@@ -147,9 +161,7 @@ def test_concurrent_appends_share_fsyncs_and_replay_in_call_order(tmp_path: Path
     n = 500
 
     async def run(wal: WriteAheadLog) -> None:
-        await asyncio.gather(*(
-            wal.append([rec(f"t{i % 7}", i, rows=small_rows(i, n=1))]) for i in range(n)
-        ))
+        await asyncio.gather(*(wal.append([rec(f"t{i % 7}", i, rows=small_rows(i, n=1))]) for i in range(n)))
 
     with WriteAheadLog(tmp_path, on_fsync=lambda s, r, b: groups.append((s, r, b))) as wal:
         asyncio.run(run(wal))
@@ -173,6 +185,7 @@ def test_appends_queued_during_an_fsync_share_the_next_one(tmp_path: Path) -> No
         assert queued.wait(timeout=60)
 
     with WriteAheadLog(tmp_path, on_fsync=hook) as wal:
+
         async def run() -> None:
             tasks = [asyncio.ensure_future(wal.append([rec(f"t{i % 7}", i)])) for i in range(n)]
             await asyncio.sleep(0)  # a yield, not a wait: every task runs up to its await
@@ -186,6 +199,7 @@ def test_appends_queued_during_an_fsync_share_the_next_one(tmp_path: Path) -> No
 
 def test_threads_and_tasks_append_at_once_keeping_each_tables_order(tmp_path: Path) -> None:
     with WriteAheadLog(tmp_path) as wal:
+
         def producer(t: int) -> None:
             for seq in range(60):
                 wal.append_sync([rec(f"thread{t}", seq)])
@@ -194,6 +208,7 @@ def test_threads_and_tasks_append_at_once_keeping_each_tables_order(tmp_path: Pa
             async def one(t: int) -> None:
                 for seq in range(60):
                     await wal.append([rec(f"task{t}", seq), rec(f"task{t}b", seq)])
+
             await asyncio.gather(*(one(t) for t in range(4)))
 
         threads = [threading.Thread(target=producer, args=(t,)) for t in range(4)]
@@ -212,14 +227,17 @@ def test_threads_and_tasks_append_at_once_keeping_each_tables_order(tmp_path: Pa
 def test_max_delay_collects_one_group(tmp_path: Path) -> None:
     groups: list[int] = []
     with WriteAheadLog(tmp_path, max_delay_seconds=0.2, on_fsync=lambda s, r, b: groups.append(r)) as wal:
+
         async def run() -> None:
             await asyncio.gather(*(wal.append([rec("t", i)]) for i in range(50)))
+
         asyncio.run(run())
     assert groups == [50]
 
 
 def test_a_cancelled_append_is_still_written_and_others_complete(tmp_path: Path) -> None:
     with WriteAheadLog(tmp_path) as wal:
+
         async def run() -> None:
             first = asyncio.create_task(wal.append([rec("t", 0)]))
             await asyncio.sleep(0)  # let it queue its record
@@ -227,6 +245,7 @@ def test_a_cancelled_append_is_still_written_and_others_complete(tmp_path: Path)
             await asyncio.gather(*(wal.append([rec("t", i)]) for i in range(1, 20)))
             with pytest.raises(asyncio.CancelledError):
                 await first
+
         asyncio.run(run())
         assert [r.update.seq for r in wal.replay()] == list(range(20))
 
@@ -560,10 +579,12 @@ def test_truncate_runs_safely_while_appends_roll_segments(tmp_path: Path) -> Non
         thread = threading.Thread(target=truncator)
         thread.start()
         try:
+
             async def run() -> None:
                 for seq in range(300):
                     await wal.append([rec("t", seq, rows=small_rows(seq, n=1))])
                     committed["t"] = seq - 20  # Delta lags the WAL by 20 updates
+
             asyncio.run(run())
         finally:
             stop.set()
@@ -584,11 +605,17 @@ def test_a_second_open_of_the_same_directory_is_refused(tmp_path: Path) -> None:
             WriteAheadLog(tmp_path).open()
         assert str(os.getpid()) in str(info.value)
         child = subprocess.run(
-            [sys.executable, "-c",
-             "import sys\nfrom loader.wal import WriteAheadLog, WalLockedError\n"
-             "try:\n    WriteAheadLog(sys.argv[1]).open()\nexcept WalLockedError as e:\n    print('locked:', e)\n",
-             str(tmp_path)],
-            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-c",
+                "import sys\nfrom loader.wal import WriteAheadLog, WalLockedError\n"
+                "try:\n    WriteAheadLog(sys.argv[1]).open()\nexcept WalLockedError as e:\n    print('locked:', e)\n",
+                str(tmp_path),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert child.stdout.startswith("locked:") and str(tmp_path) in child.stdout, child.stderr
     with WriteAheadLog(tmp_path):  # released on close
@@ -621,8 +648,13 @@ asyncio.run(main(sys.argv[1]))
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("acks_before_kill", [1, 150, 600])
 def test_every_acknowledged_record_survives_sigkill(tmp_path: Path, acks_before_kill: int) -> None:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout is not None
     lines: list[str] = []
     try:

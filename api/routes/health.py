@@ -16,7 +16,9 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", summary="Liveness (no token needed)")
 async def healthz(service: Service) -> JSONResponse:
     ok = service.failure is None
-    return JSONResponse({"status": "ok" if ok else "failing", "detail": service.failure}, status_code=200 if ok else 503)
+    return JSONResponse(
+        {"status": "ok" if ok else "failing", "detail": service.failure}, status_code=200 if ok else 503
+    )
 
 
 @router.get("/readyz", summary="Ready once recovery finished and Spark is up")

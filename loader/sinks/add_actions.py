@@ -168,9 +168,7 @@ def partition_values(relative: PurePosixPath, schema: TableSchema) -> dict[str, 
         values[name] = _partition_value(raw, kinds[name])
     missing = set(schema.partition_by) - set(values)
     if missing:
-        raise ValueError(
-            f"written file {relative} lacks partition directories for {sorted(missing)}"
-        )
+        raise ValueError(f"written file {relative} lacks partition directories for {sorted(missing)}")
     return values
 
 

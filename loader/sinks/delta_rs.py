@@ -70,9 +70,7 @@ class DeltaRsSink(DeltaSinkBase):
         try:
             started = time.perf_counter()
             frame = build_batch_frame(self.spark, batch, schema, staging / "in")
-            frame.write.mode("errorifexists").partitionBy(*schema.partition_by).parquet(
-                str(output)
-            )
+            frame.write.mode("errorifexists").partitionBy(*schema.partition_by).parquet(str(output))
             written = time.perf_counter()
             failpoints.hit("load.after-spark-write")
             actions, rows = self._publish(output, path, schema, published)

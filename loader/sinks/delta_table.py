@@ -44,17 +44,11 @@ def schema_differences(table: DeltaTable, schema: TableSchema) -> list[str]:
     have = _fields(table.schema())
     want = _fields(DeltaSchema.from_arrow(schema.arrow()))
     out = [f"column {n!r} is missing from the table" for n in want if n not in have]
-    out += [
-        f"the table has column {n!r}, which the configured schema lacks"
-        for n in have
-        if n not in want
-    ]
+    out += [f"the table has column {n!r}, which the configured schema lacks" for n in have if n not in want]
     for name in (n for n in want if n in have):
         (t_have, null_have), (t_want, null_want) = have[name], want[name]
         if t_have != t_want:
-            out.append(
-                f"column {name!r} is {t_have} in the table but {t_want} in the configured schema"
-            )
+            out.append(f"column {name!r} is {t_have} in the table but {t_want} in the configured schema")
         if null_have != null_want:
             out.append(
                 f"column {name!r} is {_nullability(null_have)} in the table "

@@ -45,9 +45,7 @@ def spark_struct(schema: TableSchema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     arrow = schema.arrow()
-    return from_arrow_schema(
-        pa.schema([f.with_nullable(True) for f in arrow]), prefer_timestamp_ntz=False
-    )
+    return from_arrow_schema(pa.schema([f.with_nullable(True) for f in arrow]), prefer_timestamp_ntz=False)
 
 
 def _escape_glob(path: str) -> str:
@@ -55,9 +53,7 @@ def _escape_glob(path: str) -> str:
     return _GLOB.sub(r"\\\1", path)
 
 
-def _rows_frame(
-    spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema, scratch: Path
-) -> DataFrame:
+def _rows_frame(spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema, scratch: Path) -> DataFrame:
     """In-memory rows, handed to Spark as a Parquet file that executors read.
 
     ``createDataFrame(arrow)`` would serialize the rows in this process through py4j,
@@ -91,22 +87,12 @@ def _from_csv_text(name: str, kind: DataType) -> Column:
     if isinstance(kind, StringType):
         return F.coalesce(raw, F.lit("")).alias(name)
     parsed = raw.cast(kind)
-    bad = F.raise_error(
-        F.concat(
-            F.lit(f"CSV column {name!r}: cannot read "), raw, F.lit(f" as {kind.simpleString()}")
-        )
-    )
+    bad = F.raise_error(F.concat(F.lit(f"CSV column {name!r}: cannot read "), raw, F.lit(f" as {kind.simpleString()}")))
     converted = F.when(parsed.isNull(), bad.cast(kind)).otherwise(parsed)
-    return (
-        F.when(raw.isNull() | raw.isin(*CSV_NULLS), F.lit(None).cast(kind))
-        .otherwise(converted)
-        .alias(name)
-    )
+    return F.when(raw.isNull() | raw.isin(*CSV_NULLS), F.lit(None).cast(kind)).otherwise(converted).alias(name)
 
 
-def _csv_frames(
-    spark: SparkSession, files: Sequence[FileRef], schema: TableSchema
-) -> list[DataFrame]:
+def _csv_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSchema) -> list[DataFrame]:
     """CSV files, one read per distinct header: columns by name, missing null, extras dropped."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
@@ -119,10 +105,7 @@ def _csv_frames(
     for header, paths in by_header.items():
         # Every field as text, bound by position (enforceSchema) to names taken from the
         # header itself; only exact-case names are table columns, as for pyarrow.
-        fields = [
-            StructField(n if n in struct.names else f"_extra_{i}", StringType())
-            for i, n in enumerate(header)
-        ]
+        fields = [StructField(n if n in struct.names else f"_extra_{i}", StringType()) for i, n in enumerate(header)]
         df = (
             spark.read.schema(StructType(fields))
             .options(header="true", enforceSchema="true", mode="FAILFAST")
@@ -153,9 +136,7 @@ def _nanos_columns(path: str, names: Sequence[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def _parquet_frames(
-    spark: SparkSession, files: Sequence[FileRef], schema: TableSchema
-) -> list[DataFrame]:
+def _parquet_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSchema) -> list[DataFrame]:
     """Parquet files, columns by name; nanosecond timestamps (whole µs, intake checked) to µs."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType
@@ -169,9 +150,7 @@ def _parquet_frames(
         if not nanos:
             frames.append(spark.read.schema(struct).parquet(*paths))
             continue
-        read = StructType(
-            [StructField(f.name, LongType()) if f.name in nanos else f for f in struct]
-        )
+        read = StructType([StructField(f.name, LongType()) if f.name in nanos else f for f in struct])
         df = spark.read.schema(read).parquet(*paths)
         frames.append(
             df.select(
@@ -186,18 +165,14 @@ def _parquet_frames(
     return frames
 
 
-def _files_frames(
-    spark: SparkSession, files: Sequence[FileRef], schema: TableSchema
-) -> list[DataFrame]:
+def _files_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSchema) -> list[DataFrame]:
     frames = []
     parquet = [f for f in files if f.format is FileFormat.parquet]
     if parquet:
         frames.extend(_parquet_frames(spark, parquet, schema))
     json_files = [_escape_glob(f.path) for f in files if f.format is FileFormat.json]
     if json_files:
-        frames.append(
-            spark.read.schema(spark_struct(schema)).option("mode", "FAILFAST").json(json_files)
-        )
+        frames.append(spark.read.schema(spark_struct(schema)).option("mode", "FAILFAST").json(json_files))
     csv_files = [f for f in files if f.format is FileFormat.csv]
     if csv_files:
         frames.extend(_csv_frames(spark, csv_files, schema))
@@ -212,9 +187,7 @@ def _checked(schema: TableSchema) -> list[Column]:
     for column in schema.columns:
         col = F.col(column.name)
         if not column.nullable:
-            message = F.lit(
-                f"column {column.name!r} is NOT NULL but a row of this batch holds null"
-            )
+            message = F.lit(f"column {column.name!r} is NOT NULL but a row of this batch holds null")
             col = F.when(col.isNull(), F.raise_error(message)).otherwise(col)
         out.append(col.alias(column.name))
     return out
