@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loader.estimates import CostEstimate
 from loader.pending import PendingStore
@@ -284,6 +284,19 @@ class Dispatcher:
             log.exception("callback %r failed", callback)
 
     # -- reading ------------------------------------------------------------------
+    def loaded_account(self, table: str) -> TableAccount:
+        """The table's freshness accounts without its not-yet-loaded updates, which the WAL
+        replays (and credits to LOW again) after a restart."""
+        tid = self.index[table]
+        account = self.ledger.account(tid)
+        previous, low, count = account.current_upto, 0.0, 0
+        for release in self.states[tid].releases:
+            if release > account.current_upto:
+                low += 0.5 * (release - previous) ** 2
+                previous = release
+                count += 1
+        return replace(account, low_bound=max(0.0, account.low_bound - low), updates=account.updates - count)
+
     @property
     def busy_workers(self) -> int:
         return len(self._running)

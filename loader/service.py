@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +29,16 @@ from loader.config import ConfigError, Settings, TableConfig
 from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch
 from loader.errors import Conflict, Invalid, NotFound, Unavailable
 from loader.idempotency import IdempotencyStore
-from loader.intake import UpdateRequest, ValidUpdate, iso
+from loader.intake import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates
 from loader.landing import accept_files
 from loader.metrics import Metrics
 from loader.pending import PendingStore
 from loader.recovery import committed_seq, plan_recovery
 from loader.rows import rows_to_arrow
 from loader.sinks.base import Sink
+from loader.status import table_status
 from loader.updates import Batch, LoadResult, Update
 from loader.wal import WalRecord, WriteAheadLog
-from schedulers.freshness import TableAccount
 from schedulers.model import TableSpec
 from schedulers.registry import make_policy
 
@@ -61,18 +60,6 @@ class Ack:
         }
 
 
-@dataclass
-class _TableRuntime:
-    """Per-table counters the service keeps beside the scheduler's TableState."""
-
-    next_seq: int
-    last_release: float
-    committed_seq: int
-    #: Durable updates waiting for earlier sequence numbers before entering the queue.
-    reorder: dict[int, Update | None] = field(default_factory=dict)
-    next_to_release: int = 0
-
-
 class LoaderService:
     def __init__(
         self,
@@ -89,7 +76,7 @@ class LoaderService:
         self.dispatcher: Dispatcher | None = None
         self.wal: WriteAheadLog | None = None
         self.idempotency = IdempotencyStore(settings.maintenance.idempotency_ttl_seconds)
-        self.tables: dict[str, _TableRuntime] = {}
+        self.tables: dict[str, TableSequence] = {}
         self.accepting = False
         self.ready = False
         self.failure: str | None = None
@@ -236,7 +223,7 @@ class LoaderService:
 
     def _add_runtime(
         self, entry: CatalogEntry, committed: int, logged_seq: int = 0, logged_release: float | None = None
-    ) -> _TableRuntime:
+    ) -> TableSequence:
         """Scheduler state and sequence counter of a table; numbering resumes above every
         sequence number Delta, the catalog or the WAL has seen."""
         assert self.dispatcher is not None
@@ -251,7 +238,7 @@ class LoaderService:
         self.dispatcher.add_table(spec, origin=origin, paused=entry.paused, account=account)
         start = max(committed, entry.last_seq, logged_seq)
         last_release = origin if logged_release is None else max(origin, logged_release)
-        runtime = _TableRuntime(
+        runtime = TableSequence(
             next_seq=start + 1, last_release=last_release, committed_seq=committed, next_to_release=start + 1
         )
         self.tables[entry.name] = runtime
@@ -287,11 +274,10 @@ class LoaderService:
                 entry.created_at = min(now, kept[0].release - 1.0)
             self.catalog.add(entry)
             logged = max((u.seq for u in kept), default=0)
-            runtime = self._add_runtime(entry, committed, logged, max((u.release for u in kept), default=None))
+            self._add_runtime(entry, committed, logged, max((u.release for u in kept), default=None))
             for update in kept:
                 if update.seq > committed:
                     self.dispatcher.released(update)
-            runtime.next_to_release = runtime.next_seq
             self._orphans.pop(table.name, None)
             self._catalog_dirty = True
         await self.save_catalog()
@@ -371,7 +357,7 @@ class LoaderService:
             await asyncio.to_thread(self._take_files, valid)
             taken = [f.path for item in valid for f in item.files]
         try:
-            updates, planned = self._plan(valid)
+            updates, planned = plan_updates(valid, self.tables, time.time(), self.settings.max_clock_skew_seconds)
         except BaseException:
             await asyncio.to_thread(_remove_files, taken)  # refused: nothing of it is kept
             raise
@@ -401,42 +387,6 @@ class LoaderService:
             ) from None
         failpoints.hit("intake.after-wal")
         return acks
-
-    def _plan(self, valid: list[ValidUpdate]) -> tuple[list[Update], set[str]]:
-        """Sequence numbers and release times, assigned with no await in between so that per
-        table both strictly increase in the order records reach the WAL; all-or-nothing."""
-        now = time.time()
-        skew = self.settings.max_clock_skew_seconds
-        planned: dict[str, tuple[int, float]] = {}
-        updates: list[Update] = []
-        for item in valid:
-            runtime = self.tables[item.table]
-            seq, last = planned.get(item.table, (runtime.next_seq, runtime.last_release))
-            if item.data_until is not None:
-                if item.data_until <= last:
-                    raise Invalid(
-                        f"data_until {iso(item.data_until)} of table {item.table!r} is not after {iso(last)}, where "
-                        "the table's data already ends (its previous update's release, or its registration time "
-                        "for a first update); releases of a table must increase",
-                        table=item.table,
-                    )
-                if item.data_until > now + skew:
-                    raise Invalid(
-                        f"data_until {iso(item.data_until)} is more than {skew}s in the future; "
-                        "check the producer's clock",
-                        table=item.table,
-                    )
-                # Within the allowed clock skew a future data_until counts as now: a table is
-                # never current up to a time that has not come (staleness stays >= 0).
-                release = max(min(item.data_until, now), math.nextafter(last, math.inf))
-            else:
-                release = max(now, math.nextafter(last, math.inf))
-            updates.append(Update(item.table, seq, release, rows=item.rows, files=tuple(item.files)))
-            planned[item.table] = (seq + 1, release)
-        for table, (next_seq, last) in planned.items():
-            self.tables[table].next_seq = next_seq
-            self.tables[table].last_release = last
-        return updates, set(planned)
 
     def _appended(self, updates: list[Update], tables: set[str], done: asyncio.Future[None]) -> None:
         """After the WAL append: queue the updates for loading, or leave gaps if it failed."""
@@ -539,27 +489,13 @@ class LoaderService:
             if self.dispatcher is not None:
                 for name, entry in self.catalog.entries.items():
                     if name in self.tables:
-                        entry.freshness = asdict(self._loaded_account(name))
+                        entry.freshness = asdict(self.dispatcher.loaded_account(name))
             data = self.catalog.encode()
             try:
                 await asyncio.to_thread(self.catalog.save, data)
             except BaseException:
                 self._catalog_dirty = True
                 raise
-
-    def _loaded_account(self, table: str) -> TableAccount:
-        """The table's freshness accounts without its not-yet-loaded updates, which the WAL
-        replays (and credits to LOW again) after a restart."""
-        d = self.dispatcher
-        tid = d.index[table]
-        account = d.ledger.account(tid)
-        previous, low, count = account.current_upto, 0.0, 0
-        for release in d.states[tid].releases:
-            if release > account.current_upto:
-                low += 0.5 * (release - previous) ** 2
-                previous = release
-                count += 1
-        return replace(account, low_bound=max(0.0, account.low_bound - low), updates=account.updates - count)
 
     async def truncate_wal(self) -> int:
         """Delete WAL segments whose updates are all in Delta (keys first saved elsewhere)."""
@@ -577,42 +513,7 @@ class LoaderService:
 
     # -- reading -------------------------------------------------------------------------------
     def table_status(self, table: str) -> dict[str, Any]:
-        entry = self.entry(table)
-        d = self.dispatcher
-        tid = d.index[table]
-        state = d.states[tid]
-        now = time.time()
-        group = None
-        describe = d.policy.describe()
-        for k, g in enumerate(describe.get("groups", []) or []):
-            if table in g.get("tables", []):
-                group = k
-        return {
-            "name": table,
-            "schema": entry.schema.model_dump(mode="json"),
-            "weight": state.weight,
-            "period_hint": entry.period_hint,
-            "period_estimate": state.period_estimate,
-            "paused": entry.paused,
-            "running": state.running,
-            "current_upto": d.ledger.current_upto(tid),
-            "current_upto_iso": iso(d.ledger.current_upto(tid)),
-            "staleness_seconds": d.ledger.staleness_at(tid, now),
-            "staleness_integral": d.ledger.staleness_integral_at(tid, now),
-            # Up to the finish of the last load, as the simulator counts it (comparisons).
-            "staleness_integral_at_last_load": d.ledger.table(tid).staleness,
-            "low_bound": d.ledger.low_bound(tid),
-            "max_stretch": d.ledger.max_stretch(tid),
-            "pending_updates": state.pending_count,
-            "pending_bytes": d.pending.bytes(table),
-            "last_sequence": self.tables[table].next_seq - 1,
-            "last_loaded_sequence": self.tables[table].committed_seq,
-            "delta_version": entry.delta_version,
-            "alpha": state.alpha,
-            "overhead_seconds": state.overhead,
-            "group": group,
-            "failures": d.failures(table),
-        }
+        return table_status(self, table)
 
 
 def _acks_body(acks: list[Ack]) -> dict[str, Any]:
