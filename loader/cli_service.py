@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -58,7 +59,13 @@ def _serve(settings: Settings, demo: bool) -> None:
 
         producer = DemoProducer(LoaderClient(base, token_for(settings, Role.operator)), console=console)
         producer.start()
-    server = uvicorn.Server(uvicorn.Config(app_, host=settings.host, port=settings.port, log_level="warning"))
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if producer is not None:  # stop producing before the service shuts down
+                producer.stop()
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app_, host=settings.host, port=settings.port, log_level="warning"))
     try:
         server.run()
     finally:

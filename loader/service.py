@@ -332,18 +332,26 @@ class LoaderService:
                 valid.append(ValidUpdate(request.table, request.data_until, files=tuple(request.files or ())))
         return valid
 
-    def _take_files(self, valid: list[ValidUpdate]) -> None:
-        """Validate landing files and copy them into service storage (worker thread)."""
-        for item in valid:
-            if item.files:
-                entry = self.entry(item.table)
-                item.files = accept_files(
-                    list(item.files),
-                    self.settings.landing_path,
-                    self.owned_files_dir / item.table,
-                    entry.schema,
-                    item.table,
-                )
+    def _take_files(self, valid: list[ValidUpdate]) -> list[str]:
+        """Validate landing files and copy them into service storage (worker thread); returns
+        the copies. A refused file of a later update removes the earlier updates' copies."""
+        taken: list[str] = []
+        try:
+            for item in valid:
+                if item.files:
+                    entry = self.entry(item.table)
+                    item.files = accept_files(
+                        list(item.files),
+                        self.settings.landing_path,
+                        self.owned_files_dir / item.table,
+                        entry.schema,
+                        item.table,
+                    )
+                    taken.extend(f.path for f in item.files)
+        except BaseException:
+            _remove_files(taken)
+            raise
+        return taken
 
     async def submit(
         self, valid: list[ValidUpdate], *, idempotency_key: str | None = None, request_hash: str | None = None
@@ -352,10 +360,7 @@ class LoaderService:
             raise Unavailable(f"{self.failure}; intake stays closed until the service is restarted")
         if not self.accepting:
             raise Unavailable("the service is not accepting updates (starting up or shutting down); retry shortly")
-        taken: list[str] = []
-        if any(item.files for item in valid):
-            await asyncio.to_thread(self._take_files, valid)
-            taken = [f.path for item in valid for f in item.files]
+        taken = await asyncio.to_thread(self._take_files, valid) if any(item.files for item in valid) else []
         try:
             updates, planned = plan_updates(valid, self.tables, time.time(), self.settings.max_clock_skew_seconds)
         except BaseException:
@@ -378,9 +383,7 @@ class LoaderService:
             # Shielded: a request cancelled mid-append (client gone) still has its updates
             # written, and ``_appended`` still queues them for loading.
             await asyncio.shield(append)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except Exception:  # (a cancellation is a BaseException and passes through)
             raise Unavailable(
                 "the write-ahead log failed; the update may or may not have been recorded: retry it with the same "
                 "Idempotency-Key once the service has been restarted"

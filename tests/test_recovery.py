@@ -193,3 +193,13 @@ def test_recovery_plan_sorts_records_into_loaded_pending_and_kept(tmp_path: Path
     assert [u.seq for u in plan.pending["a"]] == [1, 2, 3]
     assert [u.seq for u in plan.orphans["gone"]] == [1]
     assert plan.last_seq == {"a": 3, "gone": 1} and plan.last_release["a"] == 3.0
+
+
+def test_a_multi_update_refused_on_its_second_file_keeps_no_copy_of_the_first(harness: Harness) -> None:
+    landing = harness.settings.landing_path
+    pq.write_table(pa.table({"n": pa.array([1], pa.int32())}), landing / "good.parquet")
+    (landing / "bad.csv").write_text("order_id\nnot-a-number\n", encoding="utf-8")
+    body = {"updates": [{"table": "clicks", "files": ["good.parquet"]}, {"table": "orders", "files": ["bad.csv"]}]}
+    assert harness.post("/v1/updates", json=body).status_code == 422
+    owned = harness.service.owned_files_dir
+    assert not owned.exists() or not [p for p in owned.rglob("*") if p.is_file()]
