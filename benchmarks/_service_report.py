@@ -84,8 +84,7 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                     f"answered {_rate(achieved)}/s "
                     f"of {TARGET_OPEN_RATE:,}/s offered; saturation "
                     f"{_rate(intake['single_saturation']['median_requests_per_second'])} "
-                    "requests/s"
-                    + _paused_open_note(intake),
+                    "requests/s" + _paused_open_note(intake),
                     "goal": f"< {TARGET_P99_MS:g} ms",
                     "ok": ok,
                 }

@@ -59,6 +59,7 @@ def _serve(settings: Settings, demo: bool) -> None:
 
         producer = DemoProducer(LoaderClient(base, token_for(settings, Role.operator)), console=console)
         producer.start()
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if producer is not None:  # stop producing before the service shuts down

@@ -22,7 +22,7 @@ from loader.estimates import CostEstimate
 from loader.pending import PendingStore
 from loader.updates import Batch, LoadResult, Update
 from schedulers.base import Policy
-from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches
+from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
 from schedulers.model import TableSpec, TableState
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ class Dispatcher:
         previous, low, count = account.current_upto, 0.0, 0
         for release in self.states[tid].releases:
             if release > account.current_upto:
-                low += 0.5 * (release - previous) ** 2
+                low += low_triangle(release - previous)
                 previous = release
                 count += 1
         return replace(account, low_bound=max(0.0, account.low_bound - low), updates=account.updates - count)

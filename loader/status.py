@@ -14,18 +14,26 @@ if TYPE_CHECKING:
     from loader.service import LoaderService
 
 
-def table_status(service: LoaderService, table: str) -> dict[str, Any]:
+def policy_groups(service: LoaderService) -> dict[str, int]:
+    """Table -> index of its GroupAndRun group (empty for policies without groups)."""
+    groups = service.dispatcher.policy.describe().get("groups") or []
+    return {name: k for k, group in enumerate(groups) for name in group.get("tables", [])}
+
+
+def all_table_statuses(service: LoaderService) -> list[dict[str, Any]]:
+    """Every table's status; the policy is described once, not once per table."""
+    groups = policy_groups(service)
+    return [table_status(service, name, groups) for name in service.tables]
+
+
+def table_status(service: LoaderService, table: str, groups: dict[str, int] | None = None) -> dict[str, Any]:
     """NotFound for an unknown table; otherwise staleness, pending work and load progress."""
     entry = service.entry(table)
     d = service.dispatcher
     tid = d.index[table]
     state = d.states[tid]
     now = time.time()
-    group = None
-    describe = d.policy.describe()
-    for k, g in enumerate(describe.get("groups", []) or []):
-        if table in g.get("tables", []):
-            group = k
+    group = (policy_groups(service) if groups is None else groups).get(table)
     return {
         "name": table,
         "schema": entry.schema.model_dump(mode="json"),
