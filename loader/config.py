@@ -92,6 +92,55 @@ class MaintenanceConfig(BaseModel):
     idempotency_ttl_seconds: float = Field(default=86400.0, gt=0)
 
 
+class SpillConfig(BaseModel):
+    """Pending updates beyond a memory budget go to spill segments (docs/spilling.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: M: payload bytes of pending updates held in memory, shared by all tables' queues.
+    memory_budget_bytes: int = Field(default=256 << 20, ge=1024)
+    #: buffered-head (many tables, default), half (one table), greedy-chunk or hybrid
+    #: (the extended cost model; blocks of c0/c1 bytes).
+    policy: Literal["buffered-head", "half", "greedy-chunk", "hybrid"] = "buffered-head"
+    #: Where segments go (default: <data_dir>/spill). Emptied at start-up.
+    dir: Path | None = None
+    #: Bytes of segments at which intake answers 503 with Retry-After instead of accepting.
+    disk_budget_bytes: int = Field(default=16 << 30, ge=1024)
+    #: Seconds a refused producer is told to wait (Retry-After).
+    retry_after_seconds: float = Field(default=2.0, gt=0, allow_inf_nan=False)
+    #: Extended cost model of one disk operation, c0 + c1 * bytes (seconds; seconds per byte).
+    #: Measured on the spill directory at start-up when not set and the policy needs them.
+    c0_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    c1_seconds_per_byte: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _both_costs(self) -> SpillConfig:
+        if (self.c0_seconds is None) != (self.c1_seconds_per_byte is None):
+            raise ValueError("set both c0_seconds and c1_seconds_per_byte, or neither (then they are measured)")
+        return self
+
+
+class PressureConfig(BaseModel):
+    """Chain memory-pressure mode (Babcock et al.): under memory pressure, load the table
+    that frees the most resident bytes per second of predicted load time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    #: Resident pending bytes, as fractions of spill.memory_budget_bytes, at which the
+    #: mode starts (high) and ends (low).
+    high_watermark: float = Field(default=0.8, gt=0, le=1.0)
+    low_watermark: float = Field(default=0.5, ge=0, lt=1.0)
+    #: A table this stale is loaded first even under pressure (no starvation).
+    staleness_cap_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PressureConfig:
+        if self.low_watermark >= self.high_watermark:
+            raise ValueError("pressure.low_watermark must be below pressure.high_watermark")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOADER_", env_nested_delimiter="__", extra="forbid")
 
@@ -120,6 +169,8 @@ class Settings(BaseSettings):
     auth_tokens: list[TokenConfig] = Field(default_factory=list)
     tables: list[TableConfig] = Field(default_factory=list)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    spill: SpillConfig = Field(default_factory=SpillConfig)
+    pressure: PressureConfig = Field(default_factory=PressureConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     @field_validator("policy")
@@ -151,6 +202,10 @@ class Settings(BaseSettings):
     @property
     def wal_path(self) -> Path:
         return self.wal_dir or self.data_dir / "wal"
+
+    @property
+    def spill_path(self) -> Path:
+        return self.spill.dir or self.data_dir / "spill"
 
     @property
     def state_path(self) -> Path:

@@ -163,7 +163,21 @@ class Dispatcher:
         self.pending.append(update)
         state.release(update.release)
         self.ledger.note_release(tid, update.release - previous)
+        self._sync_resident()
         self._changed(tid)
+
+    def _sync_resident(self) -> None:
+        """Copy resident bytes of tables the store touched (a spill moves other tables' too)."""
+        changed = self.pending.changed
+        if not changed:
+            return
+        now = self._clock()
+        for name in changed:
+            tid = self.index.get(name)
+            if tid is not None:
+                self.states[tid].resident_bytes = self.pending.resident_bytes(name)
+                self.policy.notify(tid, now)
+        changed.clear()
 
     def _changed(self, tid: int) -> None:
         self.policy.notify(tid, self._clock())
@@ -189,7 +203,8 @@ class Dispatcher:
                 if policy.worker_agnostic:
                     break
                 continue
-            self._start(worker, tid, now)
+            if not self._start(worker, tid, now):
+                heapq.heappush(self._free, worker)  # offer it again: that table is on hold now
         for worker in idle:
             heapq.heappush(self._free, worker)
         self._arm_wakeup(now)
@@ -204,11 +219,21 @@ class Dispatcher:
         if at is not None:
             self._wakeup = self._loop.call_later(max(0.0, at - now), self.dispatch)
 
-    def _start(self, worker: int, tid: int, now: float) -> None:
+    def _start(self, worker: int, tid: int, now: float) -> bool:
         state = self.states[tid]
         if not state.available:
             raise RuntimeError(f"policy {self.policy.name} chose table {state.name!r}, which is not available")
-        updates = self.pending.take(state.name, self.policy.batch_limit)
+        try:
+            updates = self.pending.take(state.name, self.policy.batch_limit)
+        except OSError as exc:  # a spilled head could not be read back: try again later
+            log.error("cannot take a batch of %s: %s; retrying in 1s", state.name, exc)
+            self._held[tid] = self._held.get(tid, 0) + 1
+            state.paused = True
+            self.policy.notify(tid, now)
+            assert self._loop is not None
+            self._loop.call_later(1.0, self.release_hold, state.name)
+            return False
+        self._sync_resident()
         lo = state.dispatched
         hi = lo + len(updates)
         if hi > len(state.releases) or updates[-1].release != state.releases[hi - 1]:
@@ -222,6 +247,7 @@ class Dispatcher:
         assert self._loop is not None
         future = self._loop.run_in_executor(self._executor, self._load, worker, batch)
         future.add_done_callback(lambda f, w=worker, b=batch: self._finished(w, b, f))
+        return True
 
     def _finished(self, worker: int, batch: Batch, future: asyncio.Future[LoadResult]) -> None:
         now = self._clock()
@@ -250,12 +276,14 @@ class Dispatcher:
                 length=length,
             )
             self._failures.pop(tid, None)
+            self.pending.loaded(state.name)
             state.forget_loaded()
             self._safe(self._on_finished, finished)
         else:
             # Put the batch back exactly as it was; back off before trying the table again.
             state.dispatched = lo
-            self.pending.put_back(state.name, batch.updates)
+            self.pending.put_back(state.name)
+            self._sync_resident()
             failures = self._failures.get(tid, 0) + 1
             self._failures[tid] = failures
             delay = min(self._max_retry_delay, 0.5 * 2 ** (failures - 1))

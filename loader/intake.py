@@ -42,6 +42,11 @@ class ValidUpdate:
     rows: pa.Table | None = None
     files: tuple[Any, ...] = ()
 
+    @property
+    def resident_bytes(self) -> int:
+        """What the update will hold in the pending store's memory (its rows)."""
+        return self.rows.get_total_buffer_size() if self.rows is not None else 0
+
 
 def _loads(text: bytes, what: str) -> Any:
     try:

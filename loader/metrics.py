@@ -18,6 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from loader.dispatcher import Dispatcher
+from loader.pending import PendingStore
+from loader.spill.model import DiskOp
 
 STRETCH_BUCKETS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -57,6 +59,12 @@ class FreshnessCollector(Collector):
         pending_bytes = GaugeMetricFamily(
             "loader_table_pending_bytes", "Payload bytes of pending updates.", labels=["table"]
         )
+        resident = GaugeMetricFamily(
+            "loader_table_pending_resident_bytes", "Payload bytes of pending updates held in memory.", labels=["table"]
+        )
+        spilled = GaugeMetricFamily(
+            "loader_table_pending_spilled_bytes", "Payload bytes of pending updates on disk.", labels=["table"]
+        )
         alpha = GaugeMetricFamily(
             "loader_table_alpha", "Estimated load seconds per second of data (processing-time model).", labels=["table"]
         )
@@ -78,10 +86,13 @@ class FreshnessCollector(Collector):
                 stretch.add_metric(labels, ledger.max_stretch(tid))
                 pending.add_metric(labels, state.pending_count)
                 pending_bytes.add_metric(labels, d.pending.bytes(state.name))
+                resident.add_metric(labels, d.pending.resident_bytes(state.name))
+                spilled.add_metric(labels, d.pending.spilled_bytes(state.name))
                 alpha.add_metric(labels, state.alpha)
                 overhead.add_metric(labels, state.overhead)
                 weight.add_metric(labels, state.weight)
-        yield from (upto, staleness, integral, low, stretch, pending, pending_bytes, alpha, overhead, weight)
+        yield from (upto, staleness, integral, low, stretch, pending, pending_bytes, resident, spilled)
+        yield from (alpha, overhead, weight)
 
 
 class Metrics:
@@ -134,11 +145,57 @@ class Metrics:
         self.workers_busy = Gauge("loader_workers_busy", "Workers running a batch now.", registry=r)
         self.policy = Gauge("loader_policy_info", "Scheduling policy in force (value 1).", ["policy"], registry=r)
         self.ready = Gauge("loader_ready", "1 once recovery finished and Spark is up.", registry=r)
+        self.spill_ops = Counter(
+            "loader_spill_operations",
+            "Spill disk operations (one contiguous run of one table's queue): write, read_back (into memory), "
+            "read_in_place (by the load job).",
+            ["kind"],
+            registry=r,
+        )
+        self.spill_bytes = Counter("loader_spill_bytes", "Bytes moved by spill operations.", ["kind"], registry=r)
+        self.intake_refused = Counter(
+            "loader_intake_refused", "Requests refused with 503, by reason.", ["reason"], registry=r
+        )
+        self.pending_resident = Gauge(
+            "loader_pending_resident_bytes", "Payload bytes of pending updates in memory (all tables).", registry=r
+        )
+        self.pending_spilled = Gauge(
+            "loader_pending_spilled_bytes", "Payload bytes of pending updates in spill segments.", registry=r
+        )
+        self.pending_in_flight = Gauge(
+            "loader_pending_in_flight_bytes", "In-memory payload bytes of batches being loaded.", registry=r
+        )
+        self.memory_budget = Gauge(
+            "loader_pending_memory_budget_bytes", "M: the memory budget of pending payloads.", registry=r
+        )
+        self.spill_disk_budget = Gauge(
+            "loader_spill_disk_budget_bytes", "Spilled bytes at which intake answers 503.", registry=r
+        )
+        self.pressure_mode = Gauge(
+            "loader_pressure_mode", "1 while the Chain memory-pressure mode chooses the batches.", registry=r
+        )
         self._policy_name: str | None = None
 
     def attach(self, dispatcher: Callable[[], Dispatcher | None]) -> None:
         self.registry.register(FreshnessCollector(dispatcher))
         self.workers_busy.set_function(lambda: d.busy_workers if (d := dispatcher()) is not None else 0)
+
+        def store(read: Callable[[PendingStore], float]) -> Callable[[], float]:
+            return lambda: read(d.pending) if (d := dispatcher()) is not None else 0
+
+        self.pending_resident.set_function(store(lambda p: p.resident))
+        self.pending_spilled.set_function(store(lambda p: p.spilled))
+        self.pending_in_flight.set_function(store(lambda p: p.inflight_bytes))
+        self.memory_budget.set_function(store(lambda p: p.cache.budget))
+        self.spill_disk_budget.set_function(store(lambda p: p.disk_budget or 0))
+        self.pressure_mode.set_function(
+            lambda: float(getattr(d.policy, "pressure", False)) if (d := dispatcher()) is not None else 0
+        )
+
+    def on_spill_op(self, op: DiskOp) -> None:
+        kind = "write" if op.kind == "write" else ("read_in_place" if op.reader == "loader" else "read_back")
+        self.spill_ops.labels(kind).inc()
+        self.spill_bytes.labels(kind).inc(op.nbytes)
 
     def set_policy(self, name: str) -> None:
         if self._policy_name is not None:

@@ -1,54 +1,196 @@
-"""Pending updates per table, waiting to be loaded (held in memory).
+"""Pending updates per table, waiting to be loaded: memory up to a budget, then spill segments.
 
-A FIFO per table: the dispatcher takes the whole queue (or the policy's batch limit)
-as one batch and puts it back at the front if the load fails, so order and
-exactly-once are preserved. The spill-queue issue replaces how payloads are held, not
-this interface.
+One FIFO queue per table, all sharing one memory budget M (``loader.spill.model``); the
+configured spilling policy (``loader.spill.*``) decides which contiguous runs go to disk
+and come back. The dispatcher takes a whole queue as one batch: its memory runs travel
+as Arrow tables, its spilled runs as references that the load job reads in place (one
+read each). A batch with a limit (``Policy.batch_limit``) is consumed the paper's way,
+head first, reading the head back when it is on disk.
+
+A taken batch stays *in flight* until the dispatcher reports it loaded (its segments
+are deleted then) or failed (it goes back to the front of its queue unchanged, segments
+and all). Its in-memory rows are outside M while in flight: M bounds what waits, and a
+batch cannot be bigger than what was waiting when it started (docs/spilling.md).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from loader.spill.buffered_head import BufferedHead
+from loader.spill.disk_cost import DiskCost
+from loader.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
+from loader.spill.segments import SegmentFiles
 from loader.updates import Update
+
+log = logging.getLogger(__name__)
+
+
+class SpillFull(Exception):
+    """Intake must refuse: the spill disk budget is reached (or spilling failed)."""
+
+
+@dataclass
+class InFlight:
+    runs: list[Run]
+    resident: int
+    #: Segments handed to the load job, deleted once it is committed.
+    segments: list[int] = field(default_factory=list)
 
 
 class PendingStore:
-    def __init__(self) -> None:
-        self._queues: dict[str, deque[Update]] = {}
-        self._bytes: dict[str, int] = {}
+    def __init__(
+        self,
+        policy: SpillPolicy | None = None,
+        budget: int = 256 << 20,
+        segments: SegmentFiles | None = None,
+        *,
+        disk_budget: int | None = None,
+        on_op: Callable[[DiskOp], None] | None = None,
+    ) -> None:
+        self.segments = segments
+        self._on_op = on_op
+        # Without segment files (tests of the dispatcher) spills are bookkeeping only.
+        self.cache = QueueCache(budget, policy or BufferedHead(), segments, on_op=self._op)
+        self.disk_budget = disk_budget
+        self._inflight: dict[str, InFlight] = {}
+        #: The extended cost model's figures, when the policy uses them (for status pages).
+        self.disk_cost: DiskCost | None = None
+        #: Tables whose resident bytes changed since the dispatcher last looked.
+        self.changed: set[str] = set()
+        self.spill_error: str | None = None
+
+    def _op(self, op: DiskOp) -> None:
+        self.changed.add(str(op.queue))
+        if op.kind == "write":
+            self.spill_error = None
+        if self._on_op is not None:
+            self._on_op(op)
+
+    @property
+    def policy(self) -> SpillPolicy:
+        return self.cache.policy
 
     def add_table(self, table: str) -> None:
-        self._queues.setdefault(table, deque())
-        self._bytes.setdefault(table, 0)
+        self.cache.add_queue(table)
 
+    # -- admission ---------------------------------------------------------------------
+    def check_room(self, nbytes: int) -> None:
+        """Refuse (SpillFull) an intake of ``nbytes`` that the store could not keep."""
+        cache = self.cache
+        if cache.resident + nbytes <= cache.budget:
+            return
+        if self.spill_error is not None:
+            raise SpillFull(f"spilling to disk failed ({self.spill_error}) and the memory budget is full")
+        if self.disk_budget is not None and cache.on_disk + nbytes > self.disk_budget:
+            raise SpillFull(
+                f"the spill directory holds {cache.on_disk} bytes of its {self.disk_budget}-byte budget and memory "
+                "is full"
+            )
+
+    # -- the dispatcher's calls ------------------------------------------------------------
     def append(self, update: Update) -> None:
-        queue = self._queues[update.table]
-        if queue and update.seq <= queue[-1].seq:
-            raise ValueError(f"update {update.seq} of {update.table!r} is not after {queue[-1].seq}")
-        queue.append(update)
-        self._bytes[update.table] += update.nbytes
+        queue = self.cache.queues[update.table]
+        if queue.runs and update.seq <= queue.runs[-1].items[-1].key:
+            raise ValueError(f"update {update.seq} of {update.table!r} is not after {queue.runs[-1].items[-1].key}")
+        try:
+            self.cache.arrive(update.table, update.seq, update.resident_bytes, update)
+        except OSError as exc:
+            # The update is durable in the WAL; it stays in memory (over budget) and intake
+            # refuses new work (check_room) until a spill succeeds again.
+            self.spill_error = str(exc)
+            log.error("could not spill pending updates to disk: %s; keeping them in memory", exc)
+        self.changed.add(update.table)
 
     def take(self, table: str, limit: int | None = None) -> tuple[Update, ...]:
-        """Remove and return the oldest ``limit`` updates (all when None)."""
-        queue = self._queues[table]
-        count = len(queue) if limit is None else min(limit, len(queue))
-        taken = tuple(queue.popleft() for _ in range(count))
-        self._bytes[table] -= sum(u.nbytes for u in taken)
-        return taken
+        """Remove the oldest ``limit`` updates (all when None) as one in-flight batch."""
+        if table in self._inflight:
+            raise RuntimeError(f"a batch of {table!r} is already in flight")
+        cache = self.cache
+        if limit is None:
+            runs = cache.take_all(table)
+        else:
+            items: list[Item] = []
+            try:
+                for _ in range(limit):  # one at a time: a failed read-back loses nothing taken so far
+                    items.extend(cache.consume(table, 1))
+            except BaseException:
+                if items:
+                    cache.put_back(table, [Run(deque(items), sum(i.size for i in items))])
+                raise
+            runs = [Run(deque(items), sum(i.size for i in items))] if items else []
+        flight = InFlight(runs, sum(r.nbytes for r in runs if not r.on_disk))
+        flight.segments = [r.segment for r in runs if r.segment is not None]
+        self._inflight[table] = flight
+        self.changed.add(table)
+        return tuple(item.value for run in runs for item in run.items)
 
-    def put_back(self, table: str, updates: tuple[Update, ...]) -> None:
-        """Return a failed batch to the front of its queue, in order."""
-        queue = self._queues[table]
-        queue.extendleft(reversed(updates))
-        self._bytes[table] += sum(u.nbytes for u in updates)
+    def loaded(self, table: str) -> None:
+        """The in-flight batch of ``table`` is committed: forget it and delete its segments."""
+        flight = self._inflight.pop(table)
+        if self.segments is not None:
+            for segment in flight.segments:
+                self.segments.discard(table, segment)
 
+    def put_back(self, table: str) -> None:
+        """The in-flight batch failed: back to the front of its queue, exactly as it was."""
+        flight = self._inflight.pop(table)
+        if flight.runs:
+            self.cache.put_back(table, flight.runs)
+        self.changed.add(table)
+
+    # -- reading ---------------------------------------------------------------------------
     def count(self, table: str) -> int:
-        return len(self._queues[table])
+        return len(self.cache.queues[table])
 
     def bytes(self, table: str) -> int:
-        return self._bytes[table]
+        """Payload bytes waiting (memory and disk)."""
+        queue = self.cache.queues[table]
+        return queue.mem_bytes + queue.disk_bytes
+
+    def resident_bytes(self, table: str) -> int:
+        return self.cache.queues[table].mem_bytes
+
+    def spilled_bytes(self, table: str) -> int:
+        return self.cache.queues[table].disk_bytes
+
+    @property
+    def resident(self) -> int:
+        return self.cache.resident
+
+    @property
+    def spilled(self) -> int:
+        return self.cache.on_disk
+
+    @property
+    def inflight_bytes(self) -> int:
+        return sum(f.resident for f in self._inflight.values())
 
     @property
     def total_bytes(self) -> int:
-        return sum(self._bytes.values())
+        return self.cache.resident + self.cache.on_disk
+
+    def describe(self) -> dict[str, object]:
+        c = self.cache
+        return {
+            **c.policy.describe(),
+            "memory_budget_bytes": c.budget,
+            "disk_budget_bytes": self.disk_budget,
+            "resident_bytes": c.resident,
+            "spilled_bytes": c.on_disk,
+            "in_flight_bytes": self.inflight_bytes,
+            "peak_resident_bytes": c.peak_resident,
+            "writes": c.counts.writes,
+            "reads": c.counts.reads,
+            "loader_reads": c.counts.loader_reads,
+            "bytes_written": c.counts.bytes_written,
+            "bytes_read": c.counts.bytes_read,
+            "spill_error": self.spill_error,
+            "disk_cost": None
+            if self.disk_cost is None
+            else {"c0_seconds": self.disk_cost.c0, "c1_seconds_per_byte": self.disk_cost.c1},
+            "segment_files": self.segments.files if self.segments is not None else 0,
+        }

@@ -32,13 +32,16 @@ from loader.idempotency import IdempotencyStore
 from loader.intake import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates
 from loader.landing import accept_files
 from loader.metrics import Metrics
-from loader.pending import PendingStore
+from loader.pending import SpillFull
 from loader.recovery import committed_seq, plan_recovery
 from loader.rows import rows_to_arrow
 from loader.sinks.base import Sink
+from loader.spill.setup import build_pending_store
 from loader.status import table_status
 from loader.updates import Batch, LoadResult, Update
 from loader.wal import WalRecord, WriteAheadLog
+from schedulers.base import Policy
+from schedulers.chain import with_pressure
 from schedulers.model import TableSpec
 from schedulers.registry import make_policy
 
@@ -104,12 +107,15 @@ class LoaderService:
         self._register_configured_tables()
         policy_name = self.catalog.policy or s.policy
         params = self.catalog.policy_params if self.catalog.policy else s.policy_params
-        policy = make_policy(policy_name, **params)
+        policy = self._make_policy(policy_name, params)
         self.metrics.set_policy(policy_name)
+        pending = await asyncio.to_thread(
+            build_pending_store, s, lambda table: self.catalog.entries[table].schema.arrow(), self.metrics.on_spill_op
+        )
         self.dispatcher = Dispatcher(
             policy,
             s.workers,
-            PendingStore(),
+            pending,
             self._load_batch,
             on_finished=self._finished,
             on_failed=self._failed,
@@ -304,9 +310,14 @@ class LoaderService:
         self._catalog_dirty = True
         await self.save_catalog()
 
+    def _make_policy(self, name: str, params: dict[str, Any]) -> Policy:
+        p, budget = self.settings.pressure, self.settings.spill.memory_budget_bytes
+        policy = make_policy(name, **params)
+        return with_pressure(policy, p.enabled, budget, p.high_watermark, p.low_watermark, p.staleness_cap_seconds)
+
     async def set_policy(self, name: str, params: dict[str, Any]) -> None:
         try:
-            policy = make_policy(name, **params)
+            policy = self._make_policy(name, params)
         except (KeyError, TypeError, ValueError) as exc:
             raise Invalid(f"cannot use policy {name!r} with {params}: {exc}") from None
         self.dispatcher.switch_policy(policy)
@@ -360,6 +371,14 @@ class LoaderService:
             raise Unavailable(f"{self.failure}; intake stays closed until the service is restarted")
         if not self.accepting:
             raise Unavailable("the service is not accepting updates (starting up or shutting down); retry shortly")
+        try:
+            self.dispatcher.pending.check_room(sum(item.resident_bytes for item in valid))
+        except SpillFull as exc:
+            self.metrics.intake_refused.labels("spill_full").inc()
+            raise Unavailable(
+                f"pending updates fill memory and the spill disk: {exc}; retry after the loader catches up",
+                retry_after=self.settings.spill.retry_after_seconds,
+            ) from None
         taken = await asyncio.to_thread(self._take_files, valid) if any(item.files for item in valid) else []
         try:
             updates, planned = plan_updates(valid, self.tables, time.time(), self.settings.max_clock_skew_seconds)

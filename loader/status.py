@@ -52,6 +52,8 @@ def table_status(service: LoaderService, table: str, groups: dict[str, int] | No
         "max_stretch": d.ledger.max_stretch(tid),
         "pending_updates": state.pending_count,
         "pending_bytes": d.pending.bytes(table),
+        "pending_resident_bytes": d.pending.resident_bytes(table),
+        "pending_spilled_bytes": d.pending.spilled_bytes(table),
         "last_sequence": service.tables[table].next_seq - 1,
         "last_loaded_sequence": service.tables[table].committed_seq,
         "delta_version": entry.delta_version,

@@ -29,6 +29,21 @@ class FileRef:
 
 
 @dataclass(frozen=True, slots=True)
+class SpilledRows:
+    """An update's rows while they live in a spill segment (``loader.spill.segments``).
+
+    Rows ``offset .. offset+rows`` of the Parquet file at ``path``, which holds
+    ``segment_rows`` rows of consecutive updates of one table, in order.
+    """
+
+    path: str
+    offset: int
+    rows: int
+    segment_rows: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Update:
     """One acknowledged update of one table.
 
@@ -41,18 +56,29 @@ class Update:
     release: float
     rows: pa.Table | None = None
     files: tuple[FileRef, ...] = ()
+    #: Where the rows are while spilled to disk (then ``rows`` is None).
+    spilled: SpilledRows | None = None
+
+    @property
+    def resident_bytes(self) -> int:
+        """Payload bytes this update holds in memory (what the pending store budgets)."""
+        # get_total_buffer_size keeps the GIL (~0.5 us); Table.nbytes releases and retakes
+        # it, which costs milliseconds whenever a loader thread is running Python.
+        return self.rows.get_total_buffer_size() if self.rows is not None else 0
 
     @property
     def nbytes(self) -> int:
-        # get_total_buffer_size keeps the GIL (~0.5 us); Table.nbytes releases and retakes
-        # it, which costs milliseconds whenever a loader thread is running Python.
-        rows = self.rows.get_total_buffer_size() if self.rows is not None else 0
-        return rows + sum(f.size for f in self.files)
+        spilled = self.spilled.nbytes if self.spilled is not None else 0
+        return self.resident_bytes + spilled + sum(f.size for f in self.files)
 
     @property
     def n_rows(self) -> int | None:
         """Row count when known before loading (rows payloads); None for files."""
-        return self.rows.num_rows if self.rows is not None and not self.files else None
+        if self.files:
+            return None
+        if self.spilled is not None:
+            return self.spilled.rows
+        return self.rows.num_rows if self.rows is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +109,10 @@ class Batch:
     @property
     def row_tables(self) -> list[pa.Table]:
         return [u.rows for u in self.updates if u.rows is not None]
+
+    @property
+    def spilled(self) -> list[SpilledRows]:
+        return [u.spilled for u in self.updates if u.spilled is not None]
 
     @property
     def files(self) -> list[FileRef]:

@@ -111,6 +111,7 @@ class TableState:
         "current_upto",
         "paused",
         "origin",
+        "resident_bytes",
     )
 
     def __init__(self, tid: int, spec: TableSpec, origin: float = 0.0) -> None:
@@ -129,6 +130,8 @@ class TableState:
         self.origin = origin
         self.current_upto = origin
         self.paused = False
+        #: Payload bytes of pending updates held in memory (Chain's memory pressure).
+        self.resident_bytes = 0
 
     # -- what the driver calls -------------------------------------------------
     def release(self, at: float) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,9 @@ class SimulationResult:
     wall_seconds: float
     policy_state: dict[str, Any] = field(default_factory=dict)
     schedule: list[BatchRecord] | None = None
+    #: With update sizes: most payload bytes waiting (pending), and waiting or being loaded.
+    peak_pending_bytes: int = 0
+    peak_memory_bytes: int = 0
 
     def summary(self) -> dict[str, Any]:
         """The flat figures that ``loader simulate --json`` prints."""
@@ -74,8 +77,13 @@ def simulate(
     *,
     record_schedule: bool = False,
     progress: ProgressCallback | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> SimulationResult:
-    """Run ``policy`` with ``workers`` workers over ``trace`` and account freshness."""
+    """Run ``policy`` with ``workers`` workers over ``trace`` and account freshness.
+
+    ``sizes`` (payload bytes per update, in trace order) makes tables' ``resident_bytes``
+    real, for memory-aware policies (``schedulers.chain``), and the peaks are reported.
+    """
     if workers < 1:
         raise ValueError("workers must be at least 1")
     began = time.perf_counter()
@@ -97,6 +105,11 @@ def simulate(
 
     free = list(range(workers))  # a sorted list is a valid min-heap
     running: list[tuple[float, int, int, int, int, int]] = []  # finish, seq, worker, tid, lo, hi
+    if sizes is not None and len(sizes) != len(trace.update_releases):
+        raise ValueError("sizes must give one size per update of the trace")
+    # Prefix sums of update sizes per table, aligned with each state's releases.
+    cumulative: list[list[int]] | None = [[0] for _ in states] if sizes is not None else None
+    pending_bytes = in_flight = peak_pending = peak_memory = 0
     sequence = 0
     tids = trace.update_tables
     releases = trace.update_releases
@@ -126,6 +139,8 @@ def simulate(
             state = states[tid]
             rel = state.releases
             ledger.record_batch(tid, now, rel, lo, hi, rel[lo - 1] if lo else 0.0)
+            if cumulative is not None:
+                in_flight -= cumulative[tid][hi] - cumulative[tid][lo]
             state.running = False
             state.current_upto = rel[hi - 1]
             heapq.heappush(free, worker)
@@ -134,6 +149,13 @@ def simulate(
         while i < n and releases[i] <= now:
             tid = tids[i]
             states[tid].release(releases[i])
+            if cumulative is not None and sizes is not None:
+                size = sizes[i]
+                cumulative[tid].append(cumulative[tid][-1] + size)
+                states[tid].resident_bytes += size
+                pending_bytes += size
+                peak_pending = max(peak_pending, pending_bytes)
+                peak_memory = max(peak_memory, pending_bytes + in_flight)
             notify(tid, now)
             i += 1
 
@@ -157,6 +179,11 @@ def simulate(
                 finish = now + state.overhead + state.alpha * (rel[hi - 1] - start_of_data)
                 state.dispatched = hi
                 state.running = True
+                if cumulative is not None:
+                    moved = cumulative[tid][hi] - cumulative[tid][lo]
+                    state.resident_bytes -= moved
+                    pending_bytes -= moved
+                    in_flight += moved
                 notify(tid, now)
                 sequence += 1
                 heapq.heappush(running, (finish, sequence, worker, tid, lo, hi))
@@ -182,4 +209,6 @@ def simulate(
         wall_seconds=time.perf_counter() - began,
         policy_state=policy.describe(),
         schedule=schedule,
+        peak_pending_bytes=peak_pending,
+        peak_memory_bytes=peak_memory,
     )

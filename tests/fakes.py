@@ -17,6 +17,7 @@ from loader.landing import read_landing_file
 from loader.schema import TableSchema
 from loader.sinks.base import app_id
 from loader.sinks.delta_table import schema_differences, unloaded_part
+from loader.spill.segments import read_spilled
 from loader.updates import Batch, LoadResult
 
 
@@ -52,9 +53,8 @@ class ArrowSink:
         if todo is None:
             return LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
         batch = todo
-        parts = list(batch.row_tables) + [
-            read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files
-        ]
+        parts = list(batch.row_tables) + [read_spilled(ref).cast(schema.arrow()) for ref in batch.spilled]
+        parts += [read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files]
         data = pa.concat_tables(parts)
         write_deltalake(
             str(self.table_path(batch.table)),

@@ -1,4 +1,4 @@
-"""Operators' endpoints: register tables, change weights, pause, switch the policy."""
+"""Operators' endpoints: register tables, change weights, pause, switch the policy, see the pending store."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ async def pause(table: str, service: Service, operator: Operator) -> dict[str, A
 async def resume(table: str, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_paused(table, False)
     return service.table_status(table)
+
+
+@router.get("/pending", summary="The pending store: memory budget, spilled bytes, disk operations")
+async def get_pending(service: Service, operator: Operator) -> dict[str, Any]:
+    return service.dispatcher.pending.describe()
 
 
 @router.get("/policy", summary="The scheduling policy in force and its state")

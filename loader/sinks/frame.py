@@ -21,7 +21,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from loader.schema import TableSchema
-from loader.updates import Batch, FileFormat, FileRef
+from loader.updates import Batch, FileFormat, FileRef, SpilledRows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -67,6 +67,24 @@ def _rows_frame(spark: SparkSession, tables: Sequence[pa.Table], schema: TableSc
     path = scratch / "rows.parquet"
     pq.write_table(data, path, compression="none")
     return spark.read.schema(spark_struct(schema)).parquet(_escape_glob(str(path)))
+
+
+def _spill_segments(refs: Sequence[SpilledRows]) -> tuple[list[str], list[pa.Table]]:
+    """Spill segments the batch holds whole (read in place by Spark, written with the
+    table's schema), and the rows of ones it holds only in part (after a restart's
+    trimming, ``unloaded_part``), read here."""
+    by_path: dict[str, list[SpilledRows]] = defaultdict(list)
+    for ref in refs:
+        by_path[ref.path].append(ref)
+    whole: list[str] = []
+    partial: list[pa.Table] = []
+    for path, parts in by_path.items():
+        if sum(r.rows for r in parts) == parts[0].segment_rows:
+            whole.append(path)
+        else:
+            data = pq.read_table(path)
+            partial.extend(data.slice(r.offset, r.rows) for r in parts)
+    return whole, partial
 
 
 def _csv_header(path: str) -> tuple[str, ...]:
@@ -206,9 +224,12 @@ def build_batch_frame(
     the caller removes it once the frame has been written.
     """
     frames: list[DataFrame] = []
-    tables = batch.row_tables
-    if tables or not batch.files:  # a batch without payload still advances the sequence
+    whole, partial = _spill_segments(batch.spilled)
+    tables = batch.row_tables + partial
+    if tables or not (batch.files or whole):  # a batch without payload still advances the sequence
         frames.append(_rows_frame(spark, tables or [schema.arrow().empty_table()], schema, scratch))
+    if whole:
+        frames.append(spark.read.schema(spark_struct(schema)).parquet(*[_escape_glob(p) for p in whole]))
     frames.extend(_files_frames(spark, batch.files, schema))
     df = frames[0]
     for other in frames[1:]:

@@ -1,0 +1,108 @@
+"""Spill segment files: one Parquet file per disk operation (a contiguous run of one table's queue).
+
+Parquet, written with the table's own Arrow schema exactly as a load's in-memory rows
+are handed to Spark (``loader.sinks.frame``), so a load job reads a whole segment in
+place: the rows never come back through the driver. Uncompressed: a spill is on the
+path of a burst, and compression would trade disk bandwidth for the CPU the loads need.
+
+Not a durability mechanism: nothing is fsynced and the directory is emptied at start-up;
+the write-ahead log holds every acknowledged update until it is in Delta, and recovery
+rebuilds the queues (and re-spills) from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable, Hashable
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loader.spill.model import Item
+from loader.updates import SpilledRows, Update
+
+log = logging.getLogger(__name__)
+
+
+def read_spilled(ref: SpilledRows) -> pa.Table:
+    """One update's rows out of its segment (the driver's path; a load job reads whole segments itself)."""
+    return pq.read_table(ref.path).slice(ref.offset, ref.rows)
+
+
+class SegmentFiles:
+    """The live ``SegmentIO``: item values are ``Update`` objects, rows in memory or spilled."""
+
+    def __init__(self, directory: Path, schema_of: Callable[[str], pa.Schema]) -> None:
+        self.directory = directory
+        self._schema_of = schema_of
+        self.files = 0
+
+    def reset(self) -> int:
+        """Empty the directory (start-up: segments of an earlier run are rebuilt from the WAL)."""
+        removed = 0
+        if self.directory.exists():
+            for child in self.directory.iterdir():
+                removed += 1
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.files = 0
+        return removed
+
+    def path(self, table: str, segment: int) -> Path:
+        return self.directory / table / f"{segment:012d}.parquet"
+
+    def write(self, queue: Hashable, segment: int, items: list[Item]) -> None:
+        table = str(queue)
+        schema = self._schema_of(table)
+        updates: list[Update] = [item.value for item in items]
+        parts = [u.rows.select(schema.names).cast(schema) for u in updates if u.rows is not None]
+        data = pa.concat_tables(parts) if parts else schema.empty_table()
+        path = self.path(table, segment)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            pq.write_table(data, path, compression="none")
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        self.files += 1
+        offset = 0
+        total = data.num_rows
+        for item, update in zip(items, updates):
+            if update.rows is None:
+                continue
+            count = update.rows.num_rows
+            ref = SpilledRows(str(path), offset, count, total, update.resident_bytes)
+            item.value = replace(update, rows=None, spilled=ref)
+            offset += count
+
+    def read(self, queue: Hashable, segment: int, items: list[Item]) -> None:
+        path = self.path(str(queue), segment)
+        data = pq.read_table(path)
+        for item in items:
+            update: Update = item.value
+            ref = update.spilled
+            if ref is None:
+                continue
+            item.value = replace(update, rows=data.slice(ref.offset, ref.rows), spilled=None)
+
+    def discard(self, queue: Hashable, segment: int) -> None:
+        path = self.path(str(queue), segment)
+        try:
+            path.unlink()
+            self.files -= 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # a leftover costs disk space until the next start-up, nothing else
+            log.warning("could not remove spill segment %s: %s", path, exc)
+
+    def disk_free(self) -> int:
+        """Bytes free on the spill filesystem."""
+        stats = os.statvfs(self.directory)
+        return stats.f_bavail * stats.f_frsize

@@ -1,0 +1,141 @@
+"""The live pending store: real spill segments, batches that mix memory and disk, failure and back-pressure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from loader.pending import PendingStore, SpillFull
+from loader.spill.registry import make_spill_policy
+from loader.spill.segments import SegmentFiles, read_spilled
+from loader.updates import Update
+
+SCHEMA = pa.schema([("id", pa.int64()), ("note", pa.string())])
+
+
+def update(seq: int, rows: int = 100, table: str = "t") -> Update:
+    ids = list(range(seq * 1000, seq * 1000 + rows))
+    return Update(table, seq, float(seq), rows=pa.table({"id": ids, "note": [f"row {i}" for i in ids]}, SCHEMA))
+
+
+def ids_of(updates: tuple[Update, ...]) -> list[int]:
+    out: list[int] = []
+    for u in updates:
+        data = u.rows if u.rows is not None else read_spilled(u.spilled)  # type: ignore[arg-type]
+        out.extend(data.column("id").to_pylist())
+    return out
+
+
+def store(tmp_path: Path, budget: int, policy: str = "buffered-head", disk_budget: int | None = None) -> PendingStore:
+    segments = SegmentFiles(tmp_path / "spill", lambda _: SCHEMA)
+    segments.reset()
+    s = PendingStore(make_spill_policy(policy, budget), budget, segments, disk_budget=disk_budget)
+    for table in ("t", "u"):
+        s.add_table(table)
+    return s
+
+
+def spill_files(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "spill").rglob("*.parquet"))
+
+
+def test_overflow_spills_newest_runs_and_a_batch_mixes_memory_and_segments(tmp_path: Path) -> None:
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=6 * size)
+    expected = []
+    for seq in range(1, 31):
+        u = update(seq)
+        expected += u.rows.column("id").to_pylist()  # type: ignore[union-attr]
+        s.append(u)
+        assert s.resident <= 6 * size + s.policy.chunk
+    assert s.spilled > 0 and spill_files(tmp_path)
+    spilled = [u for u in s.cache.queues["t"].items() if u.value.spilled is not None]
+    assert spilled and all(u.value.rows is None for u in spilled)  # memory really released
+
+    batch = s.take("t")
+    assert [u.seq for u in batch] == list(range(1, 31))
+    assert any(u.spilled for u in batch) and any(u.rows is not None for u in batch)
+    assert ids_of(batch) == expected
+    s.loaded("t")
+    assert not spill_files(tmp_path) and s.count("t") == 0 and s.resident == 0
+
+
+def test_a_failed_batch_goes_back_whole_and_is_not_written_again(tmp_path: Path) -> None:
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=4 * size)
+    for seq in range(1, 21):
+        s.append(update(seq))
+    writes = s.cache.counts.writes
+    first = s.take("t")
+    s.put_back("t")
+    assert s.cache.counts.writes == writes  # segments kept: nothing rewritten
+    s.append(update(21))
+    again = s.take("t")
+    assert [u.seq for u in again] == [u.seq for u in first] + [21]
+    assert ids_of(again) == ids_of(first) + list(range(21000, 21100))
+
+
+def test_a_limited_take_reads_the_head_back_in_order(tmp_path: Path) -> None:
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=4 * size)
+    for seq in range(1, 21):
+        s.append(update(seq))
+    taken: list[int] = []
+    while s.count("t"):
+        batch = s.take("t", limit=3)
+        taken += [u.seq for u in batch]
+        assert all(u.rows is not None for u in batch)  # read back through the driver
+        s.loaded("t")
+    assert taken == list(range(1, 21))
+    assert s.cache.counts.reads >= 1 and not spill_files(tmp_path)
+
+
+def test_intake_is_refused_when_the_spill_disk_budget_is_reached(tmp_path: Path) -> None:
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=4 * size, disk_budget=4 * size)
+    seq = 0
+    with pytest.raises(SpillFull, match="budget"):
+        while True:
+            seq += 1
+            s.check_room(size)
+            s.append(update(seq))
+    assert s.spilled <= 4 * size + s.policy.chunk
+    s.take("t")
+    s.loaded("t")
+    s.check_room(size)  # room again once loaded
+
+
+def test_a_failed_spill_keeps_the_update_and_closes_intake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import loader.spill.segments as segments_module
+
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=2 * size)
+    s.append(update(1))
+    s.append(update(2))
+    real_write = segments_module.pq.write_table
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segments_module.pq, "write_table", disk_full)
+    s.append(update(3))  # would spill; the disk refuses
+    assert s.spill_error is not None and "No space" in s.spill_error
+    assert s.count("t") == 3 and not spill_files(tmp_path)
+    with pytest.raises(SpillFull, match="failed"):
+        s.check_room(size)
+    monkeypatch.setattr(segments_module.pq, "write_table", real_write)
+    s.append(update(4))  # a spill succeeds again: intake reopens
+    assert s.spill_error is None
+    assert ids_of(s.take("t")) == [i for seq in range(1, 5) for i in range(seq * 1000, seq * 1000 + 100)]
+
+
+def test_start_up_empties_the_spill_directory(tmp_path: Path) -> None:
+    leftover = tmp_path / "spill" / "t" / "000000000001.parquet"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"old")
+    assert SegmentFiles(tmp_path / "spill", lambda _: SCHEMA).reset() == 1
+    assert not leftover.exists()
