@@ -56,3 +56,18 @@ def test_a_full_spill_disk_answers_503_and_every_acknowledged_update_lands_once(
         assert not list((tmp_path / "data" / "spill").rglob("*.parquet"))  # segments deleted after the load
         # Room again: intake accepts.
         assert h.post("/v1/tables/clicks/updates", json={"rows": rows(10**6)}).status_code == 202
+
+
+def test_the_pressure_mode_wraps_the_configured_policy_and_is_reported(tmp_path: Path) -> None:
+    pressure = {"enabled": True, "high_watermark": 0.5, "low_watermark": 0.25, "staleness_cap_seconds": 60}
+    with Harness(tmp_path / "data", policy="max-benefit", pressure=pressure) as h:
+        body = h.get("/v1/admin/policy").json()
+        assert body["policy"] == "max-benefit+chain"
+        mode = body["state"]["pressure_mode"]
+        assert mode["high_watermark_bytes"] == h.settings.spill.memory_budget_bytes // 2
+        assert not mode["active"]
+        assert metric(h, "loader_pressure_mode") == 0
+        # A runtime switch keeps the mode.
+        assert h.client.put(
+            "/v1/admin/policy", json={"policy": "fifo"}, headers={"Authorization": f"Bearer {OPERATOR}"}
+        ).json()["policy"] == "fifo+chain"

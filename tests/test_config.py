@@ -20,6 +20,7 @@ def test_the_shipped_example_is_valid() -> None:
     orders = settings.tables[0]
     assert orders.name == "orders" and list(orders.schema_.partition_by) == ["country"]
     assert {t.role.value for t in settings.auth_tokens} == {"operator", "producer"}
+    assert settings.spill.policy == "buffered-head" and not settings.pressure.enabled
 
 
 def test_defaults_need_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,6 +50,10 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ("workers = 0\n", "workers"),
         ('durability = "maybe"\n', "durability"),
         ("workers = [\n", "not valid TOML"),
+        ('[spill]\npolicy = "lru"\n', "spill.policy"),
+        ("[spill]\nmemory_budget_bytes = 10\n", "spill.memory_budget_bytes"),
+        ("[spill]\nc0_seconds = 0.001\n", "set both c0_seconds and c1_seconds_per_byte"),
+        ("[pressure]\nhigh_watermark = 0.4\nlow_watermark = 0.6\n", "low_watermark must be below"),
         (
             '[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "int64" }]\n'
             '[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = "int64" }]\n',

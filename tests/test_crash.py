@@ -124,6 +124,8 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
             "spark": {"master": "local[2]"},
             # truncate the WAL often, so crashes also meet truncated and rolled segments
             "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 0, "vacuum_seconds": 0},
+            # a tiny memory budget, so pending updates spill and crashes meet spill files too
+            "spill": {"memory_budget_bytes": 65536},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
             "tables": [{"name": name, "schema": SCHEMA} for name in TABLES],
         },
@@ -187,3 +189,5 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(server: ServerProces
         assert loaded == expected, f"{table}: {len(loaded)} rows loaded, {len(expected)} acknowledged"
         assert DeltaTable(str(path)).transaction_version(app_id(table)) == last[table] == status[table]["last_sequence"]
         assert not list(path.glob(".staging-*")), "a staging directory outlived the restart"
+    logs = [p.read_text(errors="replace") for p in server.workdir.glob("server-*.log")]
+    assert any("spill files of an earlier run" in text for text in logs), "no restart met spill files"

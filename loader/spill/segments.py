@@ -42,11 +42,12 @@ class SegmentFiles:
         self.files = 0
 
     def reset(self) -> int:
-        """Empty the directory (start-up: segments of an earlier run are rebuilt from the WAL)."""
+        """Empty the directory (start-up: segments of an earlier run are rebuilt from the WAL);
+        returns how many segment files there were."""
         removed = 0
         if self.directory.exists():
+            removed = sum(1 for _ in self.directory.rglob("*.parquet"))
             for child in self.directory.iterdir():
-                removed += 1
                 if child.is_dir():
                     shutil.rmtree(child, ignore_errors=True)
                 else:
