@@ -483,3 +483,38 @@ def test_two_workers_load_two_tables_at_once_in_their_pools(sink: DeltaRsSink) -
     for table in ("a", "b"):
         assert by_id(read_delta(sink.table_path(table))) == by_id(batches[table].row_tables[0])
         assert sink.committed_seq(table) == 1
+
+
+def test_spilled_segments_are_read_in_place_whole_or_in_part_after_a_partial_commit(
+    sink: DeltaRsSink, tmp_path: Path
+) -> None:
+    """A batch of memory rows plus spill segments lands whole; when part of it was committed
+    before a restart, only the rest of a segment is loaded (read through the driver)."""
+    from loader.pending import PendingStore
+    from loader.spill.registry import make_spill_policy
+    from loader.spill.segments import SegmentFiles
+
+    rng = random.Random(11)
+    sink.ensure_table("orders", ORDERS)
+    parts = [order_rows(rng, range(k * 50, k * 50 + 50)) for k in range(8)]
+    budget = 3 * parts[0].get_total_buffer_size()
+    segments = SegmentFiles(tmp_path / "spill", lambda _: ORDERS.arrow())
+    store = PendingStore(make_spill_policy("half", budget), budget, segments)
+    store.add_table("orders")
+    for seq, rows in enumerate(parts, start=1):
+        store.append(rows_update("orders", seq, rows))
+    updates = store.take("orders")
+    assert any(u.spilled for u in updates) and any(u.rows is not None for u in updates)
+    spilled = [u for u in updates if u.spilled is not None]
+
+    # Updates 1..k were committed before a "crash": the retry holds a segment only in part.
+    cut = spilled[0].seq  # commit up to the first spilled update: its segment is split
+    assert spilled[0].spilled is not None and spilled[0].spilled.segment_rows > 50
+    first = Batch("orders", tuple(u for u in updates if u.seq <= cut))
+    assert sink.load(first, ORDERS).rows == 50 * cut
+    result = sink.load(Batch("orders", updates), ORDERS)
+    path = sink.table_path("orders")
+    assert result.rows == 50 * (8 - cut)
+    assert by_id(read_delta(path)) == by_id(pa.concat_tables(parts))
+    store.loaded("orders")
+    assert not list((tmp_path / "spill").rglob("*.parquet"))
