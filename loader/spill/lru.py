@@ -21,6 +21,7 @@ class Lru(SpillPolicy):
 
     def __init__(self, chunk_bytes: int | None = None) -> None:
         self._chunk = chunk_bytes
+        self._pinned: Item | None = None
 
     @property
     def chunk(self) -> int:
@@ -37,6 +38,8 @@ class Lru(SpillPolicy):
                     if run.on_disk:
                         continue
                     for position, it in enumerate(run.items):
+                        if it is self._pinned:
+                            continue
                         if victim is None or it.used < victim[0]:
                             victim = (it.used, q, index, position)
             if victim is None:
@@ -49,3 +52,13 @@ class Lru(SpillPolicy):
                 total += it.size
                 count += 1
             cache.write(q, index, position, count)
+
+    def after_read(self, queue: Queue) -> None:
+        # The head just read is consumed next, so it is pinned (as a page being accessed is):
+        # when it alone exceeds the budget it would otherwise be the only victim, written
+        # straight back, and consume() would find the head on disk again.
+        self._pinned = queue.runs[0].items[0]
+        try:
+            self.arrived(queue, None)
+        finally:
+            self._pinned = None

@@ -260,6 +260,8 @@ class QueueCache:
             if run.on_disk:
                 queue.disk_bytes += run.nbytes
                 self.on_disk += run.nbytes
+                for item in run.items:  # read in place by the failed load, never brought back:
+                    item.read = False  # reading it back later is its first read-in, not a second
             else:
                 queue.mem_bytes += run.nbytes
                 self._resident(run.nbytes)
@@ -476,11 +478,12 @@ class SpillPolicy:
 
     def fallback(self, target: int) -> None:
         """Beyond the paper's rule (several queues under a single-queue algorithm): write
-        the newest items of the queue with the most writable bytes until within budget."""
+        the newest ``target`` bytes of the queue with the most writable bytes until within budget
+        (a chunk, not just the overflow: one-item segments would make every write a seek)."""
         cache = self.cache
         while cache.over_budget:
             queue = cache.largest_in_memory(self.writable(0))
-            if queue is None or not self.write_newest(queue, min(target, cache.resident - cache.budget), 0):
+            if queue is None or not self.write_newest(queue, target, 0):
                 return
 
     @property
