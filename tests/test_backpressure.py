@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from tests.prom import sample_value
 from tests.service_harness import OPERATOR, Harness
 
 ROWS_PER_REQUEST = 200
@@ -16,12 +15,7 @@ def rows(start: int) -> list[dict[str, object]]:
 
 
 def metric(harness: Harness, name: str, **labels: str) -> float:
-    text = harness.get("/metrics").text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return 0.0
+    return sample_value(harness.get("/metrics").text, name, **labels)
 
 
 def test_a_full_spill_disk_answers_503_and_every_acknowledged_update_lands_once(tmp_path: Path) -> None:
@@ -68,6 +62,9 @@ def test_the_pressure_mode_wraps_the_configured_policy_and_is_reported(tmp_path:
         assert not mode["active"]
         assert metric(h, "loader_pressure_mode") == 0
         # A runtime switch keeps the mode.
-        assert h.client.put(
-            "/v1/admin/policy", json={"policy": "fifo"}, headers={"Authorization": f"Bearer {OPERATOR}"}
-        ).json()["policy"] == "fifo+chain"
+        assert (
+            h.client.put(
+                "/v1/admin/policy", json={"policy": "fifo"}, headers={"Authorization": f"Bearer {OPERATOR}"}
+            ).json()["policy"]
+            == "fifo+chain"
+        )

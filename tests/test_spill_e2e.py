@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.prom import sample_value
 from tests.server_process import ServerProcess, free_port, write_config
 from tests.tables import read_delta
 
@@ -67,14 +67,6 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         proc.kill()
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return 0.0
-
-
 def test_a_burst_of_ten_budgets_is_accepted_in_bounded_memory_and_lands_once(server: ServerProcess) -> None:
     assert server.wait_ready()
     assert server.proc is not None
@@ -116,9 +108,9 @@ def test_a_burst_of_ten_budgets_is_accepted_in_bounded_memory_and_lands_once(ser
             assert time.monotonic() < deadline, server.log_tail()
             time.sleep(0.2)
         text = http.get("/metrics").text
-        assert metric(text, "loader_spill_operations_total", kind="write") > 0
-        assert metric(text, "loader_spill_operations_total", kind="read_in_place") > 0
-        assert metric(text, "loader_spill_bytes_total", kind="write") == pending["bytes_written"]
+        assert sample_value(text, "loader_spill_operations_total", kind="write") > 0
+        assert sample_value(text, "loader_spill_operations_total", kind="read_in_place") > 0
+        assert sample_value(text, "loader_spill_bytes_total", kind="write") == pending["bytes_written"]
 
     ids = read_delta(server.workdir / "data" / "warehouse" / "burst").column("id").to_pylist()
     assert len(ids) == requests * ROWS and sorted(ids) == list(range(requests * ROWS))
