@@ -137,9 +137,9 @@ def run(w: Workload) -> QueueCache:
             if q not in in_flight:
                 continue
             runs, keys = in_flight.pop(q)
+            entered = sum(r.nbytes for r in runs if not r.on_disk)  # before: the cache reuses the runs
             cache.put_back(q, runs)
             reference[q].extendleft(reversed(keys))
-            entered = sum(r.nbytes for r in runs if not r.on_disk)
         reads = [op.nbytes for op in cache.ops[seen:] if op.kind == "read" and op.reader == "driver"]
         check_accounts(cache)
         # The budget holds after the call unless nothing writable is left.

@@ -16,6 +16,8 @@ a queue may hold all of M if it is the only busy one.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from loader.spill.model import Item, Queue, QueueCache, SpillPolicy
 
 
@@ -37,5 +39,11 @@ class BufferedHead(SpillPolicy):
         self.fallback(chunk)
 
 
-def _by_memory(cache: QueueCache) -> list[Queue]:
-    return sorted((q for q in cache if q.mem_bytes), key=lambda q: q.mem_bytes, reverse=True)
+def _by_memory(cache: QueueCache) -> Iterator[Queue]:
+    """Queues by bytes in memory, largest first: the largest found in one pass (the usual
+    answer), the full order only if it has nothing writable."""
+    largest = max(cache, key=lambda q: q.mem_bytes, default=None)
+    if largest is None or not largest.mem_bytes:
+        return
+    yield largest
+    yield from sorted((q for q in cache if q.mem_bytes and q is not largest), key=lambda q: q.mem_bytes, reverse=True)

@@ -276,8 +276,10 @@ class QueueCache:
         run = queue.runs[run_index]
         if run.on_disk or count < 1 or start < 0 or start + count > len(run.items):
             raise SpillError(f"cannot write items {start}..{start + count} of run {run_index} of {queue.name!r}")
-        listed = list(run.items)
-        moved = listed[start : start + count]
+        suffix = start + count == len(run.items)
+        # The usual write is the newest suffix: pop it rather than copy the whole run.
+        listed = list(run.items) if not suffix else []
+        moved = listed[start : start + count] if not suffix else [run.items[-count + i] for i in range(count)]
         if self.policy.acyclic:
             for item in moved:
                 if item.written:
@@ -288,15 +290,21 @@ class QueueCache:
         self._next_segment += 1
         for item in moved:
             item.written = True
-        pieces = []
-        if start:
-            before = listed[:start]
-            pieces.append(Run(deque(before), sum(i.size for i in before)))
-        pieces.append(segment)
-        if start + count < len(listed):
-            after = listed[start + count :]
-            pieces.append(Run(deque(after), run.nbytes - nbytes - (pieces[0].nbytes if start else 0)))
-        queue.runs[run_index : run_index + 1] = pieces
+        if suffix:
+            for _ in range(count):
+                run.items.pop()
+            run.nbytes -= nbytes
+            queue.runs[run_index : run_index + 1] = [run, segment] if run.items else [segment]
+        else:
+            pieces = []
+            if start:
+                before = listed[:start]
+                pieces.append(Run(deque(before), sum(i.size for i in before)))
+            pieces.append(segment)
+            if start + count < len(listed):
+                after = listed[start + count :]
+                pieces.append(Run(deque(after), run.nbytes - nbytes - (pieces[0].nbytes if start else 0)))
+            queue.runs[run_index : run_index + 1] = pieces
         queue.mem_bytes -= nbytes
         queue.disk_bytes += nbytes
         self._resident(-nbytes)
@@ -378,13 +386,15 @@ def _merge_memory_runs(runs: list[Run]) -> None:
             i += 1
 
 
-def newest_writable(queue: Queue, protect: int, skip_read: bool) -> tuple[int, int]:
+def newest_writable(queue: Queue, protect: int, skip_read: bool, enough: int | None = None) -> tuple[int, int]:
     """(run index, item count) of the newest memory run's writable suffix, or (-1, 0).
 
     When the queue's head is in memory, its oldest items up to ``protect`` bytes (at
     least the oldest one, which is consumed next) are protected: BufferedHead's protected
     head, GreedyChunk's oldest T, Half's head. With ``skip_read`` an item read back once
-    is never written again (acyclicity).
+    is never written again (acyclicity). ``enough``: the caller needs no more than the
+    newest items making this many bytes, so the walk stops there (a long run is not
+    walked whole on every write).
     """
     for index in range(len(queue.runs) - 1, -1, -1):
         run = queue.runs[index]
@@ -401,11 +411,12 @@ def newest_writable(queue: Queue, protect: int, skip_read: bool) -> tuple[int, i
                 protected += 1
             limit -= protected
         if skip_read:
-            count = 0
+            count = total = 0
             for item in reversed(items):
-                if count >= limit or item.read:
+                if count >= limit or item.read or (enough is not None and total >= enough):
                     break
                 count += 1
+                total += item.size
             limit = count
         return (index, limit) if limit > 0 else (-1, 0)
     return -1, 0
@@ -457,7 +468,7 @@ class SpillPolicy:
     def write_newest(self, queue: Queue, target: int, protect: int) -> int:
         """Write the newest writable items of ``queue``, at least ``target`` bytes when it
         has them, as one segment; returns the bytes written (0: nothing writable)."""
-        index, available = newest_writable(queue, protect, skip_read=self.acyclic)
+        index, available = newest_writable(queue, protect, skip_read=self.acyclic, enough=target)
         if index < 0:
             return 0
         run = queue.runs[index]
