@@ -191,6 +191,25 @@ class Settings(BaseSettings):
             raise ValueError("auth_tokens holds the same token twice")
         return self
 
+    @model_validator(mode="after")
+    def _spill_dir_apart(self) -> Settings:
+        """The spill directory is emptied of segments at start-up: it must hold nothing else."""
+        if self.spill.dir is None:
+            return self
+        spill = self.spill.dir.resolve()
+        for name, other in (
+            ("data_dir", self.data_dir),
+            ("the WAL directory", self.wal_path),
+            ("the warehouse", self.warehouse_path),
+            ("the landing directory", self.landing_path),
+        ):
+            place = other.resolve()
+            if spill == place or place.is_relative_to(spill) or (spill.is_relative_to(place) and name != "data_dir"):
+                raise ValueError(
+                    f"spill.dir {self.spill.dir} overlaps {name} ({other}); give it a directory of its own"
+                )
+        return self
+
     @property
     def warehouse_path(self) -> Path:
         return self.warehouse_dir or self.data_dir / "warehouse"

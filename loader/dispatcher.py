@@ -225,7 +225,7 @@ class Dispatcher:
             raise RuntimeError(f"policy {self.policy.name} chose table {state.name!r}, which is not available")
         try:
             updates = self.pending.take(state.name, self.policy.batch_limit)
-        except OSError as exc:  # a spilled head could not be read back: try again later
+        except Exception as exc:  # e.g. a spilled head could not be read back: try again later
             log.error("cannot take a batch of %s: %s; retrying in 1s", state.name, exc)
             self._held[tid] = self._held.get(tid, 0) + 1
             state.paused = True

@@ -37,6 +37,7 @@ class SpillFull(Exception):
 class InFlight:
     runs: list[Run]
     resident: int
+    disk_bytes: int = 0
     #: Segments handed to the load job, deleted once it is committed.
     segments: list[int] = field(default_factory=list)
 
@@ -85,10 +86,11 @@ class PendingStore:
             return
         if self.spill_error is not None:
             raise SpillFull(f"spilling to disk failed ({self.spill_error}) and the memory budget is full")
-        if self.disk_budget is not None and cache.on_disk + nbytes > self.disk_budget:
+        # Segments of batches being loaded are still on disk until their commit.
+        on_disk = cache.on_disk + sum(f.disk_bytes for f in self._inflight.values())
+        if self.disk_budget is not None and on_disk + nbytes > self.disk_budget:
             raise SpillFull(
-                f"the spill directory holds {cache.on_disk} bytes of its {self.disk_budget}-byte budget and memory "
-                "is full"
+                f"the spill directory holds {on_disk} bytes of its {self.disk_budget}-byte budget and memory is full"
             )
 
     # -- the dispatcher's calls ------------------------------------------------------------
@@ -122,7 +124,7 @@ class PendingStore:
                     cache.put_back(table, [Run(deque(items), sum(i.size for i in items))])
                 raise
             runs = [Run(deque(items), sum(i.size for i in items))] if items else []
-        flight = InFlight(runs, sum(r.nbytes for r in runs if not r.on_disk))
+        flight = InFlight(runs, sum(r.nbytes for r in runs if not r.on_disk), sum(r.nbytes for r in runs if r.on_disk))
         flight.segments = [r.segment for r in runs if r.segment is not None]
         self._inflight[table] = flight
         self.changed.add(table)
@@ -139,7 +141,11 @@ class PendingStore:
         """The in-flight batch failed: back to the front of its queue, exactly as it was."""
         flight = self._inflight.pop(table)
         if flight.runs:
-            self.cache.put_back(table, flight.runs)
+            try:
+                self.cache.put_back(table, flight.runs)
+            except OSError as exc:  # the runs are back; only restoring the budget failed
+                self.spill_error = str(exc)
+                log.error("could not spill after putting back a failed batch of %s: %s", table, exc)
         self.changed.add(table)
 
     # -- reading ---------------------------------------------------------------------------

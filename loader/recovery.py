@@ -39,9 +39,10 @@ def committed_seq(path: Path, table: str) -> int:
 
 @dataclass
 class RecoveryPlan:
+    """Built one WAL record at a time (``add``), so a restart never holds the whole backlog:
+    each pending update goes straight to the pending store, which spills as it must."""
+
     committed: dict[str, int]
-    #: Acknowledged and not in Delta, per table in sequence order.
-    pending: dict[str, list[Update]] = field(default_factory=lambda: defaultdict(list))
     #: Updates of tables missing from the catalog, kept until the table is registered again.
     orphans: dict[str, list[Update]] = field(default_factory=lambda: defaultdict(list))
     #: Highest sequence number and release logged per table (committed updates included).
@@ -49,23 +50,32 @@ class RecoveryPlan:
     last_release: dict[str, float] = field(default_factory=dict)
     #: Owned landing files of updates Delta already holds.
     stale_files: list[str] = field(default_factory=list)
+    pending_count: int = 0
 
-    @property
-    def pending_count(self) -> int:
-        return sum(len(u) for u in self.pending.values())
-
-
-def plan_recovery(records: Iterable[WalRecord], tables: Iterable[str], warehouse: Path) -> RecoveryPlan:
-    plan = RecoveryPlan(committed={name: committed_seq(warehouse / name, name) for name in tables})
-    for record in records:
+    def add(self, record: WalRecord) -> Update | None:
+        """Note one record (in log order); returns its update when it is pending again."""
         update = record.update
         name = update.table
-        plan.last_seq[name] = max(plan.last_seq.get(name, 0), update.seq)
-        plan.last_release[name] = max(plan.last_release.get(name, update.release), update.release)
-        if name not in plan.committed:
-            plan.orphans[name].append(update)
-        elif update.seq <= plan.committed[name]:
-            plan.stale_files.extend(f.path for f in update.files)
+        self.last_seq[name] = max(self.last_seq.get(name, 0), update.seq)
+        self.last_release[name] = max(self.last_release.get(name, update.release), update.release)
+        if name not in self.committed:
+            self.orphans[name].append(update)
+        elif update.seq <= self.committed[name]:
+            self.stale_files.extend(f.path for f in update.files)
         else:
-            plan.pending[name].append(update)
-    return plan
+            self.pending_count += 1
+            return update
+        return None
+
+
+def plan_recovery(
+    records: Iterable[WalRecord], tables: Iterable[str], warehouse: Path
+) -> tuple[RecoveryPlan, dict[str, list[Update]]]:
+    """The whole plan at once, pending updates per table in sequence order (tests, tools)."""
+    plan = RecoveryPlan(committed={name: committed_seq(warehouse / name, name) for name in tables})
+    pending: dict[str, list[Update]] = defaultdict(list)
+    for record in records:
+        update = plan.add(record)
+        if update is not None:
+            pending[update.table].append(update)
+    return plan, pending

@@ -33,7 +33,7 @@ from loader.intake import TableSequence, UpdateRequest, ValidUpdate, iso, plan_u
 from loader.landing import accept_files
 from loader.metrics import Metrics
 from loader.pending import SpillFull
-from loader.recovery import committed_seq, plan_recovery
+from loader.recovery import RecoveryPlan, committed_seq
 from loader.rows import rows_to_arrow
 from loader.sinks.base import Sink
 from loader.spill.setup import build_pending_store
@@ -109,6 +109,15 @@ class LoaderService:
         params = self.catalog.policy_params if self.catalog.policy else s.policy_params
         policy = self._make_policy(policy_name, params)
         self.metrics.set_policy(policy_name)
+        self.idempotency = IdempotencyStore.load(
+            s.state_path / "idempotency.json", s.maintenance.idempotency_ttl_seconds
+        )
+        self.wal = WriteAheadLog(
+            s.wal_path, durability=s.durability, segment_bytes=s.wal_segment_bytes, on_fsync=self.metrics.on_fsync
+        )
+        # The WAL's lock first: a second instance on the same data must fail before it
+        # touches anything (the spill directory is emptied next).
+        await asyncio.to_thread(self.wal.open)
         pending = await asyncio.to_thread(
             build_pending_store, s, lambda table: self.catalog.entries[table].schema.arrow(), self.metrics.on_spill_op
         )
@@ -120,21 +129,20 @@ class LoaderService:
             on_finished=self._finished,
             on_failed=self._failed,
         )
-        self.idempotency = IdempotencyStore.load(
-            s.state_path / "idempotency.json", s.maintenance.idempotency_ttl_seconds
-        )
-        self.wal = WriteAheadLog(
-            s.wal_path, durability=s.durability, segment_bytes=s.wal_segment_bytes, on_fsync=self.metrics.on_fsync
-        )
-        records = await asyncio.to_thread(lambda: list(self.wal.replay()))
-        for record in records:
-            self.idempotency.add_record(record)
-        plan = await asyncio.to_thread(plan_recovery, records, list(self.catalog.entries), s.warehouse_path)
+        names = list(self.catalog.entries)
+        committed = await asyncio.to_thread(lambda: {n: committed_seq(s.warehouse_path / n, n) for n in names})
+        for entry in self.catalog.entries.values():
+            self._add_table(entry)
+        plan = RecoveryPlan(committed=committed)
+        # One record at a time, off the event loop (nothing else runs yet): pending updates
+        # go straight into the pending store, which spills, so a restart after a burst needs
+        # no more memory than the burst did.
+        await asyncio.to_thread(self._replay_wal, plan)
         for entry in self.catalog.entries.values():
             name = entry.name
-            self._add_runtime(entry, plan.committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name))
-            for update in plan.pending.get(name, ()):
-                self.dispatcher.released(update)
+            self.tables[name] = self._sequence(
+                entry, committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name)
+            )
         self.recovered_updates = plan.pending_count
         self._orphans = dict(plan.orphans)
         for name, updates in self._orphans.items():
@@ -227,11 +235,9 @@ class LoaderService:
         if changed:
             self.catalog.save()
 
-    def _add_runtime(
-        self, entry: CatalogEntry, committed: int, logged_seq: int = 0, logged_release: float | None = None
-    ) -> TableSequence:
-        """Scheduler state and sequence counter of a table; numbering resumes above every
-        sequence number Delta, the catalog or the WAL has seen."""
+    def _add_table(self, entry: CatalogEntry) -> None:
+        """The table's scheduler state: current up to where its freshness account (or its
+        last load, or its registration) says."""
         assert self.dispatcher is not None
         account = entry.account()
         if account is not None:
@@ -242,13 +248,26 @@ class LoaderService:
             name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint
         )
         self.dispatcher.add_table(spec, origin=origin, paused=entry.paused, account=account)
+
+    def _sequence(
+        self, entry: CatalogEntry, committed: int, logged_seq: int = 0, logged_release: float | None = None
+    ) -> TableSequence:
+        """The table's sequence counter: numbering resumes above every sequence number
+        Delta, the catalog or the WAL has seen."""
+        origin = self.dispatcher.state(entry.name).origin if self.dispatcher is not None else entry.created_at
         start = max(committed, entry.last_seq, logged_seq)
         last_release = origin if logged_release is None else max(origin, logged_release)
-        runtime = TableSequence(
+        return TableSequence(
             next_seq=start + 1, last_release=last_release, committed_seq=committed, next_to_release=start + 1
         )
-        self.tables[entry.name] = runtime
-        return runtime
+
+    def _replay_wal(self, plan: RecoveryPlan) -> None:
+        assert self.wal is not None and self.dispatcher is not None
+        for record in self.wal.replay():
+            self.idempotency.add_record(record)
+            update = plan.add(record)
+            if update is not None:
+                self.dispatcher.released(update)
 
     async def register_table(self, table: TableConfig) -> CatalogEntry:
         """Register a table (idempotent for the same schema); adopts WAL updates kept for it."""
@@ -280,7 +299,10 @@ class LoaderService:
                 entry.created_at = min(now, kept[0].release - 1.0)
             self.catalog.add(entry)
             logged = max((u.seq for u in kept), default=0)
-            self._add_runtime(entry, committed, logged, max((u.release for u in kept), default=None))
+            self._add_table(entry)
+            self.tables[entry.name] = self._sequence(
+                entry, committed, logged, max((u.release for u in kept), default=None)
+            )
             for update in kept:
                 if update.seq > committed:
                     self.dispatcher.released(update)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
+
+from loader.service import LoaderService
+from loader.wal import WalLockedError
 from tests.prom import sample_value
 from tests.service_harness import OPERATOR, Harness
 
@@ -68,3 +73,22 @@ def test_the_pressure_mode_wraps_the_configured_policy_and_is_reported(tmp_path:
             ).json()["policy"]
             == "fifo+chain"
         )
+
+
+def test_a_second_instance_on_the_same_data_refuses_before_touching_the_spill_segments(tmp_path: Path) -> None:
+    spill = {"memory_budget_bytes": 16 << 10}
+    with Harness(tmp_path / "data", spill=spill) as h:
+        assert h.post("/v1/admin/tables/clicks/pause", token=OPERATOR).status_code == 200
+        for request in range(20):
+            assert (
+                h.post("/v1/tables/clicks/updates", json={"rows": rows(request * ROWS_PER_REQUEST)}).status_code == 202
+            )
+        segments = sorted((tmp_path / "data" / "spill").rglob("*.parquet"))
+        assert segments
+        second = LoaderService(h.settings)
+        with pytest.raises(WalLockedError):
+            asyncio.run(second.start(load=False))
+        assert sorted((tmp_path / "data" / "spill").rglob("*.parquet")) == segments
+        assert h.post("/v1/admin/tables/clicks/resume", token=OPERATOR).status_code == 200
+        h.wait_loaded("clicks", h.status("clicks")["last_sequence"])
+        assert len(h.rows("clicks")) == 20 * ROWS_PER_REQUEST

@@ -139,3 +139,55 @@ def test_start_up_empties_the_spill_directory(tmp_path: Path) -> None:
     leftover.write_bytes(b"old")
     assert SegmentFiles(tmp_path / "spill", lambda _: SCHEMA).reset() == 1
     assert not leftover.exists()
+
+
+def test_start_up_deletes_only_segment_files(tmp_path: Path) -> None:
+    spill = tmp_path / "spill"
+    keep = [spill / "notes.txt", spill / "t" / "data.parquet", spill / "other" / "x" / "000000000001.parquet"]
+    for path in keep:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"not a segment")
+    (spill / "t" / "000000000007.parquet").write_bytes(b"old segment")
+    (spill / "empty").mkdir()
+    assert SegmentFiles(spill, lambda _: SCHEMA).reset() == 1
+    assert all(path.exists() for path in keep)
+    assert not (spill / "t" / "000000000007.parquet").exists() and not (spill / "empty").exists()
+
+
+def test_segments_of_a_batch_being_loaded_count_against_the_disk_budget(tmp_path: Path) -> None:
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=2 * size, disk_budget=6 * size)
+    for seq in range(1, 9):
+        s.append(update(seq))
+    s.take("t")  # the segments stay on disk until the commit
+    for seq in range(9, 11):
+        s.append(update(seq))
+    assert s.spilled < size * 2  # what the queue itself holds on disk is well within the budget
+    with pytest.raises(SpillFull):
+        s.check_room(2 * size)  # memory full, and the disk holds the batch's segments too
+    s.loaded("t")
+    s.check_room(2 * size)
+
+
+def test_a_failed_batch_put_back_onto_a_full_disk_stays_queued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import loader.spill.segments as segments_module
+
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=3 * size)
+    for seq in range(1, 4):
+        s.append(update(seq))
+    s.take("t")
+    for seq in range(4, 7):
+        s.append(update(seq))
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segments_module.pq, "write_table", disk_full)
+    s.put_back("t")  # over budget, and the spill fails: no exception, intake closes
+    assert s.spill_error is not None and s.count("t") == 6
+    with pytest.raises(SpillFull):
+        s.check_room(size)
+    assert [u.seq for u in s.take("t")] == [1, 2, 3, 4, 5, 6]

@@ -188,9 +188,9 @@ def test_recovery_plan_sorts_records_into_loaded_pending_and_kept(tmp_path: Path
         wal.append_sync([WalRecord(Update("gone", 1, 1.0))])
     with WriteAheadLog(tmp_path / "wal") as wal:
         records = list(wal.replay())
-    plan = plan_recovery(records, ["a"], tmp_path / "warehouse")  # no Delta table: nothing committed
-    assert plan.committed == {"a": 0}
-    assert [u.seq for u in plan.pending["a"]] == [1, 2, 3]
+    plan, pending = plan_recovery(records, ["a"], tmp_path / "warehouse")  # no Delta table: nothing committed
+    assert plan.committed == {"a": 0} and plan.pending_count == 3
+    assert [u.seq for u in pending["a"]] == [1, 2, 3]
     assert [u.seq for u in plan.orphans["gone"]] == [1]
     assert plan.last_seq == {"a": 3, "gone": 1} and plan.last_release["a"] == 3.0
 

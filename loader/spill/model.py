@@ -386,16 +386,21 @@ def _merge_memory_runs(runs: list[Run]) -> None:
             i += 1
 
 
-def newest_writable(queue: Queue, protect: int, skip_read: bool, enough: int | None = None) -> tuple[int, int]:
-    """(run index, item count) of the newest memory run's writable suffix, or (-1, 0).
+def newest_writable(
+    queue: Queue, protect: int, skip_read: bool, enough: int | None = None, prefer: int = 0
+) -> tuple[int, int]:
+    """(run index, item count) of a memory run's writable newest items, or (-1, 0).
 
-    When the queue's head is in memory, its oldest items up to ``protect`` bytes (at
-    least the oldest one, which is consumed next) are protected: BufferedHead's protected
-    head, GreedyChunk's oldest T, Half's head. With ``skip_read`` an item read back once
-    is never written again (acyclicity). ``enough``: the caller needs no more than the
-    newest items making this many bytes, so the walk stops there (a long run is not
-    walked whole on every write).
+    When the queue's head is in memory, its oldest items that fit in ``protect`` bytes
+    are protected: BufferedHead's protected head, GreedyChunk's oldest T, Half's head (an
+    update bigger than that is not: the load job reads segments in place, and a
+    consumption reads it back). With ``skip_read`` an item read back once is never written
+    again (acyclicity). ``enough``: the caller needs no more than the newest items making
+    this many bytes, so the walk stops there (a long run is not walked whole on every
+    write). ``prefer``: the newest run offering at least this many bytes is chosen over a
+    newer, shorter one (BufferedHead's writes of M/2n, not of whatever the tail holds).
     """
+    fallback = (-1, 0)
     for index in range(len(queue.runs) - 1, -1, -1):
         run = queue.runs[index]
         if run.on_disk:
@@ -405,21 +410,22 @@ def newest_writable(queue: Queue, protect: int, skip_read: bool, enough: int | N
         if index == 0:
             kept = protected = 0
             for item in items:
-                if protected and kept + item.size > protect:
+                if kept + item.size > protect:
                     break
                 kept += item.size
                 protected += 1
             limit -= protected
-        if skip_read:
-            count = total = 0
-            for item in reversed(items):
-                if count >= limit or item.read or (enough is not None and total >= enough):
-                    break
-                count += 1
-                total += item.size
-            limit = count
-        return (index, limit) if limit > 0 else (-1, 0)
-    return -1, 0
+        count = total = 0
+        for item in reversed(items):
+            if count >= limit or (skip_read and item.read) or (enough is not None and total >= enough):
+                break
+            count += 1
+            total += item.size
+        if count and total >= prefer:
+            return index, count
+        if count and fallback[0] < 0:
+            fallback = (index, count)
+    return fallback
 
 
 def suffix_count(items: Iterable[Item], target: int, available: int) -> int:
@@ -468,7 +474,7 @@ class SpillPolicy:
     def write_newest(self, queue: Queue, target: int, protect: int) -> int:
         """Write the newest writable items of ``queue``, at least ``target`` bytes when it
         has them, as one segment; returns the bytes written (0: nothing writable)."""
-        index, available = newest_writable(queue, protect, skip_read=self.acyclic, enough=target)
+        index, available = newest_writable(queue, protect, skip_read=self.acyclic, enough=target, prefer=target)
         if index < 0:
             return 0
         run = queue.runs[index]
@@ -479,7 +485,7 @@ class SpillPolicy:
         """Bytes of a queue's newest memory run that ``write_newest`` could move."""
 
         def size(queue: Queue) -> int:
-            index, count = newest_writable(queue, protect, skip_read=self.acyclic)
+            index, count = newest_writable(queue, protect, skip_read=self.acyclic, enough=self.chunk)
             if index < 0:
                 return 0
             items = queue.runs[index].items

@@ -12,9 +12,10 @@ rebuilds the queues (and re-spills) from it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import shutil
+import re
 from collections.abc import Callable, Hashable
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,8 @@ from loader.spill.model import Item
 from loader.updates import SpilledRows, Update
 
 log = logging.getLogger(__name__)
+
+SEGMENT_NAME = re.compile(r"[0-9]{12}\.parquet")
 
 
 def read_spilled(ref: SpilledRows) -> pa.Table:
@@ -42,16 +45,19 @@ class SegmentFiles:
         self.files = 0
 
     def reset(self) -> int:
-        """Empty the directory (start-up: segments of an earlier run are rebuilt from the WAL);
-        returns how many segment files there were."""
+        """Delete the segments of an earlier run (the WAL replay rebuilds what is pending);
+        returns how many there were. Only files named as segments are touched, and table
+        directories only once empty, so a mistaken ``spill.dir`` cannot destroy other data."""
         removed = 0
         if self.directory.exists():
-            removed = sum(1 for _ in self.directory.rglob("*.parquet"))
+            for path in self.directory.glob("*/*.parquet"):
+                if SEGMENT_NAME.fullmatch(path.name) and path.is_file():
+                    path.unlink(missing_ok=True)
+                    removed += 1
             for child in self.directory.iterdir():
                 if child.is_dir():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        child.rmdir()  # empty table directories only
         self.directory.mkdir(parents=True, exist_ok=True)
         self.files = 0
         return removed
