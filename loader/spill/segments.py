@@ -2,8 +2,9 @@
 
 Parquet, written with the table's own Arrow schema exactly as a load's in-memory rows
 are handed to Spark (``loader.sinks.frame``), so a load job reads a whole segment in
-place: the rows never come back through the driver. Uncompressed: a spill is on the
-path of a burst, and compression would trade disk bandwidth for the CPU the loads need.
+place: the rows never come back through the driver. Uncompressed, without dictionaries
+or statistics: a spill is on the path of a burst, and encoding, not the disk, bounds its
+rate (BENCHMARKS.md, ``benchmarks/spill.py``).
 
 Not a durability mechanism: nothing is fsynced and the directory is emptied at start-up;
 the write-ahead log holds every acknowledged update until it is in Delta, and recovery
@@ -74,7 +75,9 @@ class SegmentFiles:
         path = self.path(table, segment)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            pq.write_table(data, path, compression="none")
+            # Plain encoding, no statistics: a segment is read once, whole, so dictionaries
+            # and min/max buys nothing, and skipping them more than doubles the encode rate.
+            pq.write_table(data, path, compression="none", use_dictionary=False, write_statistics=False)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
