@@ -118,8 +118,8 @@ def round_robin(rng: random.Random, n: int, budget: int, *, idle: bool) -> list[
 # -- the offline optimum itself ------------------------------------------------------------------------
 
 
-def search_optimum(steps: list[Step], budget: int, leftover: Leftover) -> int:
-    """Dijkstra over single operations, tick by tick; a read needs room in memory for its run.
+def search_optimum(steps: list[Step], budget: int, leftover: Leftover, c0: int = 1, c1: int = 0) -> int:
+    """Dijkstra over single operations (c0 + c1 per tuple moved), tick by tick; a read needs room for its run.
 
     Independent of offline.py's closed form for the cost between two ticks (and of its
     argument that the order of operations inside a tick does not matter): equal results on
@@ -163,9 +163,10 @@ def search_optimum(steps: list[Step], budget: int, leftover: Leftover) -> int:
                             break
                         flipped = bits[:a] + (1 - bits[a],) * (b - a + 1) + bits[b + 1 :]
                         nxt = state[:qi] + (flipped,) + state[qi + 1 :]
-                        if dist.get(nxt, cost + 2) > cost + 1:
-                            dist[nxt] = cost + 1
-                            heapq.heappush(heap, (cost + 1, nxt))
+                        reached = cost + c0 + c1 * (b - a + 1)
+                        if nxt not in dist or dist[nxt] > reached:
+                            dist[nxt] = reached
+                            heapq.heappush(heap, (reached, nxt))
         states = {}
         for state, cost in dist.items():
             if sum(len(b) - sum(b) for b in state) > budget:
@@ -177,10 +178,12 @@ def search_optimum(steps: list[Step], budget: int, leftover: Leftover) -> int:
                 state = state[:qi] + (state[qi][1:],) + state[qi + 1 :]
             states[state] = min(states.get(state, cost), cost)
 
-    def disk_runs(state: State) -> int:
-        return sum(1 for bits in state for i, bit in enumerate(bits) if bit and (i == 0 or not bits[i - 1]))
+    def take_all(state: State) -> int:
+        """One read per maximal on-disk run."""
+        runs = sum(1 for bits in state for i, bit in enumerate(bits) if bit and (i == 0 or not bits[i - 1]))
+        return c0 * runs + c1 * sum(sum(bits) for bits in state)
 
-    return min(cost + (disk_runs(s) if leftover == "take_all" else 0) for s, cost in states.items())
+    return min(cost + (take_all(s) if leftover == "take_all" else 0) for s, cost in states.items())
 
 
 @st.composite
@@ -208,6 +211,23 @@ def test_offline_optimum_matches_a_search_over_single_operations(
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    workload=small_workloads(max_tuples=7),
+    leftover=st.sampled_from(["take_all", "free"]),
+    c0=st.integers(0, 6),
+    c1=st.integers(0, 3),
+)
+def test_extended_optimum_matches_a_search_over_single_operations(
+    workload: tuple[list[Step], int], leftover: Leftover, c0: int, c1: int
+) -> None:
+    """The extended cost model (c0 + c1 per tuple moved, section 3): the same program, exact too."""
+    steps, budget = workload
+    assert offline_optimum(steps, budget, leftover=leftover, c0=c0, c1=c1) == search_optimum(
+        steps, budget, leftover, c0, c1
+    )
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(workload=small_workloads(max_tuples=12), leftover=st.sampled_from(["take_all", "free"]))
 def test_window_lower_bound_never_exceeds_the_optimum(workload: tuple[list[Step], int], leftover: Leftover) -> None:
     steps, budget = workload
@@ -226,6 +246,12 @@ def test_offline_optimum_examples() -> None:
         offline_optimum([Step([(0, 2)], [])], 4)
     with pytest.raises(ValueError, match="max_unconsumed"):
         offline_optimum([arrive] * 6, 4, max_unconsumed=5)
+    # Extended cost: one write of one tuple and one read of it, c0 + c1 each; two tuples left
+    # on disk go in one write of both at the fifth tick, and come back in one read.
+    assert offline_optimum([arrive] * 5 + [consume] * 5, 4, c0=3, c1=1) == 2 * (3 + 1)
+    assert offline_optimum([arrive] * 6, 4, c0=5, c1=2) == 2 * (5 + 2 * 2)
+    with pytest.raises(ValueError, match="c1"):
+        offline_optimum([arrive], 4, c1=-1)
 
 
 def test_window_lower_bound_scales_and_stays_below_every_policy() -> None:

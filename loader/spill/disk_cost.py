@@ -2,10 +2,10 @@
 
 Measured as a whole file written sequentially and made durable, for a small and a
 large size. Spills are not fsynced, but their cost to the disk is paid all the same when
-the page cache writes them back; timing without the fsync would measure a memory copy; the line through the two medians gives the fixed
-cost per operation (c0: open, metadata, the device's latency) and the cost per byte
-(c1: bandwidth). Takes well under a second; run once at start-up when a policy needs
-the figures and configuration does not give them.
+the page cache writes them back; timing without the fsync would measure a memory copy.
+The line through the two medians gives the fixed cost per operation (c0: open, metadata,
+the device's latency) and the cost per byte (c1: bandwidth). Takes well under a second;
+run once at start-up when a policy needs the figures and configuration does not give them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Motwani and Thomas (section 1.1) compare online spilling policies with an optimal offline
 algorithm that knows the whole arrival and consumption sequence. Both functions here take
 the same :class:`~loader.spill.model.Step` list the tests and the benchmark feed to
-:class:`~loader.spill.model.QueueCache`, in the paper's unit-cost model with unit-size tuples:
+:class:`~loader.spill.model.QueueCache`, with unit-size tuples, in the paper's unit-cost model
+or its extended cost model (section 3: an operation moving t tuples costs c0 + c1·t):
 
 - a clock tick is: the step's arrivals enter memory (memory may exceed M for a moment),
   then any number of operations, after which memory holds at most M tuples *and* the
@@ -11,8 +12,9 @@ the same :class:`~loader.spill.model.Step` list the tests and the benchmark feed
   (the arrivals come with the first); a step with none, or whose consumption names an empty
   queue, is one tick without consumption (memory must still be back within M);
 - an operation moves one contiguous run, in queue order, of one queue's unconsumed tuples
-  that are all in memory (a write) or all on disk (a read), at cost 1 whatever its length
-  and however the run was written (reads may span several writes or part of one);
+  that are all in memory (a write) or all on disk (a read), however the run was written
+  (reads may span several writes or part of one), at cost c0 + c1·(tuples in the run):
+  c0 = 1, c1 = 0 (the default) is the unit-cost model, where the cost counts operations;
 - tuples left unconsumed after the last step are charged as ``QueueCache.take_all`` charges
   them (``leftover="take_all"``: one read per maximal on-disk run) or not at all
   (``leftover="free"``).
@@ -20,9 +22,10 @@ the same :class:`~loader.spill.model.Step` list the tests and the benchmark feed
 Nothing is assumed about the offline algorithm beyond these rules: it may write and read
 back the same tuple several times (cyclic), read early, write more than needed.
 ``QueueCache`` only ever does a subset of these moves (whole-segment reads, budget restored
-after every single arrival), so ``offline_optimum`` is at most the ``counts.ops`` of any
-policy run on the same steps that keeps within the budget (every policy does with one queue
-and unit sizes; Half with several queues may not, as its read-back heads cannot be rewritten).
+after every single arrival), so ``offline_optimum`` is at most the ``counts.ops`` (with c0, c1:
+``counts.cost(c0, c1)``) of any policy run on the same steps that keeps within the budget
+(every policy does with one queue and unit sizes; Half with several queues may not, as its
+read-back heads cannot be rewritten).
 """
 
 from __future__ import annotations
@@ -39,12 +42,14 @@ from loader.spill.model import Step
 
 Leftover = Literal["take_all", "free"]
 
-#: "Unreachable" cost; far above any real count, far below int32 overflow after additions.
-_INF = 1 << 28
-#: 2**20 states x 3 arrays of int32: ~12 MB and well under a second per tick.
+#: "Unreachable" cost; far above any real cost, far below int64 overflow after additions.
+_INF = 1 << 40
+#: Largest c0 or c1 accepted: keeps every reachable cost (and _INF plus a tick's additions) exact.
+_MAX_UNIT_COST = 1 << 20
+#: 2**20 states: a handful of int64 arrays of 8 MB each, about a second per tick.
 DEFAULT_MAX_UNCONSUMED = 20
 
-Costs = npt.NDArray[np.int32]
+Costs = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,9 @@ def _ticks(steps: Iterable[Step]) -> list[_Tick]:
 # State: which unconsumed tuples are on disk, as a bit mask (bit = 1: on disk). Queue q's
 # tuples are the bits offset[q] .. offset[q] + length[q] - 1, oldest lowest. The run structure
 # on disk does not matter, since a read may take any contiguous on-disk run, so the mask is
-# the whole state. ``cost[mask]`` is the least number of operations that reaches it.
+# the whole state. ``cost[mask]`` is the least cost that reaches it.
 #
-# Between two ticks the cheapest way from mask S to mask S' costs f(S, S') = the number of
+# Between two ticks the fewest operations from mask S to mask S' are f(S, S') = the number of
 # maximal runs (inside one queue) of consecutive positions where S and S' differ *in the same
 # direction* (all 0 -> 1: one write; all 1 -> 0: one read). Doing exactly these moves, writes
 # first, achieves it and never needs more than max(memory now, memory after) of memory, so the
@@ -89,15 +94,25 @@ def _ticks(steps: Iterable[Step]) -> list[_Tick]:
 # with a differing run just outside I only at I's two ends, in the direction that makes the
 # total drop at most 1 (checked case by case on whether I's first and last blocks are v), so
 # every operation lowers g by at most 1 and reaching g = 0 takes at least g(S) operations.
-# tests/test_spill_competitive.py checks the optimum against a search over single operations.
 #
-# min over S of cost[S] + f(S, S') for every S' is computed one bit position at a time, like
-# a transducer: after position i the index holds S' below i and S from i up, plus whether
-# position i was changed and in which direction (a run that position i + 1 may extend for free).
+# In the extended model (an operation of t tuples costs c0 + c1 t, c0, c1 >= 0) the cheapest
+# way from S to S' costs exactly c0 f(S, S') + c1 |S xor S'|: any sequence makes at least
+# f(S, S') operations (above) and moves every tuple where S and S' differ at least once (a
+# tuple moved back and forth only counts more), so it costs at least that; the direct moves
+# make f(S, S') operations and move each differing tuple exactly once, so they reach both
+# minima at the same time. Moves that S and S' do not show (a tuple written and read back in
+# one tick, or across several ticks: cyclic schedules) are covered, since the program takes
+# the minimum over every mask at every tick. tests/test_spill_competitive.py checks the
+# optimum against a search over single operations, in both cost models.
+#
+# min over S of cost[S] + c0 f(S, S') + c1 |S xor S'| for every S' is computed one bit position
+# at a time, like a transducer: after position i the index holds S' below i and S from i up,
+# plus whether position i was changed and in which direction (a run that position i + 1 may
+# extend without another c0; every changed position costs c1).
 
 
-def _tick_transform(cost: Costs, offsets: list[int]) -> Costs:
-    """cost'[S'] = min over S of cost[S] + f(S, S'): any operations between two ticks."""
+def _tick_transform(cost: Costs, offsets: list[int], c0: int, c1: int) -> Costs:
+    """cost'[S'] = min over S of cost[S] + c0 f(S, S') + c1 |S xor S'|: any operations between two ticks."""
     length = cost.size.bit_length() - 1
     keep = cost.copy()  # position i unchanged
     wrote = np.full_like(cost, _INF)  # position i changed 0 -> 1 (a write run)
@@ -114,8 +129,8 @@ def _tick_transform(cost: Costs, offsets: list[int]) -> Costs:
         new_wrote = np.full_like(cost, _INF)
         new_read = np.full_like(cost, _INF)
         nw, nr = new_wrote.reshape(-1, 2, half), new_read.reshape(-1, 2, half)
-        nw[:, 1, :] = np.minimum(np.minimum(k[:, 0, :], r[:, 0, :]) + 1, w[:, 0, :])
-        nr[:, 0, :] = np.minimum(np.minimum(k[:, 1, :], w[:, 1, :]) + 1, r[:, 1, :])
+        nw[:, 1, :] = np.minimum(np.minimum(k[:, 0, :], r[:, 0, :]) + c0, w[:, 0, :]) + c1
+        nr[:, 0, :] = np.minimum(np.minimum(k[:, 1, :], w[:, 1, :]) + c0, r[:, 1, :]) + c1
         keep, wrote, read = new_keep, new_wrote, new_read
     return np.minimum(keep, np.minimum(wrote, read))
 
@@ -124,7 +139,7 @@ def _insert_zero_bit(cost: Costs, position: int) -> Costs:
     """A tuple arrives in memory at ``position``: every mask gains a 0 bit there."""
     index = np.arange(cost.size, dtype=np.int64)
     low = (1 << position) - 1
-    out = np.full(cost.size * 2, _INF, dtype=np.int32)
+    out = np.full(cost.size * 2, _INF, dtype=np.int64)
     out[(index & low) | ((index >> position) << (position + 1))] = cost
     return out
 
@@ -135,7 +150,7 @@ def _consume_bit(cost: Costs, position: int) -> Costs:
     in_memory = ((index >> position) & 1) == 0
     kept = index[in_memory]
     low = (1 << position) - 1
-    out = np.full(cost.size // 2, _INF, dtype=np.int32)
+    out = np.full(cost.size // 2, _INF, dtype=np.int64)
     out[(kept & low) | ((kept >> (position + 1)) << position)] = cost[in_memory]
     return out
 
@@ -164,18 +179,26 @@ def offline_optimum(
     *,
     leftover: Leftover = "take_all",
     max_unconsumed: int = DEFAULT_MAX_UNCONSUMED,
+    c0: int = 1,
+    c1: int = 0,
 ) -> int:
-    """The least number of disk operations any algorithm (cyclic or not) needs for ``steps``.
+    """The least cost of disk operations any algorithm (cyclic or not) pays for ``steps``.
 
+    Each operation costs ``c0 + c1 * tuples moved`` (integers >= 0); the default c0 = 1,
+    c1 = 0 is the unit-cost model, where the answer is the least number of operations.
     Exact: a dynamic program over every on-disk subset of the unconsumed tuples, so its time
     and memory grow as 2**(unconsumed tuples); ``ValueError`` past ``max_unconsumed`` at one
-    tick (use :func:`window_lower_bound` there).
+    tick (use :func:`window_lower_bound` there, a bound on the unit-cost optimum).
     """
     if budget < 1:
         raise ValueError("the memory budget must be at least one tuple")
+    for name, value in (("c0", c0), ("c1", c1)):
+        if not 0 <= value <= _MAX_UNIT_COST or int(value) != value:
+            raise ValueError(f"{name} must be an integer in 0..{_MAX_UNIT_COST}; got {value}")
+    c0, c1 = int(c0), int(c1)
     lengths: dict[Hashable, int] = {}
     order: list[Hashable] = []
-    cost: Costs = np.zeros(1, dtype=np.int32)
+    cost: Costs = np.zeros(1, dtype=np.int64)
     total = 0
 
     def offsets() -> list[int]:
@@ -203,7 +226,7 @@ def offline_optimum(
             total += 1
             if total > max_unconsumed:
                 raise ValueError(f"{total} unconsumed tuples at step {tick.step}: past max_unconsumed={max_unconsumed}")
-        cost = np.minimum(_tick_transform(cost, offsets()), _INF)
+        cost = np.minimum(_tick_transform(cost, offsets(), c0, c1), _INF)
         memory = total - _popcount(cost.size)
         cost[memory > budget] = _INF
         if tick.consume is not None and lengths.get(tick.consume, 0):
@@ -213,8 +236,8 @@ def offline_optimum(
         best = int(cost.min())
         if best >= _INF:  # only when a tick's arrivals alone overflow memory beyond repair
             raise ValueError(f"no schedule fits step {tick.step} in a budget of {budget}")
-    if leftover == "take_all" and total:
-        return int((cost + _disk_runs(cost.size, offsets())).min())
+    if leftover == "take_all" and total:  # one read per maximal on-disk run, of all the tuples on disk
+        return int((cost + c0 * _disk_runs(cost.size, offsets()) + c1 * _popcount(cost.size)).min())
     return int(cost.min())
 
 

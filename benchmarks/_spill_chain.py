@@ -1,0 +1,102 @@
+"""Part 3 of ``benchmarks/spill.py``: what the Chain memory-pressure mode buys and costs, in simulation.
+
+Bursty traces (``schedulers.generators.bursty``: Pareto on/off flows, 20 tables, 2 workers,
+0.2 s per-job overhead) with a payload size per update: each table gets a mean drawn
+log-uniformly between 64 KiB and 64 MiB, independently of its load cost alpha, and each
+update that mean times a log-normal factor (sigma 0.5). ``simulate(..., sizes=...)``
+replays every trace through MYOPIC and through ChainPressure(MYOPIC, high, low, cap).
+
+M is set per trace to half of MYOPIC's peak pending bytes on it, so that MYOPIC would
+spill; the watermarks are fractions of that M (the service's are fractions of
+``spill.memory_budget_bytes``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from schedulers.chain import ChainPressure
+from schedulers.generators import bursty
+from schedulers.registry import make_policy
+from schedulers.simulator import SimulationResult, simulate
+
+TABLES = 20
+WORKERS = 2
+OVERHEAD = 0.2
+#: (high, low) watermarks as fractions of M: the service's default, and a lower pair.
+WATERMARKS = ((0.8, 0.5), (0.4, 0.2))
+CAP = 300.0  # the service's default staleness cap, seconds
+M_FRACTION = 0.5  # M = this fraction of MYOPIC's peak pending bytes on the trace
+UTILIZATIONS = (0.5, 0.7)
+SIZE_RANGE = (1 << 16, 1 << 26)
+
+
+def payload_sizes(trace_tables: int, update_tables: list[int], seed: int) -> tuple[list[int], list[float]]:
+    """Bytes per update, heterogeneous per table and drawn apart from the load costs."""
+    rng = random.Random(1000 + seed)
+    low, high = SIZE_RANGE
+    means = [2 ** rng.uniform(low.bit_length() - 1, high.bit_length() - 1) for _ in range(trace_tables)]
+    return [max(1, int(means[t] * rng.lognormvariate(0.0, 0.5))) for t in update_tables], means
+
+
+def _figures(result: SimulationResult) -> dict[str, Any]:
+    f = result.freshness
+    pressure = result.policy_state.get("pressure_mode", {})
+    return {
+        "peak_pending_bytes": result.peak_pending_bytes,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "total_staleness": f.total_staleness,
+        "staleness_ratio": f.staleness_ratio,
+        "max_stretch": f.max_stretch,
+        "batches": f.batches,
+        "times_entered": pressure.get("times_entered"),
+        "wall_seconds": result.wall_seconds,
+    }
+
+
+def run_chain(quick: bool, seeds: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    horizon = 900.0 if quick else 3600.0
+    cases = []
+    for utilization in UTILIZATIONS:
+        for seed in range(1, seeds + 1):
+            trace = bursty(
+                tables=TABLES, horizon=horizon, utilization=utilization, workers=WORKERS, overhead=OVERHEAD, seed=seed
+            )
+            sizes, means = payload_sizes(len(trace.tables), trace.update_tables, seed)
+            plain = simulate(trace, make_policy("myopic"), WORKERS, sizes=sizes)
+            budget = int(M_FRACTION * plain.peak_pending_bytes)
+            runs = {"myopic": _figures(plain)}
+            for high, low in WATERMARKS:
+                policy = ChainPressure(make_policy("myopic"), int(high * budget), int(low * budget), CAP)
+                runs[f"chain {high:g}/{low:g}"] = _figures(simulate(trace, policy, WORKERS, sizes=sizes))
+            busy = sum(spec.alpha for spec in trace.tables) / WORKERS
+            progress(
+                f"[chain] U={utilization} seed {seed}: {trace.n_updates:,} updates, "
+                + ", ".join(f"{k} peak {v['peak_pending_bytes'] / 2**20:,.0f} MiB" for k, v in runs.items())
+            )
+            cases.append(
+                {
+                    "utilization": utilization,
+                    "seed": seed,
+                    "updates": trace.n_updates,
+                    "budget_bytes": budget,
+                    "alpha_utilization": busy,
+                    "table_mean_bytes": means,
+                    "runs": runs,
+                }
+            )
+    return {
+        "tables": TABLES,
+        "workers": WORKERS,
+        "overhead": OVERHEAD,
+        "horizon": horizon,
+        "watermarks": [list(w) for w in WATERMARKS],
+        "cap": CAP,
+        "m_fraction": M_FRACTION,
+        "utilizations": list(UTILIZATIONS),
+        "size_range": list(SIZE_RANGE),
+        "seeds": seeds,
+        "cases": cases,
+    }
