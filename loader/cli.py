@@ -1,8 +1,8 @@
 """The ``loader`` command line (typer).
 
-``simulate``, ``compare``, ``gen-trace`` and ``sample`` are the operator's "what if" tools
-(here); ``serve``, ``demo`` (what ``scripts/run`` starts) and ``submit`` drive the live
-service (``loader.cli_service``).
+``simulate``, ``compare``, ``gen-trace``, ``sample`` and ``report`` are the operator's
+"what if" tools (here); ``serve``, ``demo`` (what ``scripts/run`` starts), ``submit`` and
+``export-trace`` drive the live service (``loader.cli_service``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from schedulers import generators
 from schedulers.model import Trace
 from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import SimulationError, SimulationResult, simulate
-from schedulers.traces import TraceError, read_trace, write_schedule, write_trace
+from schedulers.traces import TraceError, read_schedule, read_trace, write_schedule, write_trace
 
 app = typer.Typer(
     name="loader",
@@ -186,6 +186,61 @@ def gen_trace_command(
     err_console.print(f"wrote {out}: {len(data.tables)} tables, {data.n_updates:,} updates")
 
 
+@app.command("report")
+def report_command(
+    trace: TraceOption,
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Directory for the PNGs (created if missing).")],
+    schedule: Annotated[
+        Path | None,
+        typer.Option("--schedule", help="A recorded schedule (loader export-trace --schedule-out) to report on."),
+    ] = None,
+    policy: Annotated[
+        PolicyName | None,  # type: ignore[valid-type]
+        typer.Option("--policy", help="Without --schedule: simulate this policy on the trace and report on that."),
+    ] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Workers of the simulation.")] = None,
+    interval_period: IntervalOption = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Tables drawn in the staleness sawtooth.")] = 5,
+) -> None:
+    """Render PNG plots of a run (--schedule) or of a simulation (--policy, --workers): staleness
+    over time per table, the ratio to LOW, the stretch distribution."""
+    if schedule is not None and (policy is not None or workers is not None):
+        raise fail("give either --schedule (report on a run) or --policy and --workers (simulate), not both")
+    if schedule is None and (policy is None or workers is None):
+        raise fail("give --schedule FILE to report on a run, or --policy and --workers to simulate one")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise fail(f"--out-dir {out_dir} is a file; give a directory")
+    data = _load(trace)
+    if schedule is not None:
+        try:
+            batches = read_schedule(schedule)
+        except FileNotFoundError:
+            raise fail(f"schedule file {schedule} does not exist") from None
+        except (OSError, ValueError, TypeError) as exc:
+            raise fail(f"cannot read schedule {schedule}: {exc}") from None
+        title = f"{trace.stem}, recorded"
+    else:
+        result = _run(data, policy.value, workers, interval_period, schedule=True, progress=True)
+        batches = result.schedule or []
+        title = f"{trace.stem}, {result.policy} on {workers} workers"
+    from loader.plots import build_run, write_report
+
+    run = build_run(data, batches)
+    try:
+        paths = write_report(run, out_dir, title, top)
+    except OSError as exc:
+        raise fail(f"cannot write plots into {out_dir}: {exc}") from None
+    f = run.summary
+    console.print(
+        f"{f.updates:,} updates in {f.batches:,} batches of {len(run.tables)} tables: staleness "
+        f"{f.staleness_ratio:.4f}x LOW, max stretch {f.max_stretch:.3g}"
+    )
+    for note in run.notes():
+        err_console.print(f"note: {escape(note)}", soft_wrap=True)
+    for path in paths:
+        console.print(f"wrote {escape(str(path))}", soft_wrap=True)
+
+
 def sample_trace_path() -> Path:
     return Path(str(resources.files("schedulers") / "workloads" / "sample.jsonl"))
 
@@ -207,7 +262,7 @@ def sample_command(workers: WorkersOption = 4) -> None:
     )
 
 
-import loader.cli_service  # noqa: E402,F401  (registers serve, demo, submit)
+import loader.cli_service  # noqa: E402,F401  (registers serve, demo, submit, export-trace)
 
 
 def main() -> None:  # pragma: no cover - console entry point

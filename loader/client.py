@@ -15,7 +15,7 @@ from loader.config import Role, Settings
 
 class ClientError(RuntimeError):
     def __init__(self, status: int, body: Any) -> None:
-        message = body.get("message") if isinstance(body, dict) else body
+        message = (body.get("message") or body.get("detail")) if isinstance(body, dict) else body
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.body = body
@@ -88,6 +88,23 @@ class LoaderClient:
             return self._check(self.http.post(f"/v1/tables/{table}/updates", json=body, headers=headers))
         headers["Content-Type"] = "application/x-ndjson"
         return self._check(self.http.post(f"/v1/tables/{table}/updates", content=path.read_bytes(), headers=headers))
+
+    def download(self, path: str, params: dict[str, Any], out: Path) -> dict[str, str]:
+        """Stream a GET into ``out`` (written whole or not at all); returns the response headers."""
+        partial = out.with_name(f".{out.name}.partial")
+        with self.http.stream("GET", path, params={k: v for k, v in params.items() if v is not None}) as response:
+            if response.status_code >= 400:
+                response.read()
+                self._check(response)
+            try:
+                with partial.open("wb") as handle:
+                    for chunk in response.iter_bytes():
+                        handle.write(chunk)
+                partial.replace(out)
+            except BaseException:
+                partial.unlink(missing_ok=True)
+                raise
+            return dict(response.headers)
 
     def tables(self) -> list[dict[str, Any]]:
         return self._check(self.http.get("/v1/tables"))["tables"]

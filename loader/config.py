@@ -165,6 +165,12 @@ class Settings(BaseSettings):
     #: Updates whose data_until lies further than this in the future are refused.
     max_clock_skew_seconds: float = Field(default=5.0, ge=0)
 
+    #: Observed releases kept for ``GET /v1/admin/trace`` (a ring, oldest dropped first;
+    #: 12 bytes each: 12 MB at the default). 0 turns the record off.
+    observed_trace_max_updates: int = Field(default=1_000_000, ge=0, le=1 << 31)
+    #: Finished batches kept for ``GET /v1/admin/schedule`` (48 bytes each: 4.8 MB). 0: off.
+    observed_schedule_max_batches: int = Field(default=100_000, ge=0, le=1 << 31)
+
     #: Bearer tokens. Empty: tokens are generated at start-up into <data_dir>/tokens.json.
     auth_tokens: list[TokenConfig] = Field(default_factory=list)
     tables: list[TableConfig] = Field(default_factory=list)

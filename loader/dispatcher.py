@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from loader.estimates import CostEstimate
+from loader.observed import ObservedRecord
 from loader.pending import PendingStore
 from loader.updates import Batch, LoadResult, Update
 from schedulers.base import Policy
@@ -66,6 +67,7 @@ class Dispatcher:
         on_failed: Callable[[FailedBatch], None] = lambda _: None,
         clock: Callable[[], float] = time.time,
         max_retry_delay: float = 60.0,
+        observed: ObservedRecord | None = None,
     ) -> None:
         self.states: list[TableState] = []
         self.index: dict[str, int] = {}
@@ -89,6 +91,9 @@ class Dispatcher:
         self._wakeup: asyncio.TimerHandle | None = None
         self._enabled = False
         self._idle = asyncio.Event()
+        #: Releases and finished batches as production saw them (``GET /v1/admin/trace``).
+        self.observed = observed if observed is not None else ObservedRecord(0, 0)
+        self._observe_release = self.observed.release
         policy.attach(self.states, workers)
 
     # -- tables ---------------------------------------------------------------
@@ -103,6 +108,7 @@ class Dispatcher:
         self.index[spec.name] = tid
         self.estimates.append(CostEstimate(alpha=spec.alpha, overhead=spec.overhead))
         self.ledger.add_table(spec.name, spec.weight, origin=origin, account=account)
+        self.observed.add_table(tid, origin)
         self.pending.add_table(spec.name)
         if paused:
             self._user_paused.add(tid)
@@ -163,6 +169,7 @@ class Dispatcher:
         self.pending.append(update)
         state.release(update.release)
         self.ledger.note_release(tid, update.release - previous)
+        self._observe_release(tid, update.release)
         self._sync_resident()
         self._changed(tid)
 
@@ -265,6 +272,7 @@ class Dispatcher:
             estimate = self.estimates[tid]
             estimate.observe(length, now - started)
             state.alpha, state.overhead = estimate.alpha, estimate.overhead
+            self.observed.batch(tid, worker, started, now, rel[lo], rel[hi - 1], hi - lo)
             finished = FinishedBatch(
                 table=state.name,
                 worker=worker,

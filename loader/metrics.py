@@ -175,6 +175,12 @@ class Metrics:
             "loader_pressure_mode", "1 while the Chain memory-pressure mode chooses the batches.", registry=r
         )
         self._policy_name: str | None = None
+        # Every known label value from the start, so a dashboard shows 0 rather than "no
+        # data" and increase() counts the first event.
+        for kind in ("write", "read_back", "read_in_place"):
+            self.spill_ops.labels(kind)
+            self.spill_bytes.labels(kind)
+        self.intake_refused.labels("spill_full")
 
     def attach(self, dispatcher: Callable[[], Dispatcher | None]) -> None:
         self.registry.register(FreshnessCollector(dispatcher))
@@ -196,6 +202,17 @@ class Metrics:
         kind = "write" if op.kind == "write" else ("read_in_place" if op.reader == "loader" else "read_back")
         self.spill_ops.labels(kind).inc()
         self.spill_bytes.labels(kind).inc(op.nbytes)
+
+    def table_added(self, table: str) -> None:
+        """Create the table's series at zero (see ``__init__``)."""
+        for outcome in ("loaded", "skipped", "failed"):
+            self.batches.labels(table, outcome)
+        for family in (self.rows_loaded, self.updates_loaded, self.updates_received, self.stretch, self.batch_duration):
+            family.labels(table)
+
+    def watch_wal(self, size: Callable[[], float]) -> None:
+        """WAL bytes on disk, read at scrape time rather than after each truncation."""
+        self.wal_bytes.set_function(size)
 
     def set_policy(self, name: str) -> None:
         if self._policy_name is not None:

@@ -32,6 +32,7 @@ from loader.idempotency import IdempotencyStore
 from loader.intake import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates
 from loader.landing import accept_files
 from loader.metrics import Metrics
+from loader.observed import ObservedRecord
 from loader.pending import SpillFull
 from loader.recovery import RecoveryPlan, committed_seq
 from loader.rows import rows_to_arrow
@@ -118,6 +119,8 @@ class LoaderService:
         # The WAL's lock first: a second instance on the same data must fail before it
         # touches anything (the spill directory is emptied next).
         await asyncio.to_thread(self.wal.open)
+        wal = self.wal
+        self.metrics.watch_wal(lambda: wal.size_bytes)
         pending = await asyncio.to_thread(
             build_pending_store, s, lambda table: self.catalog.entries[table].schema.arrow(), self.metrics.on_spill_op
         )
@@ -128,6 +131,7 @@ class LoaderService:
             self._load_batch,
             on_finished=self._finished,
             on_failed=self._failed,
+            observed=ObservedRecord(s.observed_trace_max_updates, s.observed_schedule_max_batches),
         )
         names = list(self.catalog.entries)
         committed = await asyncio.to_thread(lambda: {n: committed_seq(s.warehouse_path / n, n) for n in names})
@@ -248,6 +252,7 @@ class LoaderService:
             name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint
         )
         self.dispatcher.add_table(spec, origin=origin, paused=entry.paused, account=account)
+        self.metrics.table_added(entry.name)
 
     def _sequence(
         self, entry: CatalogEntry, committed: int, logged_seq: int = 0, logged_release: float | None = None
@@ -551,9 +556,7 @@ class LoaderService:
         # The catalog first: once segments are gone it is what remembers the newest releases.
         await self.save_catalog()
         await asyncio.to_thread(self.idempotency.save, path)
-        removed = await asyncio.to_thread(self.wal.truncate, committed)
-        self.metrics.wal_bytes.set(self.wal.size_bytes)
-        return removed
+        return await asyncio.to_thread(self.wal.truncate, committed)
 
     # -- reading -------------------------------------------------------------------------------
     def table_status(self, table: str) -> dict[str, Any]:

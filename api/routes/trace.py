@@ -1,0 +1,102 @@
+"""Operators' export of what production saw, in the simulator's formats (``loader export-trace``).
+
+``GET /v1/admin/trace``: the observed arrival trace with measured alpha/overhead;
+``GET /v1/admin/schedule``: the recorded batches. Both NDJSON, streamed; the snapshot is
+taken on the event loop, the lines are written on a worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+
+from api.deps import Operator, Service
+from loader.observed import export_schedule, export_trace
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+NDJSON = "application/x-ndjson"
+
+
+class NDJSONResponse(StreamingResponse):
+    media_type = NDJSON
+
+
+def _doc(description: str, headers: dict[str, str]) -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {
+            "description": description,
+            "content": {NDJSON: {"schema": {"type": "string", "description": "JSON Lines"}}},
+            "headers": {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()},
+        }
+    }
+
+
+Since = Annotated[
+    float | None,
+    Query(gt=0, allow_inf_nan=False, description="Only what happened in the last this many seconds."),
+]
+Tables = Annotated[
+    str | None,
+    Query(max_length=65536, description="Comma-separated table names (default: every table)."),
+]
+
+TRACE_HEADERS = {
+    "X-Trace-Origin": "Unix time subtracted from every time in the file (time 0 of the trace).",
+    "X-Trace-Updates": "Update lines in the file.",
+    "X-Trace-Recorded": "Releases recorded since the service started (all tables).",
+    "X-Trace-Dropped": "Releases of the exported tables the ring dropped (oldest first) to stay within its cap.",
+    "X-Trace-Capacity": "The ring's cap (observed_trace_max_updates).",
+    "X-Loader-Policy": "The scheduling policy in force.",
+    "X-Loader-Workers": "The number of workers.",
+}
+SCHEDULE_HEADERS = {
+    "X-Schedule-Origin": "Unix time subtracted from every time in the file.",
+    "X-Schedule-Batches": "Batch lines in the file.",
+    "X-Schedule-Recorded": "Batches recorded since the service started (all tables).",
+    "X-Schedule-Dropped": "Batches of the exported tables the ring dropped to stay within its cap.",
+    "X-Schedule-Capacity": "The ring's cap (observed_schedule_max_batches).",
+}
+
+
+@router.get(
+    "/trace",
+    response_class=NDJSONResponse,
+    responses=_doc(
+        "Trace (JSON Lines): table lines with the measured alpha/overhead, then update lines in release order; "
+        "`loader simulate --trace` reads it.",
+        TRACE_HEADERS,
+    ),
+    summary="Export the observed arrival trace in the simulator's format",
+)
+async def get_trace(service: Service, operator: Operator, since: Since = None, tables: Tables = None) -> NDJSONResponse:
+    snapshot = export_trace(service.dispatcher, tables, since)
+    return NDJSONResponse(snapshot.lines(), headers=snapshot.headers())
+
+
+@router.get(
+    "/schedule",
+    response_class=NDJSONResponse,
+    responses=_doc(
+        "Schedule (JSON Lines): one line per finished batch, in finishing order, times shifted by the origin.",
+        SCHEDULE_HEADERS,
+    ),
+    summary="Export the recorded batches in the simulator's schedule format",
+)
+async def get_schedule(
+    service: Service,
+    operator: Operator,
+    since: Since = None,
+    tables: Tables = None,
+    origin: Annotated[
+        float | None,
+        Query(
+            allow_inf_nan=False,
+            description="Unix time to subtract (pass the trace's X-Trace-Origin); default: what the trace would use.",
+        ),
+    ] = None,
+) -> NDJSONResponse:
+    snapshot = export_schedule(service.dispatcher, tables, since, origin)
+    return NDJSONResponse(snapshot.lines(), headers=snapshot.headers())

@@ -1,0 +1,421 @@
+"""What production really saw: a bounded record of observed releases and finished batches.
+
+The live service keeps a release only until it is loaded (``TableState.forget_loaded``),
+so the simulator's "what if" questions need a separate, cheap record of arrivals. It is
+kept here, fed by the dispatcher, and exported by ``GET /v1/admin/trace`` (the
+simulator's trace format) and ``GET /v1/admin/schedule`` (its schedule format).
+
+Both records are rings stored column-wise in ``array.array`` (unboxed doubles and ints):
+
+- releases: (table id, release), 12 bytes an entry; at the default cap of 1,000,000
+  entries 12 MB (grown on demand, so a quiet service holds less). Recording one is two
+  appends or two slot writes: O(1), nothing kept per entry but the 12 bytes.
+- batches: (table id, worker, start, finish, first release, last release, updates),
+  48 bytes an entry; 100,000 batches (the default) take 4.8 MB.
+
+When a ring is full the oldest entry is overwritten. For each table the ring remembers
+the newest release it dropped (the start of the data interval of the table's oldest
+recorded update) and how many it dropped, so an export states what it is missing.
+
+Time origin of an export. The simulator assumes every table is current up to 0 at time 0
+(r_i0 = 0). An export subtracts one origin from every time: the earliest start of the
+data interval of any exported table's first exported update (its registration time or
+what it was current up to when the service started, or the release before it when that
+one was dropped or is outside the ``since`` window). The table that starts earliest then
+gets its true first interval; any other table's first interval stretches back to that
+moment, as the simulator would have it anyway. Epoch seconds of similar magnitude
+subtract exactly (Sterbenz), so shifted releases keep their order and stay strictly
+increasing per table, and the trace and schedule of one origin match to the bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from loader.errors import Invalid, NotFound
+from schedulers.model import BatchRecord
+
+if TYPE_CHECKING:
+    from loader.dispatcher import Dispatcher
+
+#: Default caps (``observed_trace_max_updates``, ``observed_schedule_max_batches``).
+DEFAULT_MAX_UPDATES = 1_000_000
+DEFAULT_MAX_BATCHES = 100_000
+#: Bytes an entry of each ring holds (see the module docstring).
+BYTES_PER_UPDATE = 12
+BYTES_PER_BATCH = 48
+#: Lines per chunk of a streamed export.
+CHUNK_LINES = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedTable:
+    """A table line of an exported trace: name, measured cost model, weight, period hint."""
+
+    name: str
+    alpha: float
+    overhead: float
+    weight: float
+    period: float | None
+
+
+@dataclass
+class TraceSnapshot:
+    """Releases copied out of the ring (oldest first), ready to be shifted and written."""
+
+    tables: list[ObservedTable]
+    #: Exported table ids (indices into the dispatcher's tables), in table-line order.
+    tids: list[int]
+    update_tids: np.ndarray
+    releases: np.ndarray
+    #: Per exported table: start of the data interval of its first exported update.
+    starts: dict[int, float]
+    origin: float
+    recorded: int
+    dropped: int
+    capacity: int
+    names: dict[int, str] = field(default_factory=dict)
+    #: The policy in force and the worker count, the baseline of a "what if".
+    policy: str = ""
+    workers: int = 0
+
+    @property
+    def n_updates(self) -> int:
+        return int(self.releases.size)
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-Trace-Origin": repr(self.origin),
+            "X-Trace-Updates": str(self.n_updates),
+            "X-Trace-Recorded": str(self.recorded),
+            "X-Trace-Dropped": str(self.dropped),
+            "X-Trace-Capacity": str(self.capacity),
+            "X-Loader-Policy": self.policy,
+            "X-Loader-Workers": str(self.workers),
+        }
+
+    def lines(self) -> Iterator[str]:
+        """The trace, JSON Lines in chunks: table lines, then updates sorted by release."""
+        out = []
+        for spec in self.tables:
+            out.append(
+                json.dumps(
+                    {
+                        "type": "table",
+                        "name": spec.name,
+                        "alpha": spec.alpha,
+                        "overhead": spec.overhead,
+                        "weight": spec.weight,
+                        "period": spec.period,
+                    }
+                )
+            )
+        yield "".join(line + "\n" for line in out)
+        if not self.n_updates:
+            return
+        # Stable: equal releases keep the order the service saw them in.
+        order = np.argsort(self.releases, kind="stable")
+        shifted = (self.releases[order] - self.origin).tolist()
+        tids = self.update_tids[order].tolist()
+        prefix = {tid: '{"type":"update","table":' + json.dumps(self.names[tid]) + ',"release":' for tid in self.tids}
+        last: dict[int, float] = {}
+        nextafter = math.nextafter
+        chunk: list[str] = []
+        for tid, release in zip(tids, shifted):
+            previous = last.get(tid, 0.0)
+            if release <= previous:  # only if an origin far below the releases rounded two together
+                release = nextafter(previous, math.inf)
+            last[tid] = release
+            chunk.append(f"{prefix[tid]}{release!r}}}\n")
+            if len(chunk) >= CHUNK_LINES:
+                yield "".join(chunk)
+                chunk = []
+        if chunk:
+            yield "".join(chunk)
+
+
+@dataclass
+class ScheduleSnapshot:
+    """Batches copied out of the ring (columns, finishing order); records are built lazily,
+    on the thread that writes the response."""
+
+    names: dict[int, str]
+    #: tid, worker, start, finish, first release, last release, updates (unshifted).
+    columns: list[np.ndarray]
+    origin: float
+    recorded: int
+    dropped: int
+    capacity: int
+
+    @property
+    def n_batches(self) -> int:
+        return int(self.columns[0].size)
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-Schedule-Origin": repr(self.origin),
+            "X-Schedule-Batches": str(self.n_batches),
+            "X-Schedule-Recorded": str(self.recorded),
+            "X-Schedule-Dropped": str(self.dropped),
+            "X-Schedule-Capacity": str(self.capacity),
+        }
+
+    def records(self) -> Iterator[BatchRecord]:
+        tids, workers, starts, finishes, firsts, lasts, counts = (column.tolist() for column in self.columns)
+        origin, names = self.origin, self.names
+        for tid, worker, start, finish, first, last, count in zip(
+            tids, workers, starts, finishes, firsts, lasts, counts
+        ):
+            yield BatchRecord(
+                table=names[tid],
+                processor=worker,
+                start=start - origin,
+                finish=finish - origin,
+                first_release=first - origin,
+                last_release=last - origin,
+                n_updates=count,
+            )
+
+    def lines(self) -> Iterator[str]:
+        chunk: list[str] = []
+        for batch in self.records():
+            chunk.append(json.dumps(batch.as_dict()) + "\n")
+            if len(chunk) >= CHUNK_LINES:
+                yield "".join(chunk)
+                chunk = []
+        if chunk:
+            yield "".join(chunk)
+
+
+class _Ring:
+    """Column arrays filled up to ``capacity``, then overwritten oldest first."""
+
+    def __init__(self, capacity: int, typecodes: str) -> None:
+        self.capacity = capacity
+        self.columns = [array(code) for code in typecodes]
+        self.next = 0  # the slot written next (the oldest entry once full)
+        self.recorded = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.columns[0])
+
+    def ordered(self, column: int) -> array:
+        """A copy of one column, oldest entry first."""
+        data = self.columns[column]
+        if len(data) < self.capacity or self.next == 0:
+            return array(data.typecode, data)
+        return data[self.next :] + data[: self.next]
+
+
+class ObservedRecord:
+    """The service's record of releases and finished batches (event-loop thread only).
+
+    ``max_updates`` / ``max_batches`` of 0 turn the respective record off.
+    """
+
+    def __init__(self, max_updates: int = DEFAULT_MAX_UPDATES, max_batches: int = DEFAULT_MAX_BATCHES) -> None:
+        if max_updates < 0 or max_batches < 0:
+            raise ValueError("ring capacities must be >= 0")
+        self._releases = _Ring(max_updates, "id")  # table id, release
+        self._tids, self._rels = self._releases.columns
+        self._batches = _Ring(max_batches, "iiddddq")
+        #: Per table id: start of the data interval of its oldest recorded update, and how
+        #: many of its releases the ring has dropped.
+        self._floor: list[float] = []
+        self._dropped: list[int] = []
+        self._batch_dropped: list[int] = []
+
+    # -- fed by the dispatcher ------------------------------------------------------------
+    def add_table(self, tid: int, origin: float) -> None:
+        if tid != len(self._floor):
+            raise ValueError(f"table ids must be added in order (expected {len(self._floor)}, got {tid})")
+        self._floor.append(origin)
+        self._dropped.append(0)
+        self._batch_dropped.append(0)
+
+    def release(self, tid: int, release: float) -> None:
+        """Record one release: the hot path, O(1) (two appends, or two slot writes once full)."""
+        ring = self._releases
+        capacity = ring.capacity
+        if not capacity:
+            return
+        ring.recorded += 1
+        tids, rels = self._tids, self._rels
+        if len(rels) < capacity:
+            tids.append(tid)
+            rels.append(release)
+            return
+        i = ring.next
+        old = tids[i]
+        self._floor[old] = rels[i]  # the table's oldest recorded update now starts here
+        self._dropped[old] += 1
+        tids[i] = tid
+        rels[i] = release
+        i += 1
+        ring.next = 0 if i == capacity else i
+
+    def batch(
+        self, tid: int, worker: int, start: float, finish: float, first: float, last: float, updates: int
+    ) -> None:
+        ring = self._batches
+        capacity = ring.capacity
+        if not capacity:
+            return
+        ring.recorded += 1
+        values = (tid, worker, start, finish, first, last, updates)
+        columns = ring.columns
+        if len(columns[0]) < capacity:
+            for column, value in zip(columns, values):
+                column.append(value)
+            return
+        i = ring.next
+        self._batch_dropped[columns[0][i]] += 1
+        for column, value in zip(columns, values):
+            column[i] = value
+        i += 1
+        ring.next = 0 if i == capacity else i
+
+    # -- read by the export ---------------------------------------------------------------
+    @property
+    def max_updates(self) -> int:
+        return self._releases.capacity
+
+    @property
+    def max_batches(self) -> int:
+        return self._batches.capacity
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the rings hold now (what they grow to: capacity x bytes per entry)."""
+        return self._releases.size * BYTES_PER_UPDATE + self._batches.size * BYTES_PER_BATCH
+
+    def snapshot_trace(
+        self, tables: Sequence[ObservedTable], tids: Sequence[int], since: float | None = None
+    ) -> TraceSnapshot:
+        """Copy out the releases of ``tids`` (at or after ``since``, epoch seconds), oldest
+        first; cheap enough for the event loop (two memcpy-like copies and a mask)."""
+        ring = self._releases
+        update_tids = np.frombuffer(ring.ordered(0), dtype=np.int32) if ring.size else np.empty(0, np.int32)
+        releases = np.frombuffer(ring.ordered(1), dtype=np.float64) if ring.size else np.empty(0, np.float64)
+        wanted = np.zeros(len(self._floor), dtype=bool)
+        wanted[list(tids)] = True
+        keep = wanted[update_tids] if update_tids.size else np.zeros(0, dtype=bool)
+        starts: dict[int, float] = {tid: self._floor[tid] for tid in tids}
+        if since is not None and releases.size:
+            # A table's first exported update starts where its newest release before the
+            # window ends (or at the floor when the ring holds none).
+            before = keep & (releases < since)
+            newest = np.full(len(self._floor), -np.inf)
+            np.maximum.at(newest, update_tids[before], releases[before])
+            for tid in tids:
+                if newest[tid] > -np.inf:
+                    starts[tid] = float(newest[tid])
+            keep &= releases >= since
+        update_tids = update_tids[keep]
+        releases = releases[keep]
+        present = set(np.unique(update_tids).tolist())
+        candidates = [starts[tid] for tid in tids if tid in present]
+        # Nothing recorded: the tables' own starts, so a schedule export still begins near 0.
+        origin = min(candidates or [self._floor[tid] for tid in tids] or [0.0])
+        dropped = sum(self._dropped[tid] for tid in tids)
+        return TraceSnapshot(
+            tables=list(tables),
+            tids=list(tids),
+            update_tids=update_tids,
+            releases=releases,
+            starts={tid: starts[tid] for tid in tids if tid in present},
+            origin=origin,
+            recorded=ring.recorded,
+            dropped=dropped,
+            capacity=ring.capacity,
+            names={tid: spec.name for tid, spec in zip(tids, tables)},
+        )
+
+    def snapshot_schedule(self, names: dict[int, str], origin: float, since: float | None = None) -> ScheduleSnapshot:
+        """Finished batches of the tables in ``names`` (finished at or after ``since``),
+        in finishing order, times shifted by ``origin``."""
+        ring = self._batches
+        dtypes = (np.int32, np.int32, np.float64, np.float64, np.float64, np.float64, np.int64)
+        columns = [
+            np.frombuffer(ring.ordered(k), dtype=dtype) if ring.size else np.empty(0, dtype)
+            for k, dtype in enumerate(dtypes)
+        ]
+        wanted = np.zeros(len(self._floor), dtype=bool)
+        wanted[list(names)] = True
+        keep = wanted[columns[0]]
+        if since is not None:
+            keep &= columns[3] >= since
+        return ScheduleSnapshot(
+            names=dict(names),
+            columns=[column[keep] for column in columns],
+            origin=origin,
+            recorded=ring.recorded,
+            dropped=sum(self._batch_dropped[tid] for tid in names),
+            capacity=ring.capacity,
+        )
+
+
+# -- what the admin routes call ---------------------------------------------------------------
+def parse_tables(dispatcher: Dispatcher, tables: str | None) -> list[int]:
+    """Table ids of a comma-separated list of names (every table, in registration order, when None)."""
+    if tables is None:
+        return list(range(len(dispatcher.states)))
+    names = [name.strip() for name in tables.split(",")]
+    if not all(names):
+        raise Invalid("tables: give table names separated by commas, e.g. tables=orders,clicks")
+    unknown = [name for name in names if name not in dispatcher.index]
+    if unknown:
+        raise NotFound(f"table {unknown[0]!r} does not exist; GET /v1/tables lists the tables", table=unknown[0])
+    return sorted({dispatcher.index[name] for name in names})
+
+
+def export_trace(
+    dispatcher: Dispatcher,
+    tables: str | None = None,
+    since_seconds: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> TraceSnapshot:
+    """The observed arrivals of ``tables`` in the last ``since_seconds`` (all recorded when
+    None), with each table's current alpha/overhead estimates, weight and period hint."""
+    tids = parse_tables(dispatcher, tables)
+    specs = [
+        ObservedTable(
+            name=state.name,
+            alpha=state.alpha,
+            overhead=state.overhead,
+            weight=state.weight,
+            period=state.period_hint,
+        )
+        for state in (dispatcher.states[tid] for tid in tids)
+    ]
+    since = None if since_seconds is None else clock() - since_seconds
+    snapshot = dispatcher.observed.snapshot_trace(specs, tids, since)
+    snapshot.policy, snapshot.workers = dispatcher.policy.name, dispatcher.workers
+    return snapshot
+
+
+def export_schedule(
+    dispatcher: Dispatcher,
+    tables: str | None = None,
+    since_seconds: float | None = None,
+    origin: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ScheduleSnapshot:
+    """Recorded batches in the schedule format; ``origin`` (epoch seconds) defaults to the
+    one the trace export of the same ``tables`` and ``since_seconds`` uses now, so pass the
+    trace's ``X-Trace-Origin`` to pair the two exactly."""
+    if origin is None:
+        origin = export_trace(dispatcher, tables, since_seconds, clock).origin
+    tids = parse_tables(dispatcher, tables)
+    since = None if since_seconds is None else clock() - since_seconds
+    names = {tid: dispatcher.states[tid].name for tid in tids}
+    return dispatcher.observed.snapshot_schedule(names, origin, since)
