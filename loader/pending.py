@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from loader.spill.buffered_head import BufferedHead
 from loader.spill.disk_cost import DiskCost
@@ -38,8 +38,6 @@ class InFlight:
     runs: list[Run]
     resident: int
     disk_bytes: int = 0
-    #: Segments handed to the load job, deleted once it is committed.
-    segments: list[int] = field(default_factory=list)
 
 
 class PendingStore:
@@ -125,7 +123,6 @@ class PendingStore:
                 raise
             runs = [Run(deque(items), sum(i.size for i in items))] if items else []
         flight = InFlight(runs, sum(r.nbytes for r in runs if not r.on_disk), sum(r.nbytes for r in runs if r.on_disk))
-        flight.segments = [r.segment for r in runs if r.segment is not None]
         self._inflight[table] = flight
         self.changed.add(table)
         return tuple(item.value for run in runs for item in run.items)
@@ -134,8 +131,9 @@ class PendingStore:
         """The in-flight batch of ``table`` is committed: forget it and delete its segments."""
         flight = self._inflight.pop(table)
         if self.segments is not None:
-            for segment in flight.segments:
-                self.segments.discard(table, segment)
+            for run in flight.runs:  # segments handed to the load job go once it is committed
+                if run.segment is not None:
+                    self.segments.discard(table, run.segment)
 
     def put_back(self, table: str) -> None:
         """The in-flight batch failed: back to the front of its queue, exactly as it was."""

@@ -20,6 +20,7 @@ sizes 1 the model is exactly the paper's.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -129,17 +130,9 @@ class Queue:
     def head_on_disk(self) -> bool:
         return bool(self.runs) and self.runs[0].on_disk
 
-    @property
-    def segments(self) -> int:
-        return sum(1 for r in self.runs if r.on_disk)
-
     def items(self) -> Iterator[Item]:
         for run in self.runs:
             yield from run.items
-
-    def layout(self) -> list[tuple[bool, int]]:
-        """(on_disk, item count) per run: what a test or a status page wants to see."""
-        return [(r.on_disk, len(r.items)) for r in self.runs]
 
 
 class QueueCache:
@@ -175,7 +168,6 @@ class QueueCache:
         queue = self.queues.get(name)
         if queue is None:
             queue = self.queues[name] = Queue(name)
-            self.policy.queues_changed()
         return queue
 
     @property
@@ -441,7 +433,7 @@ def suffix_count(items: Iterable[Item], target: int, available: int) -> int:
     return count
 
 
-class SpillPolicy:
+class SpillPolicy(ABC):
     """Decides what to write on overflow and what to read before a consumption."""
 
     name: str = ""
@@ -451,12 +443,9 @@ class SpillPolicy:
     def attach(self, cache: QueueCache) -> None:
         self.cache = cache
 
-    def queues_changed(self) -> None:
-        """The number of queues changed (chunk sizes that depend on n follow)."""
-
+    @abstractmethod
     def arrived(self, queue: Queue, item: Item | None) -> None:
         """Restore the budget after an arrival (or a put-back, ``item`` None)."""
-        raise NotImplementedError
 
     def read_in(self, queue: Queue) -> None:
         """The head of ``queue`` is on disk and is to be consumed: bring it in."""
