@@ -12,7 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.routes import admin, feeds, health, tables, trace
+from api.routes import admin, feeds, health, quarantine, tables, trace
 from loader.auth import Authenticator
 from loader.config import Settings
 from loader.errors import ServiceError, Unavailable
@@ -88,7 +88,7 @@ def create_app(settings: Settings, service: LoaderService | None = None, *, load
     )
     app.state.service = service
     app.state.authenticator = Authenticator.from_settings(settings)
-    for module in (feeds, tables, admin, trace, health):
+    for module in (feeds, tables, admin, quarantine, trace, health):
         app.include_router(module.router)
     app.add_middleware(RequestMetrics, metrics=service.metrics)
 

@@ -92,6 +92,20 @@ class MaintenanceConfig(BaseModel):
     idempotency_ttl_seconds: float = Field(default=86400.0, gt=0)
 
 
+class LoadingConfig(BaseModel):
+    """How failed loads are retried, and when a batch that keeps failing is set aside."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Back-off before the n-th retry of a table: base * 2**(n-1), at most ``retry_max_seconds``.
+    retry_base_seconds: float = Field(default=0.5, gt=0, allow_inf_nan=False)
+    retry_max_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    #: Failed attempts after which a batch is quarantined (its updates set aside, with
+    #: their error, for an operator to retry or discard) so that the table's later updates
+    #: load. Failures of the environment (disk full, read-only) never quarantine. 0: never.
+    max_attempts: int = Field(default=5, ge=0)
+
+
 class SpillConfig(BaseModel):
     """Pending updates beyond a memory budget go to spill segments (docs/spilling.md)."""
 
@@ -178,6 +192,7 @@ class Settings(BaseSettings):
     spill: SpillConfig = Field(default_factory=SpillConfig)
     pressure: PressureConfig = Field(default_factory=PressureConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    loading: LoadingConfig = Field(default_factory=LoadingConfig)
 
     @field_validator("policy")
     @classmethod

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from loader.estimates import CostEstimate
 from loader.observed import ObservedRecord
 from loader.pending import PendingStore
+from loader.quarantine import environmental
 from loader.updates import Batch, LoadResult, Update
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
@@ -47,6 +48,14 @@ class FinishedBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class QuarantinedBatch:
+    table: str
+    batch: Batch
+    error: BaseException
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
 class FailedBatch:
     table: str
     worker: int
@@ -67,8 +76,14 @@ class Dispatcher:
         on_failed: Callable[[FailedBatch], None] = lambda _: None,
         clock: Callable[[], float] = time.time,
         max_retry_delay: float = 60.0,
+        retry_base: float = 0.5,
+        max_attempts: int = 0,
+        quarantine: Callable[[Batch, BaseException, int], None] | None = None,
+        on_quarantined: Callable[[QuarantinedBatch], None] = lambda _: None,
         observed: ObservedRecord | None = None,
     ) -> None:
+        """``quarantine(batch, error, attempts)`` runs on a worker thread once a batch has
+        failed ``max_attempts`` times (0: never) for a reason that is not environmental."""
         self.states: list[TableState] = []
         self.index: dict[str, int] = {}
         self.estimates: list[CostEstimate] = []
@@ -81,6 +96,10 @@ class Dispatcher:
         self._on_failed = on_failed
         self._clock = clock
         self._max_retry_delay = max_retry_delay
+        self._retry_base = retry_base
+        self._max_attempts = max_attempts
+        self._quarantine = quarantine
+        self._on_quarantined = on_quarantined
         self._free = list(range(workers))
         self._running: dict[int, tuple[int, int, int, float]] = {}  # worker -> tid, lo, hi, start
         self._user_paused: set[int] = set()
@@ -260,14 +279,18 @@ class Dispatcher:
         now = self._clock()
         tid, lo, hi, started = self._running.pop(worker)
         state = self.states[tid]
+        error = future.exception()
+        if error is not None:
+            failures = self._failures.get(tid, 0) + 1
+            self._failures[tid] = failures
+            if self._quarantine is not None and 0 < self._max_attempts <= failures and not environmental(error):
+                self._set_aside(worker, (tid, lo, hi, started), batch, error, failures)
+                return
         state.running = False
         heapq.heappush(self._free, worker)
-        error = future.exception()
         if error is None:
+            previous = self._consume(tid, lo, hi, now)
             rel = state.releases
-            previous = rel[lo - 1] if lo else state.origin
-            self.ledger.record_batch(tid, now, rel, lo, hi, previous)
-            state.current_upto = rel[hi - 1]
             length = rel[hi - 1] - previous
             estimate = self.estimates[tid]
             estimate.observe(length, now - started)
@@ -283,34 +306,91 @@ class Dispatcher:
                 stretches=batch_stretches(now, previous, rel[lo:hi]),
                 length=length,
             )
-            self._failures.pop(tid, None)
-            self.pending.loaded(state.name)
-            state.forget_loaded()
+            self._forget_loaded(tid)
             self._safe(self._on_finished, finished)
         else:
-            # Put the batch back exactly as it was; back off before trying the table again.
-            state.dispatched = lo
-            self.pending.put_back(state.name)
-            self._sync_resident()
-            failures = self._failures.get(tid, 0) + 1
-            self._failures[tid] = failures
-            delay = min(self._max_retry_delay, 0.5 * 2 ** (failures - 1))
-            log.error(
-                "loading %s (updates %d..%d) failed: %s; retrying in %.1fs",
-                state.name,
-                batch.first_seq,
-                batch.last_seq,
-                error,
-                delay,
-            )
-            self.hold(state.name)
-            assert self._loop is not None
-            self._loop.call_later(delay, self.release_hold, state.name)
-            self._safe(self._on_failed, FailedBatch(state.name, worker, batch, error, delay))
+            self._retry_later(worker, tid, lo, batch, error)
+        self._settled(tid, now)
+
+    def _consume(self, tid: int, lo: int, hi: int, now: float) -> float:
+        """Account updates ``lo..hi`` as out of the queue (loaded, or quarantined) at ``now``;
+        returns the release the table was current up to before."""
+        state = self.states[tid]
+        rel = state.releases
+        previous = rel[lo - 1] if lo else state.origin
+        self.ledger.record_batch(tid, now, rel, lo, hi, previous)
+        state.current_upto = rel[hi - 1]
+        return previous
+
+    def _forget_loaded(self, tid: int) -> None:
+        state = self.states[tid]
+        self._failures.pop(tid, None)
+        self.pending.loaded(state.name)
+        state.forget_loaded()
+
+    def _retry_later(self, worker: int, tid: int, lo: int, batch: Batch, error: BaseException) -> None:
+        """Put the batch back exactly as it was; back off before trying the table again."""
+        state = self.states[tid]
+        state.dispatched = lo
+        self.pending.put_back(state.name)
+        self._sync_resident()
+        failures = self._failures.get(tid, 1)
+        delay = min(self._max_retry_delay, self._retry_base * 2 ** (failures - 1))
+        log.error(
+            "loading %s (updates %d..%d) failed (attempt %d): %s; retrying in %.1fs",
+            state.name,
+            batch.first_seq,
+            batch.last_seq,
+            failures,
+            error,
+            delay,
+        )
+        self.hold(state.name)
+        assert self._loop is not None
+        self._loop.call_later(delay, self.release_hold, state.name)
+        self._safe(self._on_failed, FailedBatch(state.name, worker, batch, error, delay))
+
+    def _settled(self, tid: int, now: float) -> None:
         if not self._running:
             self._idle.set()
         self.policy.notify(tid, now)
         self.dispatch()
+
+    def _set_aside(
+        self, worker: int, running: tuple[int, int, int, float], batch: Batch, error: BaseException, attempts: int
+    ) -> None:
+        """Quarantine a batch that keeps failing (loader/quarantine.py): its payload is
+        written aside on the same worker, which stays busy until that is durable."""
+        assert self._quarantine is not None and self._loop is not None
+        self._running[worker] = running
+        log.error(
+            "loading %s (updates %d..%d) failed %d times: %s; quarantining the batch so later updates load",
+            batch.table,
+            batch.first_seq,
+            batch.last_seq,
+            attempts,
+            error,
+        )
+        future = self._loop.run_in_executor(self._executor, self._quarantine, batch, error, attempts)
+        future.add_done_callback(lambda f: self._set_aside_done(worker, batch, error, attempts, f))
+
+    def _set_aside_done(
+        self, worker: int, batch: Batch, error: BaseException, attempts: int, future: asyncio.Future[None]
+    ) -> None:
+        now = self._clock()
+        tid, lo, hi, _ = self._running.pop(worker)
+        state = self.states[tid]
+        state.running = False
+        heapq.heappush(self._free, worker)
+        failure = future.exception()
+        if failure is None:
+            self._consume(tid, lo, hi, now)
+            self._forget_loaded(tid)
+            self._safe(self._on_quarantined, QuarantinedBatch(state.name, batch, error, attempts))
+        else:
+            log.error("could not quarantine %s updates %d..%d: %s", state.name, batch.first_seq, batch.last_seq, failure)
+            self._retry_later(worker, tid, lo, batch, error)
+        self._settled(tid, now)
 
     @staticmethod
     def _safe(callback: Callable[[object], None], value: object) -> None:

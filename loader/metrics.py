@@ -174,13 +174,31 @@ class Metrics:
         self.pressure_mode = Gauge(
             "loader_pressure_mode", "1 while the Chain memory-pressure mode chooses the batches.", registry=r
         )
+        self.quarantined = Gauge(
+            "loader_table_quarantined_updates",
+            "Acknowledged updates set aside after their batch kept failing, waiting for an operator.",
+            ["table"],
+            registry=r,
+        )
+        self.quarantine_resolved = Counter(
+            "loader_quarantine_resolved_updates",
+            "Quarantined updates an operator retried or discarded.",
+            ["table", "action"],
+            registry=r,
+        )
+        self.intake_fault = Gauge(
+            "loader_intake_fault",
+            "1 while intake is closed by a fault of the WAL's disk (full, read-only); it reopens by itself.",
+            registry=r,
+        )
         self._policy_name: str | None = None
         # Every known label value from the start, so a dashboard shows 0 rather than "no
         # data" and increase() counts the first event.
         for kind in ("write", "read_back", "read_in_place"):
             self.spill_ops.labels(kind)
             self.spill_bytes.labels(kind)
-        self.intake_refused.labels("spill_full")
+        for reason in ("spill_full", "wal_fault"):
+            self.intake_refused.labels(reason)
 
     def attach(self, dispatcher: Callable[[], Dispatcher | None]) -> None:
         self.registry.register(FreshnessCollector(dispatcher))
@@ -205,8 +223,11 @@ class Metrics:
 
     def table_added(self, table: str) -> None:
         """Create the table's series at zero (see ``__init__``)."""
-        for outcome in ("loaded", "skipped", "failed"):
+        for outcome in ("loaded", "skipped", "failed", "quarantined"):
             self.batches.labels(table, outcome)
+        self.quarantined.labels(table)
+        for action in ("retried", "discarded"):
+            self.quarantine_resolved.labels(table, action)
         for family in (self.rows_loaded, self.updates_loaded, self.updates_received, self.stretch, self.batch_duration):
             family.labels(table)
 

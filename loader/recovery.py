@@ -43,6 +43,9 @@ class RecoveryPlan:
     each pending update goes straight to the pending store, which spills as it must."""
 
     committed: dict[str, int]
+    #: Sequence numbers of quarantined batches (loader/quarantine.py): neither pending nor
+    #: stale (their landing files belong to the quarantine entry).
+    quarantined: dict[str, set[int]] = field(default_factory=dict)
     #: Updates of tables missing from the catalog, kept until the table is registered again.
     orphans: dict[str, list[Update]] = field(default_factory=lambda: defaultdict(list))
     #: Highest sequence number and release logged per table (committed updates included).
@@ -58,6 +61,8 @@ class RecoveryPlan:
         name = update.table
         self.last_seq[name] = max(self.last_seq.get(name, 0), update.seq)
         self.last_release[name] = max(self.last_release.get(name, update.release), update.release)
+        if update.seq in self.quarantined.get(name, ()):
+            return None
         if name not in self.committed:
             self.orphans[name].append(update)
         elif update.seq <= self.committed[name]:

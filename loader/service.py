@@ -26,7 +26,7 @@ from typing import Any
 from loader import failpoints
 from loader.catalog import Catalog, CatalogEntry
 from loader.config import ConfigError, Settings, TableConfig
-from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch
+from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch, QuarantinedBatch
 from loader.errors import Conflict, Invalid, NotFound, Unavailable
 from loader.idempotency import IdempotencyStore
 from loader.intake import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates
@@ -34,6 +34,7 @@ from loader.landing import accept_files
 from loader.metrics import Metrics
 from loader.observed import ObservedRecord
 from loader.pending import SpillFull
+from loader.quarantine import QuarantineEntry, QuarantineStore
 from loader.recovery import RecoveryPlan, committed_seq
 from loader.rows import rows_to_arrow
 from loader.sinks.base import Sink
@@ -85,6 +86,8 @@ class LoaderService:
         self.ready = False
         self.failure: str | None = None
         self.wal_failed = False
+        self.quarantine: QuarantineStore | None = None
+        self._quarantine_lock = asyncio.Lock()  # one operator action on the quarantine at a time
         self.recovered_updates = 0
         self._catalog_dirty = False
         self._catalog_lock = asyncio.Lock()  # one catalog write at a time
@@ -124,6 +127,7 @@ class LoaderService:
         pending = await asyncio.to_thread(
             build_pending_store, s, lambda table: self.catalog.entries[table].schema.arrow(), self.metrics.on_spill_op
         )
+        self.quarantine = await asyncio.to_thread(QuarantineStore.open, s.state_path / "quarantine")
         self.dispatcher = Dispatcher(
             policy,
             s.workers,
@@ -131,13 +135,18 @@ class LoaderService:
             self._load_batch,
             on_finished=self._finished,
             on_failed=self._failed,
+            retry_base=s.loading.retry_base_seconds,
+            max_retry_delay=s.loading.retry_max_seconds,
+            max_attempts=s.loading.max_attempts,
+            quarantine=self._quarantine_batch,
+            on_quarantined=self._quarantined,
             observed=ObservedRecord(s.observed_trace_max_updates, s.observed_schedule_max_batches),
         )
         names = list(self.catalog.entries)
         committed = await asyncio.to_thread(lambda: {n: committed_seq(s.warehouse_path / n, n) for n in names})
         for entry in self.catalog.entries.values():
             self._add_table(entry)
-        plan = RecoveryPlan(committed=committed)
+        plan = RecoveryPlan(committed=committed, quarantined=self.quarantine.seqs())
         # One record at a time, off the event loop (nothing else runs yet): pending updates
         # go straight into the pending store, which spills, so a restart after a burst needs
         # no more memory than the burst did.
@@ -157,6 +166,7 @@ class LoaderService:
                 name,
             )
         await asyncio.to_thread(_remove_files, plan.stale_files)
+        await self._settle_quarantine()
         self.accepting = True
         log.info(
             "recovered %d pending updates from the WAL; intake open (durability=%s)",
@@ -392,8 +402,15 @@ class LoaderService:
         return taken
 
     async def submit(
-        self, valid: list[ValidUpdate], *, idempotency_key: str | None = None, request_hash: str | None = None
+        self,
+        valid: list[ValidUpdate],
+        *,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+        owned_files: bool = False,
     ) -> list[Ack]:
+        """``owned_files``: the updates' files are already the service's (a quarantine retry),
+        not landing files to take."""
         if self.wal_failed:
             raise Unavailable(f"{self.failure}; intake stays closed until the service is restarted")
         if not self.accepting:
@@ -406,7 +423,8 @@ class LoaderService:
                 f"pending updates fill memory and the spill disk: {exc}; retry after the loader catches up",
                 retry_after=self.settings.spill.retry_after_seconds,
             ) from None
-        taken = await asyncio.to_thread(self._take_files, valid) if any(item.files for item in valid) else []
+        has_files = not owned_files and any(item.files for item in valid)
+        taken = await asyncio.to_thread(self._take_files, valid) if has_files else []
         try:
             updates, planned = plan_updates(valid, self.tables, time.time(), self.settings.max_clock_skew_seconds)
         except BaseException:
@@ -455,7 +473,12 @@ class LoaderService:
             log.error("WAL append failed (%s); intake closed until restart", done.exception())
 
     async def submit_once(
-        self, key: str | None, request_hash: str, valid_thunk: Callable[[], list[ValidUpdate]]
+        self,
+        key: str | None,
+        request_hash: str,
+        valid_thunk: Callable[[], list[ValidUpdate]],
+        *,
+        owned_files: bool = False,
     ) -> tuple[dict[str, Any], bool]:
         """Submit under an Idempotency-Key: a retry gets the first answer (and True), not a second load.
 
@@ -463,11 +486,13 @@ class LoaderService:
         (``IdempotencyStore.reserve``); validation runs only when the work is really done.
         """
         if key is None:
-            return _acks_body(await self.submit(valid_thunk())), False
+            return _acks_body(await self.submit(valid_thunk(), owned_files=owned_files)), False
         async with self.idempotency.reserve(key, request_hash) as slot:
             if slot.response is not None:
                 return slot.response, True
-            response = _acks_body(await self.submit(valid_thunk(), idempotency_key=key, request_hash=request_hash))
+            response = _acks_body(
+                await self.submit(valid_thunk(), idempotency_key=key, request_hash=request_hash, owned_files=owned_files)
+            )
             slot.complete(response)
             return response, False
 
@@ -522,6 +547,107 @@ class LoaderService:
     def _failed(self, failed: FailedBatch) -> None:
         self.metrics.batches.labels(failed.table, "failed").inc()
 
+    # -- quarantine (loader/quarantine.py) -------------------------------------------------------
+    def _quarantine_batch(self, batch: Batch, error: BaseException, attempts: int) -> None:
+        """On the failed batch's worker thread: its payload durable aside, or an exception."""
+        assert self.quarantine is not None
+        self.quarantine.add(batch, error, attempts)
+
+    def _quarantined(self, q: QuarantinedBatch) -> None:
+        self.metrics.batches.labels(q.table, "failed").inc()
+        self.metrics.batches.labels(q.table, "quarantined").inc()
+        self._count_quarantined(q.table)
+
+    def _count_quarantined(self, table: str) -> None:
+        assert self.quarantine is not None
+        self.metrics.quarantined.labels(table).set(sum(len(e.updates) for e in self.quarantine.active(table)))
+
+    async def _settle_quarantine(self) -> None:
+        """After WAL replay: an entry whose retry reached the WAL before a crash is resolved."""
+        assert self.quarantine is not None
+        for entry in self.quarantine.active():
+            if self.idempotency.get(entry.requeue_key) is not None:
+                await asyncio.to_thread(self.quarantine.resolve, entry, "retried")
+                log.info("quarantined %s updates %d..%d were retried before a restart", entry.table, entry.first_seq, entry.last_seq)
+        for table in self.catalog.entries:
+            self._count_quarantined(table)
+
+    def quarantine_entry(self, table: str, first_seq: int) -> QuarantineEntry:
+        assert self.quarantine is not None
+        entry = self.quarantine.get(table, first_seq)
+        if entry is None or entry.resolved is not None:
+            raise NotFound(
+                f"no quarantined batch of table {table!r} starts at update {first_seq}; "
+                "GET /v1/admin/quarantine lists them"
+            )
+        return entry
+
+    async def retry_quarantined(self, table: str, first_seq: int) -> dict[str, Any]:
+        """Submit the entry's updates again (new sequence numbers, one Idempotency-Key)."""
+        assert self.quarantine is not None
+        async with self._quarantine_lock:
+            entry = self.quarantine_entry(table, first_seq)
+            schema = self.entry(table).schema.arrow()
+            valid, links = await asyncio.to_thread(self._requeue_payload, entry, schema)
+            try:
+                response, replayed = await self.submit_once(
+                    entry.requeue_key, entry.requeue_key, lambda: valid, owned_files=True
+                )
+            except BaseException:
+                await asyncio.to_thread(_remove_files, links)
+                raise
+            if replayed:
+                await asyncio.to_thread(_remove_files, links)
+            try:
+                await asyncio.to_thread(self.quarantine.resolve, entry, "retried")
+            except OSError as exc:  # the updates are in the WAL: a second retry is answered from the key
+                log.error("quarantined %s updates %d..%d were submitted again but stay listed: %s", table, first_seq, entry.last_seq, exc)
+            self.metrics.quarantine_resolved.labels(table, "retried").inc(len(entry.updates))
+            self._count_quarantined(table)
+            log.warning("quarantined %s updates %d..%d submitted again by an operator", table, entry.first_seq, entry.last_seq)
+            return response
+
+    def _requeue_payload(self, entry: QuarantineEntry, schema: Any) -> tuple[list[ValidUpdate], list[str]]:
+        """The entry's updates as new ones; landing files get new hard links (the originals
+        go with the tombstone, and a restart may still delete them as the old updates')."""
+        assert self.quarantine is not None
+        valid: list[ValidUpdate] = []
+        links: list[str] = []
+        try:
+            for update in entry.updates:
+                rows = self.quarantine.read_rows(entry, update)
+                files = []
+                for ref in update.file_refs():
+                    old = Path(ref.path)
+                    new = old.with_name(f"requeued-{os.urandom(6).hex()}-{old.name}")
+                    os.link(old, new)
+                    links.append(str(new))
+                    files.append(type(ref)(str(new), ref.format, ref.size))
+                valid.append(
+                    ValidUpdate(entry.table, None, rows=rows.cast(schema) if rows is not None else None, files=tuple(files))
+                )
+        except BaseException:
+            _remove_files(links)
+            raise
+        return valid, links
+
+    async def discard_quarantined(self, table: str, first_seq: int) -> dict[str, Any]:
+        """Drop the entry's updates for good: the one way acknowledged data leaves unloaded."""
+        assert self.quarantine is not None
+        async with self._quarantine_lock:
+            entry = self.quarantine_entry(table, first_seq)
+            await asyncio.to_thread(self.quarantine.resolve, entry, "discarded")
+            self.metrics.quarantine_resolved.labels(table, "discarded").inc(len(entry.updates))
+            self._count_quarantined(table)
+            log.warning(
+                "quarantined %s updates %d..%d discarded by an operator (%s)",
+                table,
+                entry.first_seq,
+                entry.last_seq,
+                entry.error,
+            )
+            return {**entry.summary(), "resolved": "discarded"}
+
     # -- periodic work (called by the maintenance scheduler) ------------------------------------
     async def save_catalog(self) -> None:
         """Persist the catalog if something changed; one write at a time, snapshot taken here.
@@ -556,6 +682,8 @@ class LoaderService:
         # The catalog first: once segments are gone it is what remembers the newest releases.
         await self.save_catalog()
         await asyncio.to_thread(self.idempotency.save, path)
+        if self.quarantine is not None:
+            await asyncio.to_thread(self.quarantine.prune, committed)
         return await asyncio.to_thread(self.wal.truncate, committed)
 
     # -- reading -------------------------------------------------------------------------------

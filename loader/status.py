@@ -61,4 +61,7 @@ def table_status(service: LoaderService, table: str, groups: dict[str, int] | No
         "overhead_seconds": state.overhead,
         "group": group,
         "failures": d.failures(table),
+        "quarantined_updates": sum(len(e.updates) for e in service.quarantine.active(table))
+        if service.quarantine is not None
+        else 0,
     }

@@ -1,0 +1,32 @@
+"""Batches that kept failing, set aside with their error (loader/quarantine.py): list, retry, discard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from api.deps import Operator, Service
+
+router = APIRouter(prefix="/v1/admin/quarantine", tags=["admin"])
+
+
+@router.get("", summary="Quarantined batches: their tables, updates, rows and the error that kept failing")
+async def list_quarantine(service: Service, operator: Operator) -> dict[str, Any]:
+    assert service.quarantine is not None
+    entries = sorted(service.quarantine.active(), key=lambda e: (e.table, e.first_seq))
+    return {"batches": [e.summary() for e in entries]}
+
+
+@router.post(
+    "/{table}/{first_sequence}/retry",
+    status_code=202,
+    summary="Load a quarantined batch again: its updates are submitted anew (new sequence numbers)",
+)
+async def retry(table: str, first_sequence: int, service: Service, operator: Operator) -> dict[str, Any]:
+    return await service.retry_quarantined(table, first_sequence)
+
+
+@router.delete("/{table}/{first_sequence}", summary="Discard a quarantined batch: its updates are never loaded")
+async def discard(table: str, first_sequence: int, service: Service, operator: Operator) -> dict[str, Any]:
+    return await service.discard_quarantined(table, first_sequence)

@@ -1,0 +1,186 @@
+"""A batch that keeps failing is quarantined, its table's later updates load, and nothing
+acknowledged is lost: the operator retries it (loaded exactly once, also across restarts)
+or discards it. Failures of the environment (disk full) are retried, never quarantined.
+
+Spark-free (tests/fakes.py); the Spark path is covered by tests/test_spark_failures.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loader.schema import TableSchema
+from loader.updates import Batch, LoadResult
+from tests.fakes import ArrowSink
+from tests.prom import sample_value
+from tests.service_harness import OPERATOR, PRODUCER, Harness
+
+FAST_RETRY = {"loading": {"retry_base_seconds": 0.01, "retry_max_seconds": 0.05, "max_attempts": 3}}
+
+
+class PoisonSink(ArrowSink):
+    """Fails every batch holding an order with a negative id (a row Spark cannot write),
+    or every batch at all with ENOSPC while ``disk_full`` is set."""
+
+    def __init__(self, warehouse: Path) -> None:
+        super().__init__(warehouse)
+        self.poison = True
+        self.disk_full = threading.Event()
+        self.attempts = 0
+
+    def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
+        self.attempts += 1
+        if self.disk_full.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if self.poison and batch.table == "orders":
+            ids = [r["order_id"] for t in batch.row_tables for r in t.to_pylist()]
+            if any(i < 0 for i in ids):
+                raise ValueError(f"cannot write order id {min(ids)}")
+        return super().load(batch, schema)
+
+
+def order(i: int) -> dict[str, Any]:
+    return {"order_id": i, "amount": 1.0, "country": "NL"}
+
+
+def submit(h: Harness, table: str, rows: list[dict[str, Any]]) -> int:
+    r = h.post(f"/v1/tables/{table}/updates", json={"rows": rows})
+    assert r.status_code == 202, r.text
+    return r.json()["updates"][0]["sequence"]
+
+
+def quarantined(h: Harness) -> list[dict[str, Any]]:
+    r = h.get("/v1/admin/quarantine")
+    assert r.status_code == 200, r.text
+    return r.json()["batches"]
+
+
+def order_ids(h: Harness) -> list[int]:
+    return sorted(r["order_id"] for r in h.rows("orders"))
+
+
+def harness(data: Path, **extra: Any) -> Harness:
+    return Harness(data, sink=lambda s: PoisonSink(s.warehouse_path), **{**FAST_RETRY, **extra})
+
+
+def test_a_poison_batch_is_quarantined_and_later_updates_load(tmp_path: Path) -> None:
+    # A 1 KiB memory budget: the poison update's rows are spilled, so quarantine reads them back.
+    with harness(tmp_path / "data", spill={"memory_budget_bytes": 1024}) as h:
+        poison = submit(h, "orders", [order(-1)] + [order(1000 + k) for k in range(40)])
+        h.wait(lambda: len(quarantined(h)) == 1)
+        later = submit(h, "orders", [order(1), order(2)])
+        clicks = submit(h, "clicks", [{"url": "/a", "n": 1}])
+        h.wait_loaded("orders", later)
+        h.wait_loaded("clicks", clicks)
+
+        [entry] = quarantined(h)
+        assert entry["first_sequence"] == entry["last_sequence"] == poison
+        assert entry["attempts"] == 3 and entry["rows"] == 41 and entry["updates"] == 1
+        assert "cannot write order id -1" in entry["error"]
+        status = h.status("orders")
+        assert status["quarantined_updates"] == 1 and status["pending_updates"] == 0 and status["failures"] == 0
+        assert order_ids(h) == [1, 2]
+        metrics = h.get("/metrics").text
+        assert sample_value(metrics, "loader_table_quarantined_updates", table="orders") == 1
+        assert sample_value(metrics, "loader_batches_total", table="orders", outcome="quarantined") == 1
+        assert sample_value(metrics, "loader_batches_total", table="orders", outcome="failed") == 3
+
+
+def test_retry_loads_a_quarantined_batch_exactly_once_also_after_restarts(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with harness(data) as h:
+        poison = submit(h, "orders", [order(-5), order(7)])
+        h.wait(lambda: len(quarantined(h)) == 1)
+    # The quarantine outlives a restart; its updates are not pending again.
+    with harness(data) as h:
+        assert [e["first_sequence"] for e in quarantined(h)] == [poison]
+        assert h.status("orders")["pending_updates"] == 0
+        h.sink.poison = False  # the operator fixed what made the batch fail
+        r = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
+        assert r.status_code == 202, r.text
+        [ack] = r.json()["updates"]
+        assert ack["sequence"] > poison
+        h.wait_loaded("orders", ack["sequence"])
+        assert order_ids(h) == [-5, 7]
+        assert quarantined(h) == [] and h.status("orders")["quarantined_updates"] == 0
+        again = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
+        assert again.status_code == 404, again.text
+        assert sample_value(h.get("/metrics").text, "loader_quarantine_resolved_updates_total", table="orders", action="retried") == 1
+    # The WAL still holds the original records: the tombstone keeps a restart from loading them.
+    with harness(data) as h:
+        assert h.status("orders")["pending_updates"] == 0
+        later = submit(h, "orders", [order(8)])
+        h.wait_loaded("orders", later)
+        assert order_ids(h) == [-5, 7, 8]
+
+
+def test_a_retry_cut_off_before_it_was_noted_is_not_loaded_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "data"
+    with harness(data) as h:
+        poison = submit(h, "orders", [order(-9)])
+        h.wait(lambda: len(quarantined(h)) == 1)
+        h.sink.poison = False
+        # The retry reaches the WAL, then noting it fails (as a crash there would leave it).
+        monkeypatch.setattr(h.service.quarantine, "resolve", _raise_oserror)
+        r = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
+        assert r.status_code == 202, r.text
+        first = r.json()
+        assert len(quarantined(h)) == 1  # still listed
+        again = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
+        assert again.json() == first, "a second retry must get the first answer, not a second load"
+        h.wait_loaded("orders", first["updates"][0]["sequence"])
+    monkeypatch.undo()
+    with harness(data) as h:
+        assert quarantined(h) == [], "the restart must see that the retry reached the WAL"
+        assert order_ids(h) == [-9]
+
+
+def test_discard_drops_the_batch_for_good(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with harness(data) as h:
+        poison = submit(h, "orders", [order(-2)])
+        h.wait(lambda: len(quarantined(h)) == 1)
+        r = h.client.delete(f"/v1/admin/quarantine/orders/{poison}", headers={"Authorization": f"Bearer {OPERATOR}"})
+        assert r.status_code == 200, r.text
+        assert r.json()["resolved"] == "discarded" and r.json()["updates"] == 1
+        assert quarantined(h) == []
+        assert sample_value(h.get("/metrics").text, "loader_quarantine_resolved_updates_total", table="orders", action="discarded") == 1
+        later = submit(h, "orders", [order(3)])
+        h.wait_loaded("orders", later)
+    with harness(data) as h:
+        assert quarantined(h) == [] and h.status("orders")["pending_updates"] == 0
+        assert order_ids(h) == [3]
+
+
+def test_a_full_disk_is_retried_without_limit_never_quarantined(tmp_path: Path) -> None:
+    with harness(tmp_path / "data") as h:
+        h.sink.poison = False
+        h.sink.disk_full.set()
+        seq = submit(h, "orders", [order(4)])
+        h.wait(lambda: h.status("orders")["failures"] >= 6)  # twice max_attempts
+        assert quarantined(h) == []
+        h.sink.disk_full.clear()
+        h.wait_loaded("orders", seq)
+        assert order_ids(h) == [4] and h.status("orders")["failures"] == 0
+
+
+def test_quarantine_endpoints_refuse_what_does_not_exist(harness_default: Harness) -> None:
+    h = harness_default
+    assert h.post("/v1/admin/quarantine/orders/1/retry", token=OPERATOR).status_code == 404
+    assert h.client.delete("/v1/admin/quarantine/nosuch/1", headers={"Authorization": f"Bearer {OPERATOR}"}).status_code == 404
+    assert h.post("/v1/admin/quarantine/orders/1/retry", token=PRODUCER).status_code == 403
+
+
+@pytest.fixture
+def harness_default(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with Harness(tmp_path / "data") as h:
+        yield h
+
+
+def _raise_oserror(*args: object) -> None:
+    raise OSError(errno.EIO, "injected: cannot note the retry")
