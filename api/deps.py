@@ -17,7 +17,10 @@ async def get_service(request: Request) -> LoaderService:
     return request.app.state.service
 
 
-async def get_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+async def get_principal(
+    request: Request, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
+) -> Principal:
+    # The token is documented once, as the OpenAPI bearer security scheme (api.app).
     authenticator: Authenticator = request.app.state.authenticator
     return authenticator.authenticate(authorization)
 

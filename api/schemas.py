@@ -1,16 +1,22 @@
 """Request and response models: documentation (OpenAPI) and validation of small bodies.
 
 Feed bodies are parsed by ``loader.intake`` (for 400-vs-422 and row-level messages);
-their models here only describe them in the OpenAPI document.
+their models here only describe them in the OpenAPI document. Most read models are
+documentation only too (routes return plain dicts, ``response_model=None``): FastAPI
+would otherwise re-validate every response on the hot path, and silently drop fields a
+model forgot. ``tests/test_api_fuzz.py`` checks every response against these models.
 """
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from loader.config import TableConfig
+from loader.schema import TableSchema
+from schedulers.registry import POLICIES
 
 
 class FileSpec(BaseModel):
@@ -54,13 +60,158 @@ class WeightBody(BaseModel):
 
 class PolicyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    policy: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    # Documented as an enum, checked by the service (a 422 that lists the choices).
+    policy: str = Field(json_schema_extra={"enum": sorted(POLICIES)})
+    params: dict[str, Any] = Field(default_factory=dict, description="The policy's parameters, if any.")
 
 
 class ErrorModel(BaseModel):
-    error: str
-    message: str
+    """The body of every error the service sends (``loader.errors`` and the handlers in ``api.app``).
+
+    ``error`` is a stable code for programs; ``message`` says what was wrong and what to
+    do. Some errors add context: ``table``, ``idempotency_key``, or ``detail`` (the list
+    of field problems of a request that failed validation).
+    """
+
+    model_config = ConfigDict(extra="allow")
+    error: str = Field(
+        description="bad_request, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
+        "idempotency_conflict, payload_too_large, unsupported_media_type, invalid, unavailable, ...",
+        examples=["not_found"],
+    )
+    message: str = Field(description="What was wrong and what to do about it.")
+
+
+#: What each error status means here (the response descriptions in the OpenAPI document).
+ERROR_MEANINGS: dict[int, str] = {
+    400: "Malformed request: the body is not valid JSON / NDJSON, or a header is not well formed.",
+    401: "No bearer token, or not a configured one (send `Authorization: Bearer <token>`).",
+    403: "The token is valid but its role or table list does not allow this.",
+    404: "No such table (register it with POST /v1/admin/tables).",
+    409: "Conflicts with the current state: a table of that name with another schema, or an "
+    "Idempotency-Key reused for a different request.",
+    413: "The body exceeds max_body_bytes: split the update or submit landing files.",
+    415: "The Content-Type is neither application/json nor application/x-ndjson.",
+    422: "The request is well formed but invalid: the `detail` or `message` names the field.",
+    503: "Intake is closed for now (starting, stopping, spill disk full, WAL failed): retry after Retry-After.",
+}
+
+_ERROR_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"description": "Always `Bearer`.", "schema": {"type": "string"}}},
+    503: {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}},
+}
+
+
+#: Where ``api.app`` puts ``ErrorModel`` in the document's components.
+ERROR_SCHEMA_REF = "#/components/schemas/ErrorModel"
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries documenting ``statuses`` with the shared error body.
+
+    The content type is spelled out (not ``model=``): FastAPI would otherwise document
+    errors with the route's own media type, e.g. NDJSON for the trace export.
+    """
+    responses: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        doc: dict[str, Any] = {
+            "description": ERROR_MEANINGS.get(status, HTTPStatus(status).phrase),
+            "content": {"application/json": {"schema": {"$ref": ERROR_SCHEMA_REF}}},
+        }
+        if status in _ERROR_HEADERS:
+            doc["headers"] = _ERROR_HEADERS[status]
+        responses[status] = doc
+    return responses
+
+
+def ok_response(model: type[BaseModel], description: str, status: int = 200) -> dict[int | str, dict[str, Any]]:
+    """A success response documented by ``model`` (for routes declared with ``response_model=None``)."""
+    return {status: {"model": model, "description": description}}
+
+
+#: Statuses of every route behind a token, and of the operator-only ones.
+AUTHENTICATED = (401,)
+OPERATOR_ONLY = (401, 403)
+
+
+class TableStatusModel(BaseModel):
+    """One table as GET /v1/tables/{table} reports it (``loader.status.table_status``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str
+    schema_: TableSchema = Field(alias="schema")
+    weight: float
+    period_hint: float | None
+    period_estimate: float | None
+    paused: bool
+    running: bool
+    current_upto: float = Field(description="Unix time up to which the table's data is loaded.")
+    current_upto_iso: str
+    staleness_seconds: float
+    staleness_integral: float
+    staleness_integral_at_last_load: float
+    low_bound: float
+    max_stretch: float
+    pending_updates: int
+    pending_bytes: int
+    pending_resident_bytes: int
+    pending_spilled_bytes: int
+    last_sequence: int
+    last_loaded_sequence: int
+    delta_version: int | None
+    alpha: float
+    overhead_seconds: float
+    group: int | None = Field(description="Index of the table's group under group-and-run policies.")
+    failures: int
+
+
+class TablesModel(BaseModel):
+    tables: list[TableStatusModel]
+
+
+class PolicyStateModel(BaseModel):
+    policy: str
+    available: list[str]
+    state: dict[str, Any] = Field(description="The policy's own description of its state.")
+
+
+class PendingModel(BaseModel):
+    """The pending store (``PendingStore.describe``); the spill policy adds its own fields."""
+
+    model_config = ConfigDict(extra="allow")
+    memory_budget_bytes: int
+    disk_budget_bytes: int | None
+    resident_bytes: int
+    spilled_bytes: int
+    in_flight_bytes: int
+    in_flight_disk_bytes: int
+    peak_resident_bytes: int
+    writes: int
+    reads: int
+    loader_reads: int
+    bytes_written: int
+    bytes_read: int
+    spill_error: str | None
+    disk_cost: dict[str, float] | None
+    segment_files: int
+
+
+class HealthModel(BaseModel):
+    status: str = Field(description="`ok`, or `failing` (with 503) once the service cannot go on.")
+    detail: str | None
+
+
+class ReadinessModel(BaseModel):
+    ready: bool
+    accepting: bool
+    recovered_updates: int
+    writer: str | None = Field(description="The Delta writer in use (delta-rs or delta-spark).")
+    detail: str | None
+    faults: dict[str, str] = Field(
+        default_factory=dict,
+        description="Disk faults the service is riding out: 'wal' (intake closed until the write-ahead "
+        "log's disk takes writes again), 'spill' (a spill failed; intake refuses once memory is full).",
+    )
 
 
 RegisterTableBody = TableConfig

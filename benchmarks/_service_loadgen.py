@@ -18,6 +18,20 @@ server). Two modes:
 Only requests scheduled (open) or completed (closed) inside the measurement window
 [start + warmup, start + warmup + duration] are counted. ``start_at`` (Unix time) lets
 several generator processes begin together.
+
+Optional keys of the open mode, for trials that must account for every request (the
+overload trial, ``benchmarks/overload.py``):
+
+- ``schedule``: ``[[rate, seconds], ...]`` replaces ``rate``/``duration``: the rate steps
+  from one phase to the next at a precise instant (the window is the whole schedule,
+  after ``warmup``);
+- ``unique``: ``{"placeholder": "@K@", "base": 1}``: every occurrence of the placeholder
+  in a body becomes ``base + k`` for the k-th request, so each request's rows can be
+  told apart in the warehouse (one ``str.replace`` per request: cheap);
+- ``record``: every request of the window is reported as
+  ``[k, scheduled, sent, done, status, retry_after, acks]`` (times in seconds from
+  ``start_at``; status 0 and acks None when it got no answer; retry_after the
+  Retry-After header or None; acks ``[[table, sequence], ...]`` of a 202).
 """
 
 from __future__ import annotations
@@ -44,6 +58,8 @@ class Stats:
     done_in_window: int = 0  # answers received inside the window (open mode)
     unanswered: int = 0  # window requests still without an answer at the drain deadline
     first_error: str | None = None
+    #: Per-request records (``record`` in the spec): see the module docstring.
+    records: list[list[Any]] = field(default_factory=list)
 
     def error(self, key: str, detail: str) -> None:
         self.errors[key] = self.errors.get(key, 0) + 1
@@ -51,30 +67,85 @@ class Stats:
             self.first_error = detail[:500]
 
 
+def _head(spec: dict[str, Any], path: str, length: int) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\n"
+        f"Host: {spec['host']}:{spec['port']}\r\n"
+        f"Authorization: Bearer {spec['token']}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
 def build_requests(spec: dict[str, Any]) -> list[tuple[bytes, int]]:
     """(raw request bytes, updates it carries) for every body of the spec, cycled through."""
     out = []
     for item in spec["requests"]:
         body = item["body"].encode()
-        head = (
-            f"POST {item['path']} HTTP/1.1\r\n"
-            f"Host: {spec['host']}:{spec['port']}\r\n"
-            f"Authorization: Bearer {spec['token']}\r\n"
-            "Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        out.append((head + body, int(item["updates"])))
+        out.append((_head(spec, item["path"], len(body)) + body, int(item["updates"])))
     return out
 
 
+class RequestSource:
+    """The k-th request's bytes: the spec's bodies cycled through, each made unique when
+    the spec asks (``unique``), so that acknowledged rows can be found in the warehouse."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.fixed = build_requests(spec)
+        unique = spec.get("unique")
+        self.placeholder: str | None = unique["placeholder"] if unique else None
+        self.base = int(unique.get("base", 0)) if unique else 0
+        self.items = [(item["path"], item["body"], int(item["updates"])) for item in spec["requests"]]
+        self.spec = spec
+
+    def __call__(self, k: int) -> tuple[bytes, int]:
+        if self.placeholder is None:
+            return self.fixed[k % len(self.fixed)]
+        path, template, updates = self.items[k % len(self.items)]
+        body = template.replace(self.placeholder, str(self.base + k)).encode()
+        return _head(self.spec, path, len(body)) + body, updates
+
+
+def _retry_after(head: bytes) -> str | None:
+    """The Retry-After header of a response head (already lower-cased), or None."""
+    at = head.find(b"\r\nretry-after:")
+    if at < 0:
+        return None
+    at += len(b"\r\nretry-after:")
+    return head[at : head.find(b"\r\n", at)].strip().decode("latin-1")
+
+
+def _acks(body: bytes) -> list[list[Any]] | None:
+    """[[table, sequence], ...] of a 202's body (the acknowledgements), None if unreadable."""
+    try:
+        return [[u["table"], u["sequence"]] for u in json.loads(body)["updates"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 class Connection:
-    def __init__(self, host: str, port: int, stats: Stats) -> None:
+    """One keep-alive connection.
+
+    ``resend`` (the default) sends a request again on a fresh connection when the first
+    try fails: right for throughput runs, where a duplicate costs nothing. A trial that
+    counts every row (``unique``) must not resend a request the server may have
+    accepted, so it turns that off and instead replaces a connection that sat idle near
+    uvicorn's 5-s keep-alive timeout *before* writing to it (the race that the resend
+    covers); a failure is then reported to the caller as "no answer".
+    """
+
+    IDLE_SECONDS = 3.0
+
+    def __init__(self, host: str, port: int, stats: Stats, *, resend: bool = True) -> None:
         self.host, self.port, self.stats = host, port, stats
+        self.resend = resend
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.last_used = time.monotonic()
 
     async def connect(self) -> None:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.last_used = time.monotonic()
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -85,8 +156,11 @@ class Connection:
                 pass
             self.writer = None
 
-    async def request(self, raw: bytes) -> tuple[int, bytes]:
-        """Send one request and read its answer: (status, body). Reconnects once if closed."""
+    async def request(self, raw: bytes) -> tuple[int, bytes, bytes]:
+        """Send one request and read its answer: (status, body, lower-cased head). Reconnects
+        once if closed (``resend``)."""
+        if not self.resend and self.writer is not None and time.monotonic() - self.last_used > self.IDLE_SECONDS:
+            await self.close()
         for attempt in (0, 1):
             try:
                 if self.writer is None:
@@ -101,13 +175,14 @@ class Connection:
                 if at >= 0:
                     length = int(lower[at + 15 : lower.find(b"\r\n", at)])
                 body = await self.reader.readexactly(length) if length else b""
+                self.last_used = time.monotonic()
                 if b"connection: close" in lower:
                     await self.close()
-                return status, body
+                return status, body, lower
             except (ConnectionError, asyncio.IncompleteReadError, OSError):
                 await self.close()
                 self.stats.reconnects += 1
-                if attempt:
+                if attempt or not self.resend:
                     raise
         raise AssertionError("unreachable")
 
@@ -139,7 +214,7 @@ async def run_closed(spec: dict[str, Any], requests: list[tuple[bytes, int]], st
                 return
             stats.sent += 1
             try:
-                status, body = await conn.request(raw)
+                status, body, _ = await conn.request(raw)
             except Exception as exc:  # noqa: BLE001 - count and go on
                 stats.error(type(exc).__name__, repr(exc))
                 await asyncio.sleep(0.01)
@@ -156,13 +231,39 @@ async def run_closed(spec: dict[str, Any], requests: list[tuple[bytes, int]], st
     return end - begin
 
 
-async def run_open(spec: dict[str, Any], requests: list[tuple[bytes, int]], stats: Stats) -> float:
-    start = spec["start_at"]
-    rate = float(spec["rate"])
-    begin, end = start + spec["warmup"], start + spec["warmup"] + spec["duration"]
-    total = int(round((end - start) * rate))
+def send_times(spec: dict[str, Any]) -> list[float]:
+    """Scheduled send instants (Unix time) of the open mode: constant ``rate`` over warmup +
+    duration, or the phases of ``schedule`` one after the other."""
+    start = float(spec["start_at"])
+    schedule = spec.get("schedule")
+    if not schedule:
+        rate = float(spec["rate"])
+        total = int(round((spec["warmup"] + spec["duration"]) * rate))
+        return [start + k / rate for k in range(total)]
+    times: list[float] = []
+    phase_start = start
+    for rate, seconds in schedule:
+        count = int(round(float(rate) * float(seconds)))
+        times.extend(phase_start + k / float(rate) for k in range(count))
+        phase_start += float(seconds)
+    return times
+
+
+def window(spec: dict[str, Any]) -> tuple[float, float]:
+    start = float(spec["start_at"])
+    schedule = spec.get("schedule")
+    length = sum(float(seconds) for _, seconds in schedule) if schedule else spec["warmup"] + spec["duration"]
+    return start + spec["warmup"], start + length
+
+
+async def run_open(spec: dict[str, Any], source: RequestSource, stats: Stats) -> float:
+    start = float(spec["start_at"])
+    begin, end = window(spec)
+    times = send_times(spec)
+    record = bool(spec.get("record"))
     queue: asyncio.Queue[tuple[float, int] | None] = asyncio.Queue()
-    conns = [Connection(spec["host"], spec["port"], stats) for _ in range(spec["connections"])]
+    resend = source.placeholder is None  # unique requests are never sent twice
+    conns = [Connection(spec["host"], spec["port"], stats, resend=resend) for _ in range(spec["connections"])]
     for c in conns:
         await c.connect()
     clock = time.time
@@ -173,13 +274,15 @@ async def run_open(spec: dict[str, Any], requests: list[tuple[bytes, int]], stat
             if item is None:
                 return
             scheduled, k = item
-            raw, updates = requests[k % len(requests)]
+            raw, updates = source(k)
             sent = clock()
             try:
-                status, body = await conn.request(raw)
+                status, body, head = await conn.request(raw)
             except Exception as exc:  # noqa: BLE001
                 if begin <= scheduled < end:
                     stats.error(type(exc).__name__, repr(exc))
+                    if record:
+                        stats.records.append([k, scheduled - start, sent - start, None, 0, None, None])
                 continue
             done = clock()
             stats.completed += 1
@@ -188,19 +291,23 @@ async def run_open(spec: dict[str, Any], requests: list[tuple[bytes, int]], stat
                 stats.latencies.append(done - scheduled)
                 stats.service.append(done - sent)
                 _record(stats, status, body, updates)
+                if record:
+                    acks = _acks(body) if status == 202 else None
+                    stats.records.append(
+                        [k, scheduled - start, sent - start, done - start, status, _retry_after(head), acks]
+                    )
 
     workers = [asyncio.create_task(worker(c)) for c in conns]
     await asyncio.sleep(max(0.0, start - clock()))
-    interval = 1.0 / rate
-    k = 0
+    k, total = 0, len(times)
     while k < total:
         now = clock()
-        while k < total and start + k * interval <= now:
-            queue.put_nowait((start + k * interval, k))
+        while k < total and times[k] <= now:
+            queue.put_nowait((times[k], k))
             stats.sent += 1
             k += 1
         if k < total:
-            await asyncio.sleep(max(0.0, start + k * interval - clock()))
+            await asyncio.sleep(max(0.0, times[k] - clock()))
     for _ in workers:
         queue.put_nowait(None)
     # An overloaded server may hold a long queue: give it drain_seconds, then count the rest.
@@ -211,7 +318,11 @@ async def run_open(spec: dict[str, Any], requests: list[tuple[bytes, int]], stat
         item = queue.get_nowait()
         if item is not None and begin <= item[0] < end:
             stats.unanswered += 1
-    stats.unanswered += len(late)  # each cancelled worker held one request in flight
+            if record:
+                stats.records.append([item[1], item[0] - start, None, None, 0, None, None])
+    # Each cancelled worker held one request in flight; with ``record`` the trial finds
+    # those as the numbers missing from the records (k in range(sent) without a record).
+    stats.unanswered += len(late)
     for c in conns:
         await c.close()
     return end - begin
@@ -227,17 +338,18 @@ def main(argv: list[str]) -> int:
         loop_kind = "uvloop"
     except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
         loop_kind = "asyncio"
-    requests = build_requests(spec)
     stats = Stats()
-    runner = run_open if spec["mode"] == "open" else run_closed
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    window = asyncio.run(runner(spec, requests, stats))
+    if spec["mode"] == "open":
+        seconds = asyncio.run(run_open(spec, RequestSource(spec), stats))
+    else:
+        seconds = asyncio.run(run_closed(spec, build_requests(spec), stats))
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     out = {
         "mode": spec["mode"],
         "loop": loop_kind,
-        "window_seconds": window,
+        "window_seconds": seconds,
         "latencies": [round(x, 7) for x in stats.latencies],
         "service": [round(x, 7) for x in stats.service],
         "ok": stats.ok,
@@ -251,6 +363,8 @@ def main(argv: list[str]) -> int:
         "unanswered": stats.unanswered,
         "cpu_seconds": cpu,
     }
+    if spec.get("record"):
+        out["records"] = stats.records
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

@@ -86,15 +86,24 @@ class Service:
 
 @contextlib.contextmanager
 def running_service(
-    *, tables: list[str], policy: str = "myopic", workers: int = 2, keep_dir: Path | None = None
+    *,
+    tables: list[str],
+    policy: str = "myopic",
+    workers: int = 2,
+    keep_dir: Path | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Iterator[Service]:
-    """A ready ``loader serve`` subprocess with ``tables`` configured; always stopped on exit."""
+    """A ready ``loader serve`` subprocess with ``tables`` configured; always stopped on exit.
+
+    ``extra`` replaces top-level settings of ``base_settings`` (e.g. ``spill``, ``spark``).
+    """
     with tempfile.TemporaryDirectory(prefix="bench-service-", dir=keep_dir) as tmp:
         workdir = Path(tmp)
         port = free_port()
         settings = base_settings(port, workdir / "data", policy=policy, workers=workers)
         if tables:
             settings["tables"] = [{"name": t, "schema": SCHEMA} for t in tables]
+        settings.update(extra or {})
         config = write_config(workdir / "loader.toml", settings)
         proc = ServerProcess(workdir, config, port, OPERATOR_TOKEN)
         began = time.monotonic()
@@ -193,6 +202,29 @@ def group_cpu(pgid: int) -> dict[str, float]:
             python += seconds
         else:
             other += seconds
+    return {"python": python, "jvm": other}
+
+
+def group_rss(pgid: int) -> dict[str, int]:
+    """Resident bytes (VmRSS) of the server's process group: the Python service (the group
+    leader, where pending payloads live) and the rest (Spark's JVM and its helpers)."""
+    python = other = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+            if int(stat[stat.rfind(")") + 2 :].split()[2]) != pgid:
+                continue
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as handle:
+                rss = next((int(line.split()[1]) * 1024 for line in handle if line.startswith("VmRSS:")), 0)
+        except (OSError, ValueError):  # the process ended meanwhile
+            continue
+        if int(entry) == pgid:
+            python += rss
+        else:
+            other += rss
     return {"python": python, "jvm": other}
 
 

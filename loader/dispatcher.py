@@ -104,7 +104,8 @@ class Dispatcher:
         self._running: dict[int, tuple[int, int, int, float]] = {}  # worker -> tid, lo, hi, start
         self._user_paused: set[int] = set()
         self._held: dict[int, int] = {}  # tid -> holders (maintenance, retry back-off)
-        self._failures: dict[int, int] = {}
+        self._failures: dict[int, int] = {}  # consecutive failed loads per table
+        self._strikes: dict[int, int] = {}  # of those, the ones that count toward quarantine
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader-worker")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.TimerHandle | None = None
@@ -189,10 +190,10 @@ class Dispatcher:
         state.release(update.release)
         self.ledger.note_release(tid, update.release - previous)
         self._observe_release(tid, update.release)
-        self._sync_resident()
+        self.sync_resident()
         self._changed(tid)
 
-    def _sync_resident(self) -> None:
+    def sync_resident(self) -> None:
         """Copy resident bytes of tables the store touched (a spill moves other tables' too)."""
         changed = self.pending.changed
         if not changed:
@@ -259,7 +260,7 @@ class Dispatcher:
             assert self._loop is not None
             self._loop.call_later(1.0, self.release_hold, state.name)
             return False
-        self._sync_resident()
+        self.sync_resident()
         lo = state.dispatched
         hi = lo + len(updates)
         if hi > len(state.releases) or updates[-1].release != state.releases[hi - 1]:
@@ -281,11 +282,12 @@ class Dispatcher:
         state = self.states[tid]
         error = future.exception()
         if error is not None:
-            failures = self._failures.get(tid, 0) + 1
-            self._failures[tid] = failures
-            if self._quarantine is not None and 0 < self._max_attempts <= failures and not environmental(error):
-                self._set_aside(worker, (tid, lo, hi, started), batch, error, failures)
-                return
+            self._failures[tid] = self._failures.get(tid, 0) + 1
+            if not environmental(error):  # a full or read-only disk is not the batch's fault
+                strikes = self._strikes[tid] = self._strikes.get(tid, 0) + 1
+                if self._quarantine is not None and 0 < self._max_attempts <= strikes:
+                    self._set_aside(worker, (tid, lo, hi, started), batch, error, strikes)
+                    return
         state.running = False
         heapq.heappush(self._free, worker)
         if error is None:
@@ -325,6 +327,7 @@ class Dispatcher:
     def _forget_loaded(self, tid: int) -> None:
         state = self.states[tid]
         self._failures.pop(tid, None)
+        self._strikes.pop(tid, None)
         self.pending.loaded(state.name)
         state.forget_loaded()
 
@@ -333,7 +336,7 @@ class Dispatcher:
         state = self.states[tid]
         state.dispatched = lo
         self.pending.put_back(state.name)
-        self._sync_resident()
+        self.sync_resident()
         failures = self._failures.get(tid, 1)
         delay = min(self._max_retry_delay, self._retry_base * 2 ** (failures - 1))
         log.error(
@@ -388,7 +391,9 @@ class Dispatcher:
             self._forget_loaded(tid)
             self._safe(self._on_quarantined, QuarantinedBatch(state.name, batch, error, attempts))
         else:
-            log.error("could not quarantine %s updates %d..%d: %s", state.name, batch.first_seq, batch.last_seq, failure)
+            log.error(
+                "could not quarantine %s updates %d..%d: %s", state.name, batch.first_seq, batch.last_seq, failure
+            )
             self._retry_later(worker, tid, lo, batch, error)
         self._settled(tid, now)
 

@@ -56,3 +56,8 @@ class Unavailable(ServiceError):
     def __init__(self, message: str, retry_after: float = 1.0, **details: Any) -> None:
         super().__init__(message, **details)
         self.retry_after = retry_after
+
+
+class WalWriteFailed(Unavailable):
+    """The WAL write of an update failed after it was queued: it is not accepted, but a crash
+    before the log is healed may still replay it (so files it names must stay)."""

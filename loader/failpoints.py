@@ -7,14 +7,28 @@ crash tests therefore start ``loader serve`` with, for example::
     LOADER_FAILPOINTS="load.after-commit=3"
 
 and the process SIGKILLs itself the 3rd time it reaches that point (several points are
-separated by commas). Unset, as in production, ``hit`` is one dictionary lookup.
+separated by commas). Unset, as in production, ``hit`` and ``tear`` are one dictionary
+lookup.
 
-Points (where they are reached):
+Points (where they are reached; the count N of ``NAME=N`` counts passes in one process):
 
 - ``intake.after-wal``: an update is durable in the WAL, its 202 not yet sent;
+- ``wal.after-write``: the WAL writer wrote a group with ``write()``, not yet fsynced (the
+  records survive a process kill in the page cache: durable, never acknowledged);
+- ``wal.torn-write``: the WAL writer writes only the first half (plus one byte) of the
+  next append() call's frames and dies, so the restart meets a torn tail ending inside
+  a record (``tear``);
+- ``recovery.after-spill-reset``: start-up emptied the spill directory, the WAL is not
+  replayed yet;
+- ``recovery.replay``: start-up replayed the N-th WAL record into the pending store
+  (committed records count too), intake still closed;
+- ``spill.write``: a spill segment file was written, its updates not yet marked spilled;
 - ``load.after-spark-write``: Spark wrote the batch's Parquet files into staging;
 - ``load.after-publish``: the files are in the table directory, not yet committed;
 - ``load.after-commit``: the Delta commit landed, the service has not recorded it.
+
+The crash trial (``tests/crash_trial.py``, ``benchmarks/crash_trials.py``) arms one point
+per life of the server and also kills it from outside at random moments.
 
 Written by hand: fault-injection libraries for Python patch functions from the test
 process, which cannot reach into a service running as a subprocess.
@@ -27,7 +41,19 @@ import signal
 import threading
 
 ENV = "LOADER_FAILPOINTS"
-POINTS = frozenset({"intake.after-wal", "load.after-spark-write", "load.after-publish", "load.after-commit"})
+POINTS = frozenset(
+    {
+        "intake.after-wal",
+        "wal.after-write",
+        "wal.torn-write",
+        "recovery.after-spill-reset",
+        "recovery.replay",
+        "spill.write",
+        "load.after-spark-write",
+        "load.after-publish",
+        "load.after-commit",
+    }
+)
 
 
 def parse(spec: str) -> dict[str, int]:
@@ -51,11 +77,29 @@ _hits: dict[str, int] = {}
 _lock = threading.Lock()
 
 
+def _reached(name: str) -> bool:
+    with _lock:
+        _hits[name] = _hits.get(name, 0) + 1
+        return _hits[name] == _armed[name]
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def hit(name: str) -> None:
     """Count a pass through point ``name``; SIGKILL this process when its count is reached."""
     if name not in _armed:
         return
-    with _lock:
-        _hits[name] = _hits.get(name, 0) + 1
-        if _hits[name] == _armed[name]:
-            os.kill(os.getpid(), signal.SIGKILL)
+    if _reached(name):
+        _die()
+
+
+def tear(name: str, fd: int, data: bytes) -> None:
+    """Before ``data`` is written to ``fd``: when point ``name``'s count is reached, write a
+    prefix that ends inside a frame instead and SIGKILL this process (a torn write)."""
+    if name not in _armed:
+        return
+    if _reached(name):
+        os.write(fd, data[: len(data) // 2 + 1] if len(data) > 1 else b"")
+        _die()

@@ -37,11 +37,38 @@ from pathlib import Path
 from typing import Any
 
 from loader.durable_files import write_atomic
-from loader.errors import Conflict
+from loader.errors import BadRequest, Conflict
 from loader.wal_format import WalRecord
 
 DEFAULT_TTL_SECONDS = 24 * 3600.0
 _SNAPSHOT_VERSION = 1
+MAX_KEY_LENGTH = 200
+_PRINTABLE_ASCII = frozenset(range(0x20, 0x7F))
+
+
+def check_key(key: str | None) -> str | None:
+    """The Idempotency-Key header as sent, or BadRequest (400) when it is not 1 to
+    MAX_KEY_LENGTH printable ASCII characters.
+
+    Keys are stored in the WAL and the snapshot and compared byte for byte; a header with
+    other bytes reaches the service decoded as Latin-1, so a producer's UTF-8 key would be
+    stored as something else than it sent. Refusing it is clearer than matching mojibake.
+    """
+    if key is None:
+        return None
+    if 0 < len(key) <= MAX_KEY_LENGTH and _PRINTABLE_ASCII.issuperset(key.encode("latin-1", "replace")):
+        return key
+    problem = (
+        "is empty"
+        if not key
+        else f"is {len(key)} characters long"
+        if len(key) > MAX_KEY_LENGTH
+        else "holds characters other than printable ASCII"
+    )
+    raise BadRequest(
+        f"Idempotency-Key {problem}; send 1 to {MAX_KEY_LENGTH} printable ASCII characters, e.g. a UUID",
+        idempotency_key=key[:40].encode("ascii", "backslashreplace").decode(),
+    )
 
 
 class IdempotencyConflict(Conflict):

@@ -11,14 +11,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from loader.errors import BadRequest, Invalid, Unsupported
-from loader.rows import _Bad, parse_timestamp
+from loader.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
+from loader.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
+from loader.schema import ColumnType, TableSchema, check_name
 from loader.updates import Update
+from loader.wal_format import MAX_PAYLOAD
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-lines")
 
@@ -48,11 +51,76 @@ class ValidUpdate:
         return self.rows.get_total_buffer_size() if self.rows is not None else 0
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (use null for a missing value)")
+
+
+#: Python's parser also takes NaN, Infinity and -Infinity, which JSON (RFC 8259) has not.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+#: A \uD800-\uDFFF escape: either half of a surrogate pair (fine) or a lone one (not Unicode).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(document: Any) -> str | None:
+    """The first string (or key) holding an unpaired surrogate, found without recursion.
+
+    The parser joins escaped pairs into one character, so any surrogate left is unpaired;
+    such a string cannot be encoded as UTF-8 (Arrow, the WAL and every response would fail).
+    """
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return ascii(item)[:QUOTE_CHARS]
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
 def _loads(text: bytes, what: str) -> Any:
+    """Strict JSON: UTF-8 (or UTF-16/32 with its BOM, as RFC 8259 readers accept), no NaN or
+    Infinity, no unpaired surrogate escapes; BadRequest naming the problem otherwise."""
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(f"{what} is not valid JSON: {exc}; send UTF-8 JSON") from None
+        document = _DECODER.decode(text.decode(json.detect_encoding(text)))
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            f"{what} is not valid JSON: bytes {exc.start}..{exc.end} are not valid {exc.encoding}; send UTF-8 JSON"
+        ) from None
+    except RecursionError:
+        raise BadRequest(f"{what} is not valid JSON: it is nested too deeply; send UTF-8 JSON") from None
+    except ValueError as exc:
+        reason = str(exc)
+        if "integer string conversion" in reason:  # Python's 4300-digit cap on int literals
+            reason = "a number has more digits than any column type can hold"
+        raise BadRequest(f"{what} is not valid JSON: {reason}; send UTF-8 JSON") from None
+    if _SURROGATE_ESCAPE.search(text) is not None:
+        bad = _lone_surrogate(document)
+        if bad is not None:
+            raise BadRequest(
+                f"{what} is not valid JSON text: the string {bad} holds an unpaired UTF-16 surrogate escape, "
+                "which is not a Unicode character; send UTF-8 JSON with valid characters"
+            )
+    return document
+
+
+def check_table_name(name: Any, where: str = "") -> str:
+    """404 for a table name that no table can have (path traversal, NUL, too long, not a
+    string), without quoting more of it than QUOTE_CHARS characters."""
+    if isinstance(name, str):
+        try:
+            return check_name(name, "table name")
+        except ValueError:
+            pass
+    raise NotFound(
+        f"{where}table {quote(name)} does not exist: table names are letters, digits and underscores (at most "
+        "128); register a table with POST /v1/admin/tables"
+    )
 
 
 def _data_until(value: Any) -> float | None:
@@ -67,7 +135,9 @@ def _data_until(value: Any) -> float | None:
 
 def _update_from_object(obj: Any, table: str | None, where: str) -> UpdateRequest:
     if not isinstance(obj, dict):
-        raise Invalid(f"{where} must be a JSON object")
+        raise Invalid(
+            f'{where} must be a JSON object such as {{"rows": [...]}} or {{"files": [...]}}, not {quote(obj)}'
+        )
     allowed = {"rows", "files", "data_until"} | ({"table"} if table is None else set())
     unknown = sorted(set(obj) - allowed)
     if unknown:
@@ -76,12 +146,17 @@ def _update_from_object(obj: Any, table: str | None, where: str) -> UpdateReques
         table = obj.get("table")
         if not isinstance(table, str):
             raise Invalid(f'{where} needs "table": the name of the table the update is for')
+        check_table_name(table, f"{where}: ")
     has_rows, has_files = "rows" in obj, "files" in obj
     if has_rows == has_files:
         raise Invalid(f'{where} must hold exactly one of "rows" (a list of objects) or "files" (a list of paths)')
     payload = obj["rows"] if has_rows else obj["files"]
     if not isinstance(payload, list):
-        raise Invalid(f'{where}: "{"rows" if has_rows else "files"}" must be a JSON list')
+        what = "of objects, one per row" if has_rows else "of paths in the landing directory"
+        raise Invalid(f'{where}: "{"rows" if has_rows else "files"}" must be a JSON list {what}')
+    if has_files and not payload:
+        # Accepted, an update with neither rows nor files would fail every load of its table.
+        raise Invalid(f'{where}: "files" names no files; name at least one')
     return UpdateRequest(
         table=table,
         rows=payload if has_rows else None,
@@ -121,10 +196,46 @@ def parse_multi(body: bytes, content_type: str | None) -> list[UpdateRequest]:
         raise Unsupported(f"content type {media!r} is not supported; POST /v1/updates takes application/json")
     obj = _loads(body, "request body")
     if not isinstance(obj, dict) or set(obj) != {"updates"} or not isinstance(obj["updates"], list):
-        raise Invalid('request body must be {"updates": [ {"table": ..., "rows": [...]}, ... ]}')
+        raise Invalid(f'request body must be {{"updates": [ {{"table": ..., "rows": [...]}}, ... ]}}, not {quote(obj)}')
     if not obj["updates"]:
         raise Invalid('"updates" is empty; send at least one update')
     return [_update_from_object(item, None, f"updates[{k}]") for k, item in enumerate(obj["updates"])]
+
+
+#: Bytes of Arrow memory per value of each column type (a string's offset; its characters
+#: are no more than the body held), and about as many again for the parser's lists.
+_WIDTH = {
+    ColumnType.string: 4,
+    ColumnType.int32: 4,
+    ColumnType.int64: 8,
+    ColumnType.float32: 4,
+    ColumnType.float64: 8,
+    ColumnType.boolean: 1,
+    ColumnType.date: 4,
+    ColumnType.timestamp: 8,
+}
+#: A request's rows may take this many times ``max_body_bytes`` as columns. JSON rows are
+#: usually larger than their columns; a row such as ``{}`` of a wide table of nullable
+#: columns is not (3 bytes of JSON, 8 bytes per column), so without a cap a body within
+#: the limit could ask for gigabytes of memory and a WAL record past its 1 GiB limit.
+EXPANSION = 4
+
+
+def check_expansion(requests: list[UpdateRequest], schemas: dict[str, TableSchema], max_body_bytes: int) -> None:
+    """413 before any row is converted when a request's rows would take too much memory."""
+    limit = min(EXPANSION * max_body_bytes, MAX_PAYLOAD // 2)
+    total = 0
+    for request in requests:
+        if request.rows is None:
+            continue
+        width = sum(_WIDTH[c.type] for c in schemas[request.table].columns)
+        total += len(request.rows) * width
+        if total > limit:
+            raise TooLarge(
+                f"the rows of this request would take about {total:,} bytes of memory as columns "
+                f"({len(request.rows):,} rows of table {request.table!r} at {width} bytes each), more than the "
+                f"limit of {limit:,} bytes ({EXPANSION} x max_body_bytes); send fewer rows per request"
+            )
 
 
 def _maybe_number(value: str) -> Any:
@@ -168,12 +279,14 @@ def plan_updates(
                 raise Invalid(
                     f"data_until {iso(item.data_until)} of table {item.table!r} is not after {iso(last)}, where "
                     "the table's data already ends (its previous update's release, or its registration time "
-                    "for a first update); releases of a table must increase",
+                    "for a first update); releases of a table must increase: send a later data_until, or omit "
+                    "it to use the receive time",
                     table=item.table,
                 )
             if item.data_until > now + skew:
                 raise Invalid(
-                    f"data_until {iso(item.data_until)} is more than {skew}s in the future; check the producer's clock",
+                    f"data_until {iso(item.data_until)} of table {item.table!r} is more than {skew}s in the "
+                    "future; check the producer's clock",
                     table=item.table,
                 )
             # Within the allowed clock skew a future data_until counts as now: a table is

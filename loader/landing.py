@@ -1,19 +1,24 @@
 """Updates that name files in the landing directory instead of carrying rows.
 
-Before the update is acknowledged each file is checked (inside the landing directory, a
-regular file, readable as its format with the table's schema, read in bounded chunks)
-and copied into storage the service owns (an in-kernel copy), then fsynced: after the
-202 the producer may delete, rename over or rewrite its landing file in place without
-affecting what gets loaded.
+Before the update is acknowledged each file is opened inside the landing directory
+without following symbolic links (each path component is opened relative to its parent
+with O_NOFOLLOW, so a link swapped in between a check and the open cannot redirect it),
+copied from that open descriptor into storage the service owns (an in-kernel copy) and
+fsynced, and then the *copy* is checked: readable as its format with the table's schema,
+in bounded chunks. What was checked is therefore exactly what gets loaded, whatever the
+producer does to its file meanwhile; after the 202 it may delete, rename over or rewrite
+its landing file. "Taking" a file means this copy: the landing file itself is never
+moved, linked or changed, and a refused update leaves no copy behind.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
+import stat
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +27,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from loader.errors import BadRequest, Invalid
+from loader.rows import check_partition_values, quote
 from loader.schema import TableSchema
 from loader.updates import FileFormat, FileRef
 
@@ -37,16 +43,16 @@ _EXTENSIONS = {
 }
 
 
-def _format_of(path: Path, declared: str | None) -> FileFormat:
+def _format_of(path: PurePosixPath, declared: str | None) -> FileFormat:
     if declared is not None:
         try:
             return FileFormat(declared)
         except ValueError:
-            raise BadRequest(f"file format {declared!r} is not one of parquet, csv, json") from None
+            raise BadRequest(f"file format {quote(declared)} is not one of parquet, csv, json") from None
     fmt = _EXTENSIONS.get(path.suffix.lower())
     if fmt is None:
         raise BadRequest(
-            f"cannot tell the format of {path.name!r} from its extension; name it .parquet/.csv/.json "
+            f"cannot tell the format of {quote(path.name)} from its extension; name it .parquet/.csv/.json "
             'or give {"path": ..., "format": ...}'
         )
     return fmt
@@ -92,50 +98,220 @@ def read_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> pa.Tabl
 def _check_nulls(table: pa.Table, schema: TableSchema, name: str) -> None:
     for column in schema.columns:
         if not column.nullable and table.column(column.name).null_count:
-            raise Invalid(f"file {name!r}: column {column.name!r} is required but has nulls", column=column.name)
-
-
-def accept_files(specs: list[Any], landing: Path, owned: Path, schema: TableSchema, table: str) -> tuple[FileRef, ...]:
-    """Validate every named file, then take ownership of all of them (or of none)."""
-    if not specs:
-        raise Invalid(f"update for table {table!r} names no files", table=table)
-    root = landing.resolve()
-    checked: list[tuple[Path, FileFormat]] = []
-    for spec in specs:
-        if isinstance(spec, str):
-            raw, declared = spec, None
-        elif isinstance(spec, dict) and isinstance(spec.get("path"), str) and set(spec) <= {"path", "format"}:
-            raw, declared = spec["path"], spec.get("format")
-        else:
-            raise BadRequest('each entry of "files" is a path string or {"path": ..., "format": ...}')
-        candidate = Path(raw)
-        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
-        if not resolved.is_relative_to(root):
-            raise BadRequest(f"file {raw!r} is outside the landing directory {root}; put feed files there first")
-        if not resolved.is_file():
-            raise BadRequest(f"file {raw!r} does not exist in the landing directory {root} (or is not a regular file)")
-        fmt = _format_of(resolved, declared)
-        try:
-            for chunk in iter_landing_file(resolved, fmt, schema.arrow()):
-                _check_nulls(chunk, schema, raw)
-        except (pa.ArrowException, ValueError, OSError) as exc:
             raise Invalid(
-                f"file {raw!r} does not match the schema of table {table!r}: {exc}", table=table, file=raw
-            ) from None
-        checked.append((resolved, fmt))
-    owned.mkdir(parents=True, exist_ok=True)
-    refs: list[FileRef] = []
-    for resolved, fmt in checked:
-        target = owned / f"{uuid.uuid4().hex}-{resolved.name}"
-        # A copy, not a hard link: a link shares the producer's inode, so rewriting the
-        # landing file in place after the 202 would change what gets loaded.
-        shutil.copyfile(resolved, target)
-        with open(target, "rb") as handle:
-            os.fsync(handle.fileno())
-        refs.append(FileRef(path=str(target), format=fmt, size=target.stat().st_size))
-    directory = os.open(owned, os.O_RDONLY)
+                f"file {name} holds nulls in column {column.name!r}, which is required (not nullable); "
+                "nothing of the update was accepted: fix the file and send the whole update again",
+                column=column.name,
+            )
+
+
+class _Landing:
+    """The landing directory, opened once per request, and the rules for naming files in it."""
+
+    def __init__(self, landing: Path) -> None:
+        self.configured = landing.absolute()
+        self.root = landing.resolve()
+
+    def relative_parts(self, raw: str) -> tuple[str, ...]:
+        """The path's components below the landing directory, checked lexically: no ``..``,
+        no NUL, absolute paths only inside the (configured or resolved) landing directory."""
+        shown = quote(raw)
+        if "\x00" in raw:
+            raise BadRequest(
+                f"file path {shown} holds a NUL character; name a file in the landing directory {self.root}"
+            )
+        path = PurePosixPath(raw)
+        if path.is_absolute():
+            for base in (self.root, self.configured):
+                if path.is_relative_to(base):
+                    path = path.relative_to(base)
+                    break
+            else:
+                raise BadRequest(
+                    f"file {shown} is outside the landing directory {self.root}; put feed files there first"
+                )
+        parts = tuple(part for part in path.parts if part not in ("", "."))
+        if ".." in parts:
+            raise BadRequest(
+                f"file {shown} is outside the landing directory {self.root} (paths may not hold '..'); "
+                "put feed files there first"
+            )
+        if not parts:
+            raise BadRequest(f"file {shown} names the landing directory itself; name a regular file in it")
+        return parts
+
+    def open(self, raw: str) -> int:
+        """A read-only descriptor of a regular file in the landing directory; BadRequest otherwise."""
+        parts = self.relative_parts(raw)
+        shown = quote(raw)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        directory = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                try:
+                    inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=directory)
+                except OSError as exc:
+                    raise self._refusal(exc, shown, _is_link(part, directory)) from None
+                os.close(directory)
+                directory = inner
+            try:
+                # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+                fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=directory)
+            except OSError as exc:
+                raise self._refusal(exc, shown, _is_link(parts[-1], directory)) from None
+        finally:
+            os.close(directory)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = "a directory" if stat.S_ISDIR(mode) else "a pipe, socket or device"
+            raise BadRequest(f"file {shown} is {kind}, not a regular file; name a regular file in {self.root}")
+        return fd
+
+    def _refusal(self, exc: OSError, shown: str, link: bool) -> BadRequest:
+        if link or exc.errno == errno.ELOOP:
+            return BadRequest(
+                f"file {shown} is a symbolic link or passes through one, and links are not followed; "
+                f"put the file itself in the landing directory {self.root}"
+            )
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return BadRequest(
+                f"file {shown} does not exist in the landing directory {self.root}; put the file there first "
+                "(paths are relative to it)"
+            )
+        if exc.errno == errno.ENAMETOOLONG:
+            return BadRequest(f"file path {shown} is too long for the filesystem; name a file in {self.root}")
+        if exc.errno == errno.EACCES:
+            return BadRequest(f"file {shown} cannot be read by the service (permission denied); make it readable")
+        return BadRequest(f"file {shown} cannot be opened: {os.strerror(exc.errno or 0)}; check it and send again")
+
+
+def _is_link(name: str, directory: int) -> bool:
+    """Whether a component that could not be opened is a symbolic link (O_NOFOLLOW with
+    O_DIRECTORY reports a link as ENOTDIR, like a plain file used as a directory)."""
     try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+        return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _copy(source: int, target: int) -> int:
+    """All of ``source`` into ``target`` in the kernel (sendfile), bytes copied."""
+    offset = 0
+    while True:
+        try:
+            sent = os.sendfile(target, source, offset, 1 << 30)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS) or offset:
+                raise
+            return _copy_by_reads(source, target)
+        if sent == 0:
+            return offset
+        offset += sent
+
+
+def _copy_by_reads(source: int, target: int) -> int:
+    total = 0
+    while chunk := os.read(source, 1 << 20):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(target, view) :]
+        total += len(chunk)
+    return total
+
+
+def _spec(spec: Any) -> tuple[str, str | None]:
+    if isinstance(spec, str):
+        return spec, None
+    if isinstance(spec, dict) and isinstance(spec.get("path"), str) and set(spec) <= {"path", "format"}:
+        declared = spec.get("format")
+        if declared is not None and not isinstance(declared, str):
+            raise BadRequest(f"file format {quote(declared)} is not one of parquet, csv, json")
+        return spec["path"], declared
+    raise BadRequest(f'each entry of "files" is a path string or {{"path": ..., "format": ...}}, not {quote(spec)}')
+
+
+def accept_files(
+    specs: list[Any],
+    landing: Path,
+    owned: Path,
+    schema: TableSchema,
+    table: str,
+    seen: set[tuple[int, int, str]] | None = None,
+) -> tuple[FileRef, ...]:
+    """Copy every named file into ``owned`` and check the copies: all accepted, or none
+    kept (BadRequest/Invalid, and every copy made here removed).
+
+    ``seen`` holds (device, inode, table) of files already named in the same request:
+    a file named twice for one table would be loaded twice, so it is refused.
+    """
+    if not specs:
+        raise Invalid(f"update for table {table!r} names no files; name at least one", table=table)
+    seen = set() if seen is None else seen
+    root = _Landing(landing)
+    named = [_spec(spec) for spec in specs]
+    formats = [_format_of(PurePosixPath(*root.relative_parts(raw)), declared) for raw, declared in named]
+    owned.mkdir(parents=True, exist_ok=True)
+    copies: list[Path] = []
+    refs: list[FileRef] = []
+    arrow = schema.arrow()
+    try:
+        for (raw, _), fmt in zip(named, formats):
+            fd = root.open(raw)
+            try:
+                info = os.fstat(fd)
+                identity = (info.st_dev, info.st_ino, table)
+                if identity in seen:
+                    raise Invalid(
+                        f"file {quote(raw)} is named twice for table {table!r} in this request (its rows would be "
+                        "loaded twice); name each file once",
+                        table=table,
+                    )
+                seen.add(identity)
+                target = owned / f"{uuid.uuid4().hex}-{os.path.basename(raw)[-100:]}"
+                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                copies.append(target)
+                try:
+                    size = _copy(fd, out)
+                    os.fsync(out)
+                finally:
+                    os.close(out)
+            finally:
+                os.close(fd)
+            _check_copy(target, fmt, schema, arrow, raw, table)
+            refs.append(FileRef(path=str(target), format=fmt, size=size))
+        directory = os.open(owned, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except BaseException:
+        for copy in copies:
+            try:
+                copy.unlink()
+            except OSError:
+                pass
+        raise
     return tuple(refs)
+
+
+def _check_copy(path: Path, fmt: FileFormat, schema: TableSchema, arrow: pa.Schema, raw: str, table: str) -> None:
+    """The service's own copy, read as Spark will read it; Invalid naming the file otherwise."""
+    shown = quote(raw)
+    first_row = 0
+    try:
+        for chunk in iter_landing_file(path, fmt, arrow):
+            _check_nulls(chunk, schema, shown)
+            check_partition_values(chunk, schema, f"file {shown}", first_row)
+            first_row += chunk.num_rows
+    except Invalid as exc:
+        exc.details.update(table=table, file=raw[:200])
+        raise
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise Invalid(
+            f"file {shown} cannot be loaded into table {table!r} as {fmt.value} with the table's columns "
+            f"{schema.arrow().names}: {reason}; fix the file and send the update again",
+            table=table,
+            file=raw[:200],
+        ) from None

@@ -1,6 +1,7 @@
 """Periodic work, run in-process by APScheduler on the service's event loop.
 
-- every second: persist the catalog if loads changed it (last loaded sequence, estimates);
+- every second: persist the catalog if loads changed it (last loaded sequence, estimates),
+  and try a failed WAL or spill disk again (intake reopens once it takes writes);
 - every ``wal_truncate_seconds``: delete WAL segments whose updates are all in Delta;
 - every ``compact_seconds``: compact each table's small files (one Delta commit per table);
 - every ``vacuum_seconds``: vacuum files no longer referenced and older than the retention.
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from deltalake import DeltaTable
 
-from loader.service import LoaderService
+from loader.service import WAL_HEAL_SECONDS, LoaderService
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class Maintenance:
         self._running: set[asyncio.Task[None]] = set()
         m = service.settings.maintenance
         self._every(1.0, service.save_catalog, "catalog")
+        self._every(WAL_HEAL_SECONDS, service.heal_faults, "heal-faults")
         self._every(m.wal_truncate_seconds, service.truncate_wal, "wal-truncate")
         if m.compact_seconds:
             self._every(m.compact_seconds, self.compact_all, "compact")

@@ -61,6 +61,11 @@ class PendingStore:
         #: Tables whose resident bytes changed since the dispatcher last looked.
         self.changed: set[str] = set()
         self.spill_error: str | None = None
+        #: Payload bytes admitted (``admit``) whose WAL write is under way: not in the store
+        #: yet, but coming. Admission counts them, or every request that arrives during one
+        #: slow fsync would be weighed against the same stale totals and the disk budget
+        #: overrun by all of them (tests/test_overload.py).
+        self.admitted = 0
 
     def _op(self, op: DiskOp) -> None:
         self.changed.add(str(op.queue))
@@ -80,6 +85,7 @@ class PendingStore:
     def check_room(self, nbytes: int) -> None:
         """Refuse (SpillFull) an intake of ``nbytes`` that the store could not keep."""
         cache = self.cache
+        nbytes += self.admitted
         if cache.resident + nbytes <= cache.budget:
             return
         if self.spill_error is not None:
@@ -90,6 +96,32 @@ class PendingStore:
             raise SpillFull(
                 f"the spill directory holds {on_disk} bytes of its {self.disk_budget}-byte budget and memory is full"
             )
+
+    def admit(self, nbytes: int) -> None:
+        """``check_room``, then count ``nbytes`` as coming until ``release``: call it before
+        the WAL write and ``release`` once the updates are in the store or refused."""
+        self.check_room(nbytes)
+        self.admitted += nbytes
+
+    def release(self, nbytes: int) -> None:
+        self.admitted -= nbytes
+
+    def retry_spill(self) -> None:
+        """After a failed spill: spill what is over the budget now (the disk may be back).
+        The fault clears once memory is within budget again, by a spill or by loads."""
+        cache = self.cache
+        try:
+            while cache.over_budget:
+                queue = max(cache, key=lambda q: q.mem_bytes)
+                before = cache.resident
+                cache.policy.arrived(queue, None)
+                if cache.resident >= before:
+                    break  # nothing the policy may write
+        except OSError as exc:
+            self.spill_error = str(exc)
+            return
+        if not cache.over_budget:
+            self.spill_error = None
 
     # -- the dispatcher's calls ------------------------------------------------------------
     def append(self, update: Update) -> None:
@@ -186,6 +218,9 @@ class PendingStore:
             "resident_bytes": c.resident,
             "spilled_bytes": c.on_disk,
             "in_flight_bytes": self.inflight_bytes,
+            # Segments of batches being loaded: on disk until their commit, and counted
+            # against the disk budget (check_room) with spilled_bytes.
+            "in_flight_disk_bytes": sum(f.disk_bytes for f in self._inflight.values()),
             "peak_resident_bytes": c.peak_resident,
             "writes": c.counts.writes,
             "reads": c.counts.reads,

@@ -32,7 +32,7 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -177,31 +177,37 @@ class QuarantineStore:
         if where.exists():  # a crashed earlier add of the same batch
             shutil.rmtree(where)
         where.mkdir(parents=True)
-        updates = []
-        for update in batch.updates:
-            parts = [update.rows] if update.rows is not None else []
-            if update.spilled is not None:
-                parts.append(read_spilled(update.spilled))
-            item = QuarantinedUpdate(update.seq, update.release, files=[asdict(f) for f in update.files])
-            if parts:
-                rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-                item.rows_file, item.rows = f"{update.seq}.parquet", rows.num_rows
-                with open(where / item.rows_file, "wb") as handle:
-                    pq.write_table(rows, handle)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            updates.append(item)
-        entry = QuarantineEntry(
-            table=batch.table,
-            first_seq=batch.first_seq,
-            last_seq=batch.last_seq,
-            error=f"{type(error).__name__}: {error}"[:4000],
-            attempts=attempts,
-            quarantined_at=time.time(),
-            updates=updates,
-        )
-        self._save(entry)
-        fsync_directory(where.parent)
+        try:
+            updates = []
+            for update in batch.updates:
+                parts = [update.rows] if update.rows is not None else []
+                if update.spilled is not None:
+                    parts.append(read_spilled(update.spilled))
+                item = QuarantinedUpdate(update.seq, update.release, files=[asdict(f) for f in update.files])
+                if parts:
+                    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+                    item.rows_file, item.rows = f"{update.seq}.parquet", rows.num_rows
+                    with open(where / item.rows_file, "wb") as handle:
+                        pq.write_table(rows, handle)
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                updates.append(item)
+            entry = QuarantineEntry(
+                table=batch.table,
+                first_seq=batch.first_seq,
+                last_seq=batch.last_seq,
+                error=f"{type(error).__name__}: {error}"[:4000],
+                attempts=attempts,
+                quarantined_at=time.time(),
+                updates=updates,
+            )
+            self._save(entry)
+            fsync_directory(where.parent)
+        except BaseException:
+            # Not quarantined: the batch goes back to its queue. A half-committed entry left
+            # here would come back as quarantined after a restart although it loads later.
+            shutil.rmtree(where, ignore_errors=True)
+            raise
         with self._lock:
             self.entries[(entry.table, entry.first_seq)] = entry
         return entry
@@ -213,8 +219,8 @@ class QuarantineStore:
     def resolve(self, entry: QuarantineEntry, how: str) -> None:
         """Keep a tombstone (see the module docstring) and delete the payload: rows files and
         the entry's landing files (a retry's new updates hold their own links to the data)."""
+        self._save(replace(entry, resolved=how, resolved_at=time.time()))  # in memory only once durable
         entry.resolved, entry.resolved_at = how, time.time()
-        self._save(entry)
         for update in entry.updates:
             if update.rows_file is not None:
                 (self._dir(entry.table, entry.first_seq) / update.rows_file).unlink(missing_ok=True)

@@ -8,21 +8,44 @@ whole update, and the result must be columnar (Arrow) for the WAL and Spark.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from loader.errors import Invalid
 from loader.schema import ColumnType, TableSchema
 
 _INT_RANGE = {ColumnType.int32: (-(2**31), 2**31 - 1), ColumnType.int64: (-(2**63), 2**63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
 _EPOCH_DATE = dt.date(1970, 1, 1)
+#: What a refused update's producer should do: nothing of it was kept.
+RESEND = "nothing of the update was accepted: fix it and send the whole update again"
+#: Longest excerpt of a producer's value quoted back in an error (errors never echo a
+#: multi-megabyte value).
+QUOTE_CHARS = 60
+#: Longest directory name most filesystems allow (ext4, xfs, NFS): a partition value
+#: becomes one ``column=value`` directory when Spark writes the batch.
+MAX_DIRECTORY_NAME_BYTES = 255
+#: Characters Spark escapes as %XX in a partition directory name
+#: (``ExternalCatalogUtils.charToEscape``); NUL is not among them.
+_SPARK_ESCAPED = "[\\x01-\\x1f\"#%'*/:=?\\\\\\x7f{\\[\\]^]"
 
 
 class _Bad(ValueError):
     pass
+
+
+def quote(value: Any) -> str:
+    """A value as the producer wrote it (JSON), cut to QUOTE_CHARS, safe to put in a response."""
+    try:
+        text = json.dumps(value, ensure_ascii=True, allow_nan=True, default=repr)
+    except (ValueError, TypeError, RecursionError):
+        text = ascii(value)
+    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
 
 
 def _integer(kind: ColumnType) -> Callable[[Any], int]:
@@ -33,7 +56,7 @@ def _integer(kind: ColumnType) -> Callable[[Any], int]:
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
-                raise _Bad(f"expected an integer, got {value!r}")
+                raise _Bad(f"expected an integer, got {quote(value)}")
         if not lo <= value <= hi:
             raise _Bad(f"{value} is out of range for {kind.value}")
         return value
@@ -43,61 +66,75 @@ def _integer(kind: ColumnType) -> Callable[[Any], int]:
 
 def _float(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Bad(f"expected a number, got {value!r}")
+        raise _Bad(f"expected a number, got {quote(value)}")
     try:
-        return float(value)
+        number = float(value)
     except OverflowError:
         raise _Bad("number is too large for a float") from None
+    # JSON has no NaN or Infinity; a literal such as 1e400 parses to inf.
+    if not math.isfinite(number):
+        raise _Bad(f"expected a finite number, got {quote(value)}")
+    return number
+
+
+def _float32(value: Any) -> float:
+    number = _float(value)
+    if abs(number) > _FLOAT32_MAX:
+        raise _Bad(f"{quote(value)} is out of range for float32")
+    return number
 
 
 def _string(value: Any) -> str:
     if not isinstance(value, str):
-        raise _Bad(f"expected a string, got {value!r}")
+        raise _Bad(f"expected a string, got {quote(value)}")
     return value
 
 
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise _Bad(f"expected true or false, got {value!r}")
+        raise _Bad(f"expected true or false, got {quote(value)}")
     return value
 
 
 def _date(value: Any) -> dt.date:
     if not isinstance(value, str):
-        raise _Bad(f"expected a date string YYYY-MM-DD, got {value!r}")
+        raise _Bad(f"expected a date string YYYY-MM-DD, got {quote(value)}")
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
-        raise _Bad(f"expected a date YYYY-MM-DD, got {value!r}") from None
+        raise _Bad(f"expected a date YYYY-MM-DD, got {quote(value)}") from None
 
 
 def parse_timestamp(value: Any) -> dt.datetime:
     """ISO-8601 (naive means UTC) or Unix seconds, as an aware UTC datetime."""
     if isinstance(value, bool):
-        raise _Bad(f"expected a timestamp, got {value!r}")
+        raise _Bad(f"expected an ISO-8601 timestamp or Unix seconds, got {quote(value)}")
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
-            raise _Bad(f"expected a finite Unix time, got {value!r}")
+            raise _Bad(f"expected a finite Unix time, got {quote(value)}")
         try:
             return dt.datetime.fromtimestamp(value, tz=dt.UTC)
         except (OverflowError, OSError, ValueError):
-            raise _Bad(f"Unix time {value!r} is out of range") from None
+            raise _Bad(f"Unix time {quote(value)} is out of range") from None
     if not isinstance(value, str):
-        raise _Bad(f"expected an ISO-8601 timestamp or Unix seconds, got {value!r}")
+        raise _Bad(f"expected an ISO-8601 timestamp or Unix seconds, got {quote(value)}")
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
-        raise _Bad(f"expected an ISO-8601 timestamp such as 2026-01-31T12:00:00Z, got {value!r}") from None
+        raise _Bad(f"expected an ISO-8601 timestamp such as 2026-01-31T12:00:00Z, got {quote(value)}") from None
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=dt.UTC)
-    return parsed.astimezone(dt.UTC)
+    try:
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:00:00-05:00 is past year 9999 in UTC
+        raise _Bad(f"timestamp {quote(value)} is out of range in UTC (years 1 to 9999)") from None
 
 
 _CONVERTERS: dict[ColumnType, Callable[[Any], Any]] = {
     ColumnType.string: _string,
     ColumnType.int32: _integer(ColumnType.int32),
     ColumnType.int64: _integer(ColumnType.int64),
-    ColumnType.float32: _float,
+    ColumnType.float32: _float32,
     ColumnType.float64: _float,
     ColumnType.boolean: _boolean,
     ColumnType.date: _date,
@@ -115,22 +152,29 @@ def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Ta
     plan = [(c.name, c.nullable, _CONVERTERS[c.type], out[k]) for k, c in enumerate(columns)]
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise Invalid(f"row {index} of table {table!r} is not a JSON object", table=table, row=index, column=None)
+            raise Invalid(
+                f"row {index} of table {table!r} is not a JSON object but {quote(row)}; {RESEND}",
+                table=table,
+                row=index,
+                column=None,
+            )
         if len(row) > len(names) or not names.issuperset(row):
             unknown = sorted(set(row) - names)
             if unknown:
                 raise Invalid(
-                    f"row {index} of table {table!r} has unknown column {unknown[0]!r}; columns are {sorted(names)}",
+                    f"row {index} of table {table!r} has unknown column {quote(unknown[0])}; columns are "
+                    f"{sorted(names)}; {RESEND}",
                     table=table,
                     row=index,
-                    column=unknown[0],
+                    column=unknown[0] if len(unknown[0]) <= QUOTE_CHARS else unknown[0][:QUOTE_CHARS] + "...",
                 )
         for name, nullable, convert, column in plan:
             value = row.get(name)
             if value is None:
                 if not nullable:
                     raise Invalid(
-                        f"row {index} of table {table!r}: column {name!r} is required (not nullable)",
+                        f"row {index} of table {table!r}: column {name!r} is required (not nullable) but "
+                        f"{'null' if name in row else 'missing'}; {RESEND}",
                         table=table,
                         row=index,
                         column=name,
@@ -141,12 +185,56 @@ def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Ta
                 column.append(convert(value))
             except _Bad as exc:
                 raise Invalid(
-                    f"row {index} of table {table!r}: column {name!r}: {exc}", table=table, row=index, column=name
+                    f"row {index} of table {table!r}: column {name!r}: {exc}; {RESEND}",
+                    table=table,
+                    row=index,
+                    column=name,
                 ) from None
     arrow_schema = schema.arrow()
     try:
-        return pa.Table.from_arrays(
+        data = pa.Table.from_arrays(
             [pa.array(values, type=field.type) for values, field in zip(out, arrow_schema)], schema=arrow_schema
         )
-    except (pa.ArrowInvalid, OverflowError) as exc:  # e.g. a float32 overflow
-        raise Invalid(f"rows of table {table!r} do not fit the schema: {exc}", table=table) from None
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise Invalid(f"rows of table {table!r} do not fit the schema: {exc}; {RESEND}", table=table) from None
+    check_partition_values(data, schema, f"table {table!r}")
+    return data
+
+
+def check_partition_values(data: pa.Table, schema: TableSchema, where: str, first_row: int = 0) -> None:
+    """Refuse string partition values that cannot name a directory.
+
+    Spark writes each partition value as a ``column=value`` directory: a NUL cannot be in
+    a file name (Spark does not escape it), and a name past 255 bytes is refused by the
+    filesystem. Accepted, such a row would make every load of the table fail, so it is
+    refused at intake with the row named. ``first_row`` numbers the rows of a file chunk.
+    """
+    for name in schema.partition_by:
+        column = data.column(name)
+        if not pa.types.is_string(column.type) or column.null_count == len(column):
+            continue
+        has_nul = pc.match_substring(column, "\x00")
+        if pc.any(has_nul).as_py():
+            row = first_row + pc.index(has_nul, True).as_py()
+            raise Invalid(
+                f"row {row} of {where}: partition column {name!r} holds a NUL character, which cannot be "
+                f"in the directory name Spark writes it to; {RESEND}",
+                row=row,
+                column=name,
+            )
+        budget = MAX_DIRECTORY_NAME_BYTES - len(name.encode()) - 1
+        lengths = pc.binary_length(column)
+        if (pc.max(lengths).as_py() or 0) * 3 <= budget:  # escaping at most triples a byte
+            continue
+        escaped = pc.add(lengths, pc.multiply(pc.count_substring_regex(column, _SPARK_ESCAPED), 2))
+        too_long = pc.greater(escaped, budget)
+        if pc.any(too_long).as_py():
+            index = pc.index(too_long, True).as_py()
+            row = first_row + index
+            raise Invalid(
+                f"row {row} of {where}: partition column {name!r} holds a value of {escaped[index].as_py()} "
+                f"bytes as a directory name, more than the {budget} a {name}=value directory may take; "
+                f"shorten the value; {RESEND}",
+                row=row,
+                column=name,
+            )

@@ -23,11 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from loader import failpoints
 from loader.catalog import Catalog, CatalogEntry
 from loader.config import ConfigError, Settings, TableConfig
 from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch, QuarantinedBatch
-from loader.errors import Conflict, Invalid, NotFound, Unavailable
+from loader.errors import Conflict, Invalid, NotFound, Unavailable, WalWriteFailed
 from loader.idempotency import IdempotencyStore
 from loader.intake import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates
 from loader.landing import accept_files
@@ -48,6 +50,10 @@ from schedulers.model import TableSpec
 from schedulers.registry import make_policy
 
 log = logging.getLogger(__name__)
+
+#: How often a failed WAL is tried again (loader/maintenance.py), and the Retry-After of
+#: requests refused meanwhile.
+WAL_HEAL_SECONDS = 1.0
 
 
 @dataclass
@@ -85,7 +91,10 @@ class LoaderService:
         self.accepting = False
         self.ready = False
         self.failure: str | None = None
-        self.wal_failed = False
+        #: Why intake is closed by the WAL's disk (full, read-only); ``_heal_wal`` reopens it.
+        self.wal_fault: str | None = None
+        #: Landing-file copies of requests the WAL refused, removed once it is healed.
+        self._refused_copies: list[str] = []
         self.quarantine: QuarantineStore | None = None
         self._quarantine_lock = asyncio.Lock()  # one operator action on the quarantine at a time
         self.recovered_updates = 0
@@ -127,6 +136,7 @@ class LoaderService:
         pending = await asyncio.to_thread(
             build_pending_store, s, lambda table: self.catalog.entries[table].schema.arrow(), self.metrics.on_spill_op
         )
+        failpoints.hit("recovery.after-spill-reset")
         self.quarantine = await asyncio.to_thread(QuarantineStore.open, s.state_path / "quarantine")
         self.dispatcher = Dispatcher(
             policy,
@@ -283,6 +293,7 @@ class LoaderService:
             update = plan.add(record)
             if update is not None:
                 self.dispatcher.released(update)
+            failpoints.hit("recovery.replay")
 
     async def register_table(self, table: TableConfig) -> CatalogEntry:
         """Register a table (idempotent for the same schema); adopts WAL updates kept for it."""
@@ -380,10 +391,21 @@ class LoaderService:
                 valid.append(ValidUpdate(request.table, request.data_until, files=tuple(request.files or ())))
         return valid
 
+    async def _take_files_shielded(self, valid: list[ValidUpdate]) -> list[str]:
+        """``_take_files`` on a thread; when the request is cancelled meanwhile (client gone),
+        the copies it still makes are removed once it is done, not left behind."""
+        work = asyncio.ensure_future(asyncio.to_thread(self._take_files, valid))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(lambda w: w.cancelled() or w.exception() or _remove_files(w.result()))
+            raise
+
     def _take_files(self, valid: list[ValidUpdate]) -> list[str]:
         """Validate landing files and copy them into service storage (worker thread); returns
         the copies. A refused file of a later update removes the earlier updates' copies."""
         taken: list[str] = []
+        seen: set[tuple[int, int, str]] = set()  # a file named twice for a table is refused
         try:
             for item in valid:
                 if item.files:
@@ -394,6 +416,7 @@ class LoaderService:
                         self.owned_files_dir / item.table,
                         entry.schema,
                         item.table,
+                        seen,
                     )
                     taken.extend(f.path for f in item.files)
         except BaseException:
@@ -411,24 +434,35 @@ class LoaderService:
     ) -> list[Ack]:
         """``owned_files``: the updates' files are already the service's (a quarantine retry),
         not landing files to take."""
-        if self.wal_failed:
-            raise Unavailable(f"{self.failure}; intake stays closed until the service is restarted")
+        if self.wal_fault is not None:
+            self.metrics.intake_refused.labels("wal_fault").inc()
+            raise Unavailable(
+                f"intake is closed: {self.wal_fault}; it reopens by itself once the write-ahead log's disk is "
+                "writable again (GET /readyz shows the fault); retry later",
+                retry_after=WAL_HEAL_SECONDS,
+            )
         if not self.accepting:
             raise Unavailable("the service is not accepting updates (starting up or shutting down); retry shortly")
+        pending = self.dispatcher.pending
+        admitted = sum(item.resident_bytes for item in valid)
         try:
-            self.dispatcher.pending.check_room(sum(item.resident_bytes for item in valid))
+            pending.admit(admitted)  # counted as coming until _appended has queued it
         except SpillFull as exc:
             self.metrics.intake_refused.labels("spill_full").inc()
             raise Unavailable(
                 f"pending updates fill memory and the spill disk: {exc}; retry after the loader catches up",
                 retry_after=self.settings.spill.retry_after_seconds,
             ) from None
-        has_files = not owned_files and any(item.files for item in valid)
-        taken = await asyncio.to_thread(self._take_files, valid) if has_files else []
         try:
-            updates, planned = plan_updates(valid, self.tables, time.time(), self.settings.max_clock_skew_seconds)
+            has_files = not owned_files and any(item.files for item in valid)
+            taken = await self._take_files_shielded(valid) if has_files else []
+            try:
+                updates, planned = plan_updates(valid, self.tables, time.time(), self.settings.max_clock_skew_seconds)
+            except BaseException:
+                await asyncio.to_thread(_remove_files, taken)  # refused: nothing of it is kept
+                raise
         except BaseException:
-            await asyncio.to_thread(_remove_files, taken)  # refused: nothing of it is kept
+            pending.release(admitted)
             raise
         acks = [Ack(u.table, u.seq, u.release) for u in updates]
         response = _acks_body(acks)
@@ -442,35 +476,66 @@ class LoaderService:
             for k, u in enumerate(updates)
         ]
         append = asyncio.ensure_future(self.wal.append(records))
-        append.add_done_callback(lambda done: self._appended(updates, planned, done))
+        append.add_done_callback(lambda done: self._appended(updates, planned, done, admitted))
         try:
             # Shielded: a request cancelled mid-append (client gone) still has its updates
             # written, and ``_appended`` still queues them for loading.
             await asyncio.shield(append)
         except Exception:  # (a cancellation is a BaseException and passes through)
-            raise Unavailable(
-                "the write-ahead log failed; the update may or may not have been recorded: retry it with the same "
-                "Idempotency-Key once the service has been restarted"
+            # A crash before the log is healed may still replay these records: their copies
+            # stay until heal() has rolled the group back for certain.
+            self._refused_copies.extend(taken)
+            raise WalWriteFailed(
+                "the write-ahead log could not be written; the update was not accepted (should the service crash "
+                "before the log is repaired, it may still be loaded): retry it with the same Idempotency-Key once "
+                "GET /readyz answers 200",
+                retry_after=WAL_HEAL_SECONDS,
             ) from None
         failpoints.hit("intake.after-wal")
         return acks
 
-    def _appended(self, updates: list[Update], tables: set[str], done: asyncio.Future[None]) -> None:
+    def _appended(
+        self, updates: list[Update], tables: set[str], done: asyncio.Future[None], admitted: int = 0
+    ) -> None:
         """After the WAL append: queue the updates for loading, or leave gaps if it failed."""
         failed = done.cancelled() or done.exception() is not None
-        for u in updates:
-            self.tables[u.table].reorder[u.seq] = None if failed else u
-            if not failed:
-                self.metrics.updates_received.labels(u.table).inc()
-        for table in tables:
-            self._drain(table)
-        if failed and not done.cancelled():
-            self.failure = f"write-ahead log failed: {done.exception()}"
-            self.wal_failed = True
-            self.accepting = False
-            self.ready = False
-            self.metrics.ready.set(0)
-            log.error("WAL append failed (%s); intake closed until restart", done.exception())
+        try:
+            for u in updates:
+                self.tables[u.table].reorder[u.seq] = None if failed else u
+                if not failed:
+                    self.metrics.updates_received.labels(u.table).inc()
+            for table in tables:
+                self._drain(table)
+        finally:
+            self.dispatcher.pending.release(admitted)  # in the store now (or refused): never leaked
+        if failed and not done.cancelled() and self.wal_fault is None:
+            self.wal_fault = f"the write-ahead log cannot be written ({done.exception()})"
+            self.metrics.intake_fault.set(1)
+            log.error("WAL append failed (%s); intake closed until the log can be written again", done.exception())
+
+    def faults(self) -> dict[str, str]:
+        """Disk faults being ridden out, for /readyz."""
+        found = {}
+        if self.wal_fault is not None:
+            found["wal"] = self.wal_fault
+        spill_error = self.dispatcher.pending.spill_error if self.dispatcher is not None else None
+        if spill_error is not None:
+            found["spill"] = f"spilling pending updates to disk failed ({spill_error}); intake refuses once memory is full"
+        return found
+
+    async def heal_faults(self) -> None:
+        """Called every second (loader/maintenance.py): reopen intake once the WAL's disk takes
+        writes again (the failed group is rolled back first: loader/wal.py ``heal``), and
+        spill what an earlier failed spill left in memory over the budget."""
+        if self.wal_fault is not None and self.wal is not None and await asyncio.to_thread(self.wal.heal):
+            self.wal_fault = None
+            self.metrics.intake_fault.set(0)
+            log.warning("intake reopened: the write-ahead log can be written again")
+            copies, self._refused_copies = self._refused_copies, []
+            await asyncio.to_thread(_remove_files, copies)
+        if self.dispatcher is not None and self.dispatcher.pending.spill_error is not None:
+            self.dispatcher.pending.retry_spill()
+            self.dispatcher.sync_resident()
 
     async def submit_once(
         self,
@@ -588,11 +653,20 @@ class LoaderService:
         async with self._quarantine_lock:
             entry = self.quarantine_entry(table, first_seq)
             schema = self.entry(table).schema.arrow()
-            valid, links = await asyncio.to_thread(self._requeue_payload, entry, schema)
+            try:
+                valid, links = await asyncio.to_thread(self._requeue_payload, entry, schema)
+            except (OSError, pa.ArrowException) as exc:
+                raise Conflict(
+                    f"the quarantined batch of {table!r} from update {first_seq} cannot be read back ({exc}); "
+                    "restore its files under the quarantine directory or discard it",
+                    table=table,
+                ) from None
             try:
                 response, replayed = await self.submit_once(
                     entry.requeue_key, entry.requeue_key, lambda: valid, owned_files=True
                 )
+            except (WalWriteFailed, asyncio.CancelledError):
+                raise  # the records may be in the WAL after all: their links must stay
             except BaseException:
                 await asyncio.to_thread(_remove_files, links)
                 raise

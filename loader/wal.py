@@ -32,9 +32,14 @@ Why it is built this way:
   replayed segments are immutable and can be deleted once Delta holds their updates.
 - **Truncation without I/O.** Each segment's max ``seq`` per table is kept in memory
   (from the scan at open and from every write), so ``truncate()`` decides from memory.
-- **Failure is final.** After a failed write or fsync the file's state is unknown
-  (Linux may drop dirty pages after reporting an fsync error), so the log refuses every
-  later append with ``WalFailedError``; a restart replays what is really on disk.
+- **Failure is undone, then healed.** After a failed write or fsync the file's state is
+  unknown (Linux may drop dirty pages after reporting an fsync error), so the log refuses
+  every append with ``WalFailedError`` until ``heal()`` succeeds. ``heal()`` rolls the
+  log back to where the failed group began (truncates that segment there, fsyncs it,
+  deletes segments the group created), so the failed group is certainly *not* in the log
+  and its callers were told the truth; then appends resume. With the disk still full or
+  read-only, ``heal()`` fails and can be called again later (the service does, every
+  second). What was acknowledged before the failure was fsynced and stays.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 
+from loader import failpoints
 from loader.config import Durability
 from loader.wal_format import (
     SEGMENT_HEADER_SIZE,
@@ -95,7 +101,7 @@ class WalClosedError(WalError):
 
 
 class WalFailedError(WalError):
-    """A write or fsync failed; the log accepts nothing more until the service restarts."""
+    """A write or fsync failed; the log accepts nothing more until ``heal()`` succeeds."""
 
 
 class WalLockedError(WalError):
@@ -145,6 +151,17 @@ class _Segment:
 
 
 _Waiter = asyncio.Future[None] | concurrent.futures.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    """Where a group began: ``heal()`` rolls the log back to it. (A segment's ``max_seq`` is
+    not restored: too high only makes truncation keep the segment longer.)"""
+
+    segment: _Segment
+    size: int
+    records: int
+    keys: int
 
 
 @dataclass(slots=True)
@@ -241,6 +258,8 @@ class WriteAheadLog:
         self._last_seq: dict[str, int] = {}
         self._state = "new"  # new -> open -> closing -> closed
         self._error: WalFailedError | None = None
+        self._checkpoint: _Checkpoint | None = None  # where the group being written began
+        self._heal_lock = threading.Lock()
 
         self._fd = -1  # active segment, owned by the writer thread once it runs
         self._lock_fd = -1
@@ -541,6 +560,7 @@ class WriteAheadLog:
                 self._resolve(batch, self._error)
                 continue
             began = time.perf_counter()
+            self._checkpoint = self._mark()
             try:
                 nbytes = self._write_group(batch)
             except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
@@ -555,6 +575,7 @@ class WriteAheadLog:
                 # Roll now, not at the next append, so the full segment becomes truncatable;
                 # before waking the waiters, so a returned append() sees a settled log.
                 # Rare (once per segment_bytes) and about three fsyncs long.
+                self._checkpoint = self._mark()  # the group is durable: heal() keeps it
                 try:
                     self._roll()
                 except BaseException as exc:  # noqa: BLE001
@@ -582,6 +603,7 @@ class WriteAheadLog:
             chunk.append(entry)
             chunk_bytes += len(entry.data)
         written += self._write_chunk(chunk, chunk_bytes)
+        failpoints.hit("wal.after-write")
         if self.durability is Durability.fsync:
             assert self._active is not None
             os.fsync(self._fd)
@@ -593,6 +615,7 @@ class WriteAheadLog:
             return 0
         active = self._active
         assert active is not None
+        failpoints.tear("wal.torn-write", self._fd, chunk[0].data)
         _write_all(self._fd, chunk[0].data if len(chunk) == 1 else b"".join(e.data for e in chunk))
         with self._meta_lock:
             active.size += nbytes
@@ -615,10 +638,15 @@ class WriteAheadLog:
             self._segments.append(new)
             self._active = new
 
+    def _mark(self) -> _Checkpoint:
+        active = self._active
+        assert active is not None
+        return _Checkpoint(active, active.size, active.records, active.keys)
+
     def _fail(self, exc: BaseException, batch: list[_Entry]) -> None:
         error = WalFailedError(
-            f"WAL write to {self.directory} failed ({exc!r}); no more appends are accepted: "
-            "restart the service to replay the log"
+            f"WAL write to {self.directory} failed ({exc}); appends are refused until the log "
+            "can be written again (the service retries by itself)"
         )
         error.__cause__ = exc
         log.error("%s", error, exc_info=exc)
@@ -653,6 +681,68 @@ class WriteAheadLog:
                 loop.call_soon_threadsafe(_settle, futures, maker)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
+
+    # ------------------------------------------------------------------ healing
+
+    @property
+    def failed(self) -> str | None:
+        """Why appends are refused (a failed write or fsync), or None."""
+        error = self._error
+        return None if error is None else str(error.__cause__ or error)
+
+    def heal(self) -> bool:
+        """Undo the failed group and reopen the log for appends; False while the disk still
+        refuses (call again later). Safe from any thread; a no-op on a healthy log."""
+        with self._heal_lock:
+            with self._cond:
+                if self._error is None:
+                    return True
+                if self._state != "open":
+                    return False
+                checkpoint = self._checkpoint
+            assert checkpoint is not None
+            try:
+                self._rollback(checkpoint)
+            except OSError as exc:
+                log.warning("WAL %s still cannot be written: %s", self.directory, exc)
+                return False
+            with self._cond:
+                self._error = None
+            log.warning("WAL %s writable again: appends resume (the failed group was rolled back)", self.directory)
+            return True
+
+    def _rollback(self, checkpoint: _Checkpoint) -> None:
+        """Truncate the checkpoint's segment to where the group began, delete the segments
+        the group created, and make the checkpoint's segment the write target again."""
+        segment = checkpoint.segment
+        with self._meta_lock:
+            later = self._segments[self._segments.index(segment) + 1 :]
+        known = {s.path for s in self._segments}
+        strays = [  # a segment whose creation failed half-way is in no list
+            self.directory / name
+            for name in os.listdir(self.directory)
+            if (index := parse_segment_name(name)) is not None
+            and index > segment.first_index
+            and self.directory / name not in known
+        ]
+        fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, checkpoint.size)
+            os.fsync(fd)
+            for path in [s.path for s in later] + strays:
+                path.unlink(missing_ok=True)
+            _fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        with self._meta_lock:
+            self._segments = [s for s in self._segments if s not in later]
+            segment.size, segment.records, segment.keys = checkpoint.size, checkpoint.records, checkpoint.keys
+            segment.synced = True
+            self._active = segment
 
     # ------------------------------------------------------------------ truncation
 

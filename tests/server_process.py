@@ -87,6 +87,15 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """None while running; -9 after a SIGKILL (a failpoint or ``kill``)."""
+        return None if self.proc is None else self.proc.poll()
+
+    def log_text(self) -> str:
+        """The whole log of the current (or last) start."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])

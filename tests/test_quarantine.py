@@ -110,7 +110,12 @@ def test_retry_loads_a_quarantined_batch_exactly_once_also_after_restarts(tmp_pa
         assert quarantined(h) == [] and h.status("orders")["quarantined_updates"] == 0
         again = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
         assert again.status_code == 404, again.text
-        assert sample_value(h.get("/metrics").text, "loader_quarantine_resolved_updates_total", table="orders", action="retried") == 1
+        assert (
+            sample_value(
+                h.get("/metrics").text, "loader_quarantine_resolved_updates_total", table="orders", action="retried"
+            )
+            == 1
+        )
     # The WAL still holds the original records: the tombstone keeps a restart from loading them.
     with harness(data) as h:
         assert h.status("orders")["pending_updates"] == 0
@@ -119,7 +124,9 @@ def test_retry_loads_a_quarantined_batch_exactly_once_also_after_restarts(tmp_pa
         assert order_ids(h) == [-5, 7, 8]
 
 
-def test_a_retry_cut_off_before_it_was_noted_is_not_loaded_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_retry_cut_off_before_it_was_noted_is_not_loaded_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
     with harness(data) as h:
         poison = submit(h, "orders", [order(-9)])
@@ -149,7 +156,12 @@ def test_discard_drops_the_batch_for_good(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         assert r.json()["resolved"] == "discarded" and r.json()["updates"] == 1
         assert quarantined(h) == []
-        assert sample_value(h.get("/metrics").text, "loader_quarantine_resolved_updates_total", table="orders", action="discarded") == 1
+        assert (
+            sample_value(
+                h.get("/metrics").text, "loader_quarantine_resolved_updates_total", table="orders", action="discarded"
+            )
+            == 1
+        )
         later = submit(h, "orders", [order(3)])
         h.wait_loaded("orders", later)
     with harness(data) as h:
@@ -169,10 +181,25 @@ def test_a_full_disk_is_retried_without_limit_never_quarantined(tmp_path: Path) 
         assert order_ids(h) == [4] and h.status("orders")["failures"] == 0
 
 
+def test_failures_of_the_disk_do_not_count_toward_quarantine(tmp_path: Path) -> None:
+    with harness(tmp_path / "data") as h:
+        h.sink.disk_full.set()
+        submit(h, "orders", [order(-3)])
+        h.wait(lambda: h.status("orders")["failures"] >= 4)  # more than max_attempts, all the disk's
+        assert quarantined(h) == []
+        h.sink.disk_full.clear()  # now the batch's own failure: three more attempts before quarantine
+        h.wait(lambda: len(quarantined(h)) == 1)
+        [entry] = quarantined(h)
+        assert entry["attempts"] == 3 and h.sink.attempts >= 4 + 3
+
+
 def test_quarantine_endpoints_refuse_what_does_not_exist(harness_default: Harness) -> None:
     h = harness_default
     assert h.post("/v1/admin/quarantine/orders/1/retry", token=OPERATOR).status_code == 404
-    assert h.client.delete("/v1/admin/quarantine/nosuch/1", headers={"Authorization": f"Bearer {OPERATOR}"}).status_code == 404
+    assert (
+        h.client.delete("/v1/admin/quarantine/nosuch/1", headers={"Authorization": f"Bearer {OPERATOR}"}).status_code
+        == 404
+    )
     assert h.post("/v1/admin/quarantine/orders/1/retry", token=PRODUCER).status_code == 403
 
 

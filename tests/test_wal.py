@@ -274,7 +274,9 @@ def test_appends_are_checked_before_anything_is_written(tmp_path: Path) -> None:
         wal.open()
 
 
-def test_a_failed_fsync_fails_the_group_and_every_later_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_fsync_fails_the_group_and_every_later_append_until_healed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_fsync = os.fsync
     with WriteAheadLog(tmp_path) as wal:
         wal.append_sync([rec("t", 0)])
@@ -283,15 +285,76 @@ def test_a_failed_fsync_fails_the_group_and_every_later_append(tmp_path: Path, m
             raise OSError(5, "Input/output error")
 
         monkeypatch.setattr(os, "fsync", broken)
-        with pytest.raises(WalFailedError, match="restart") as info:
+        with pytest.raises(WalFailedError, match="refused until the log can be written again") as info:
             wal.append_sync([rec("t", 1)])
         assert isinstance(info.value.__cause__, OSError)
+        assert not wal.heal(), "healing needs an fsync, which still fails"
+        assert "Input/output error" in (wal.failed or "")
         monkeypatch.setattr(os, "fsync", real_fsync)
         with pytest.raises(WalFailedError):
             asyncio.run(wal.append([rec("t", 2)]))
+        assert wal.heal() and wal.failed is None
+        wal.append_sync([rec("t", 3)])
     with WriteAheadLog(tmp_path) as wal:
-        # The failed record may or may not be on disk: its client got an error and retries.
-        assert seqs(list(wal.replay()))[:1] == [("t", 0)]
+        # The failed group was rolled back: it is certainly not in the log, nothing was torn.
+        assert seqs(list(wal.replay())) == [("t", 0), ("t", 3)]
+        assert wal.last_repair is None
+
+
+def _fail_write(monkeypatch: pytest.MonkeyPatch, nth: int) -> None:
+    """The ``nth`` write from now (segment headers count) writes half its bytes, then the disk is full."""
+    import loader.wal as wal_module
+
+    real_write = wal_module._write_all
+    writes = 0
+
+    def full_disk(fd: int, data: bytes) -> None:
+        nonlocal writes
+        writes += 1
+        if writes == nth:
+            os.write(fd, data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+        real_write(fd, data)
+
+    monkeypatch.setattr(wal_module, "_write_all", full_disk)
+
+
+def test_heal_rolls_back_a_group_torn_across_segment_rolls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with WriteAheadLog(tmp_path, segment_bytes=300, max_delay_seconds=0.3) as wal:
+        wal.append_sync([rec("t", 0)])
+        before = {p.name: p.stat().st_size for p in tmp_path.glob("wal-*.log")}
+        # One group of five appends: chunk 1 into the first segment (fsynced by the roll),
+        # a new segment's header, then chunk 2 is torn by the full disk.
+        _fail_write(monkeypatch, 3)
+        group = [rec("t", i, rows=pa.table({"id": [i], "note": ["x" * 200]})) for i in range(1, 6)]
+
+        async def append_together() -> list[BaseException | None]:
+            return await asyncio.gather(*(wal.append([r]) for r in group), return_exceptions=True)
+
+        outcomes = asyncio.run(append_together())
+        assert all(isinstance(o, WalFailedError) for o in outcomes), outcomes
+        monkeypatch.undo()
+        assert wal.heal()
+        after = {p.name: p.stat().st_size for p in tmp_path.glob("wal-*.log")}
+        assert after == before, "the failed group left bytes or segments behind"
+        wal.append_sync([rec("t", 9)])
+    with WriteAheadLog(tmp_path) as wal:
+        assert seqs(list(wal.replay())) == [("t", 0), ("t", 9)]
+        assert wal.last_repair is None
+
+
+def test_heal_after_a_failed_roll_keeps_the_durable_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with WriteAheadLog(tmp_path, segment_bytes=100) as wal:
+        _fail_write(monkeypatch, 2)  # the group is written, then the next segment's header fails
+        wal.append_sync([rec("t", 0, rows=pa.table({"id": [0], "note": ["x" * 200]}))])
+        with pytest.raises(WalFailedError, match="No space left"):
+            wal.append_sync([rec("t", 1)])
+        monkeypatch.undo()
+        assert wal.heal()
+        wal.append_sync([rec("t", 2)])
+    with WriteAheadLog(tmp_path) as wal:
+        assert seqs(list(wal.replay())) == [("t", 0), ("t", 2)]
+        assert wal.last_repair is None
 
 
 def test_a_failing_metrics_hook_does_not_break_the_log(tmp_path: Path) -> None:

@@ -7,49 +7,102 @@ from typing import Any
 from fastapi import APIRouter
 
 from api.deps import Operator, Service
-from api.schemas import PolicyBody, WeightBody
+from api.schemas import (
+    OPERATOR_ONLY,
+    PendingModel,
+    PolicyBody,
+    PolicyStateModel,
+    TableStatusModel,
+    WeightBody,
+    error_responses,
+    ok_response,
+)
 from loader.config import TableConfig
 from schedulers.registry import POLICIES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
+STATUS = "The table's status after the change."
 
-@router.post("/tables", status_code=201, summary="Register a table (idempotent for the same schema)")
+
+@router.post(
+    "/tables",
+    status_code=201,
+    response_model=None,
+    responses={
+        **ok_response(TableStatusModel, "The table's status.", 201),
+        **error_responses(400, *OPERATOR_ONLY, 409, 422),
+    },
+    summary="Register a table (idempotent for the same schema)",
+)
 async def register_table(table: TableConfig, service: Service, operator: Operator) -> dict[str, Any]:
     await service.register_table(table)
     return service.table_status(table.name)
 
 
-@router.put("/tables/{table}/weight", summary="Change a table's priority weight")
+@router.put(
+    "/tables/{table}/weight",
+    response_model=None,
+    responses={**ok_response(TableStatusModel, STATUS), **error_responses(400, *OPERATOR_ONLY, 404, 422)},
+    summary="Change a table's priority weight",
+)
 async def set_weight(table: str, body: WeightBody, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_weight(table, body.weight)
     return service.table_status(table)
 
 
-@router.post("/tables/{table}/pause", summary="Stop starting new batches of a table (intake continues)")
+@router.post(
+    "/tables/{table}/pause",
+    response_model=None,
+    responses={**ok_response(TableStatusModel, STATUS), **error_responses(*OPERATOR_ONLY, 404)},
+    summary="Stop starting new batches of a table (intake continues)",
+)
 async def pause(table: str, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_paused(table, True)
     return service.table_status(table)
 
 
-@router.post("/tables/{table}/resume", summary="Resume loading a paused table")
+@router.post(
+    "/tables/{table}/resume",
+    response_model=None,
+    responses={**ok_response(TableStatusModel, STATUS), **error_responses(*OPERATOR_ONLY, 404)},
+    summary="Resume loading a paused table",
+)
 async def resume(table: str, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_paused(table, False)
     return service.table_status(table)
 
 
-@router.get("/pending", summary="The pending store: memory budget, spilled bytes, disk operations")
+@router.get(
+    "/pending",
+    response_model=None,
+    responses={**ok_response(PendingModel, "The pending store."), **error_responses(*OPERATOR_ONLY)},
+    summary="The pending store: memory budget, spilled bytes, disk operations",
+)
 async def get_pending(service: Service, operator: Operator) -> dict[str, Any]:
     return service.dispatcher.pending.describe()
 
 
-@router.get("/policy", summary="The scheduling policy in force and its state")
+@router.get(
+    "/policy",
+    response_model=None,
+    responses={**ok_response(PolicyStateModel, "The policy in force."), **error_responses(*OPERATOR_ONLY)},
+    summary="The scheduling policy in force and its state",
+)
 async def get_policy(service: Service, operator: Operator) -> dict[str, Any]:
     policy = service.dispatcher.policy
     return {"policy": policy.name, "available": sorted(POLICIES), "state": policy.describe()}
 
 
-@router.put("/policy", summary="Switch the scheduling policy at runtime")
+@router.put(
+    "/policy",
+    response_model=None,
+    responses={
+        **ok_response(PolicyStateModel, "The policy now in force."),
+        **error_responses(400, *OPERATOR_ONLY, 422),
+    },
+    summary="Switch the scheduling policy at runtime",
+)
 async def set_policy(body: PolicyBody, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_policy(body.policy, body.params)
     return await get_policy(service, operator)

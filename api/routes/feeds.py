@@ -12,22 +12,20 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from api.deps import read_body
-from api.schemas import AcksModel, MultiUpdateBody, UpdateBody, body_doc
+from api.schemas import AcksModel, MultiUpdateBody, UpdateBody, body_doc, error_responses
 from loader.auth import Authenticator, Principal
-from loader.errors import Invalid
-from loader.idempotency import request_hash
-from loader.intake import parse_multi, parse_single
+from loader.idempotency import MAX_KEY_LENGTH, check_key, request_hash
+from loader.intake import check_expansion, check_table_name, parse_multi, parse_single
 from loader.service import LoaderService
 
 router = APIRouter(prefix="/v1", tags=["feeds"])
 
-MAX_KEY_LENGTH = 200
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
     "description": "Makes a retried submission return the first answer instead of loading twice.",
-    "schema": {"type": "string", "maxLength": MAX_KEY_LENGTH},
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH, "pattern": "^[ -~]+$"},
 }
 DATA_UNTIL = {
     "name": "data_until",
@@ -36,21 +34,20 @@ DATA_UNTIL = {
     "description": "For NDJSON bodies: end of the data interval (Unix seconds or ISO-8601).",
     "schema": {"type": "string"},
 }
-AUTHORIZATION = {
-    "name": "Authorization",
-    "in": "header",
-    "required": True,
-    "description": "Bearer <producer or operator token>",
-    "schema": {"type": "string"},
+#: What a submission can be refused with (the token is the document's bearer security scheme).
+SUBMIT_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503)
+REPLAYED = {
+    "Idempotent-Replayed": {
+        "description": "`true` when this is the stored answer to an earlier request with the same Idempotency-Key.",
+        "schema": {"type": "string"},
+    }
 }
 
 
 def _caller(request: Request) -> tuple[LoaderService, Principal, str | None]:
     state = request.app.state
     principal = state.authenticator.authenticate(request.headers.get("authorization"))
-    key = request.headers.get("idempotency-key")
-    if key is not None and len(key) > MAX_KEY_LENGTH:
-        raise Invalid(f"Idempotency-Key is longer than {MAX_KEY_LENGTH} characters")
+    key = check_key(request.headers.get("idempotency-key"))
     return state.service, principal, key
 
 
@@ -63,16 +60,19 @@ def _answer(response: dict, replayed: bool) -> JSONResponse:
     "/tables/{table}/updates",
     status_code=202,
     response_model=AcksModel,
-    openapi_extra=body_doc(UpdateBody, ndjson=True, parameters=[AUTHORIZATION, IDEMPOTENCY_KEY, DATA_UNTIL]),
+    responses={202: {"description": "Durable in the WAL: one acknowledgement.", "headers": REPLAYED}, **SUBMIT_ERRORS},
+    openapi_extra=body_doc(UpdateBody, ndjson=True, parameters=[IDEMPOTENCY_KEY, DATA_UNTIL]),
     summary="Submit one update of one table",
 )
 async def submit_update(table: str, request: Request) -> JSONResponse:
     service, caller, key = _caller(request)
+    check_table_name(table)  # 404 quoting no more than a few characters of a hostile name
     Authenticator.require_submit(caller, table)
-    service.entry(table)  # 404 before reading the body
+    entry = service.entry(table)  # 404 before reading the body
     body = await read_body(request)
     data_until = request.query_params.get("data_until")
     parsed = parse_single(body, request.headers.get("content-type"), table, data_until)
+    check_expansion([parsed], {table: entry.schema}, service.settings.max_body_bytes)
     digest = request_hash("POST", request.url.path, str(request.url.query), body)
     response, replayed = await service.submit_once(key, digest, lambda: service.validate([parsed]))
     return _answer(response, replayed)
@@ -82,16 +82,22 @@ async def submit_update(table: str, request: Request) -> JSONResponse:
     "/updates",
     status_code=202,
     response_model=AcksModel,
-    openapi_extra=body_doc(MultiUpdateBody, parameters=[AUTHORIZATION, IDEMPOTENCY_KEY]),
+    responses={
+        202: {"description": "Durable in the WAL: one acknowledgement per update.", "headers": REPLAYED},
+        **SUBMIT_ERRORS,
+    },
+    openapi_extra=body_doc(MultiUpdateBody, parameters=[IDEMPOTENCY_KEY]),
     summary="Submit several updates of several tables in one request",
 )
 async def submit_updates(request: Request) -> JSONResponse:
     service, caller, key = _caller(request)
     body = await read_body(request)
     parsed = parse_multi(body, request.headers.get("content-type"))
+    schemas = {}
     for item in parsed:
         Authenticator.require_submit(caller, item.table)
-        service.entry(item.table)
+        schemas[item.table] = service.entry(item.table).schema
+    check_expansion(parsed, schemas, service.settings.max_body_bytes)
     digest = request_hash("POST", request.url.path, body)
     response, replayed = await service.submit_once(key, digest, lambda: service.validate(parsed))
     return _answer(response, replayed)

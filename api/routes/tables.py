@@ -7,16 +7,30 @@ from typing import Any
 from fastapi import APIRouter
 
 from api.deps import Caller, Service
+from api.schemas import AUTHENTICATED, TablesModel, TableStatusModel, error_responses, ok_response
+from loader.auth import Authenticator
 from loader.status import all_table_statuses
 
 router = APIRouter(prefix="/v1", tags=["tables"])
 
 
-@router.get("/tables", summary="All tables with staleness, pending work and load progress")
+@router.get(
+    "/tables",
+    response_model=None,
+    responses={**ok_response(TablesModel, "Every table's status."), **error_responses(*AUTHENTICATED)},
+    summary="All tables with staleness, pending work and load progress",
+)
 async def list_tables(service: Service, caller: Caller) -> dict[str, Any]:
-    return {"tables": all_table_statuses(service)}
+    """A producer token limited to some tables sees only those."""
+    return {"tables": [t for t in all_table_statuses(service) if caller.may_read(t["name"])]}
 
 
-@router.get("/tables/{table}", summary="One table's staleness, pending work and load progress")
+@router.get(
+    "/tables/{table}",
+    response_model=None,
+    responses={**ok_response(TableStatusModel, "The table's status."), **error_responses(*AUTHENTICATED, 403, 404)},
+    summary="One table's staleness, pending work and load progress",
+)
 async def get_table(table: str, service: Service, caller: Caller) -> dict[str, Any]:
+    Authenticator.require_read(caller, table)
     return service.table_status(table)

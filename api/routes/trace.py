@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import Operator, Service
+from api.schemas import OPERATOR_ONLY, error_responses
 from loader.observed import export_schedule, export_trace
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -30,7 +31,8 @@ def _doc(description: str, headers: dict[str, str]) -> dict[int | str, dict[str,
             "description": description,
             "content": {NDJSON: {"schema": {"type": "string", "description": "JSON Lines"}}},
             "headers": {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()},
-        }
+        },
+        **error_responses(*OPERATOR_ONLY, 404, 422),
     }
 
 
@@ -40,7 +42,9 @@ Since = Annotated[
 ]
 Tables = Annotated[
     str | None,
-    Query(max_length=65536, description="Comma-separated table names (default: every table)."),
+    # Bounded well below the HTTP server's 64 KiB request line even when every character
+    # is percent-encoded: a longer URL would get uvicorn's plain-text 400, not this API's 422.
+    Query(max_length=4096, description="Comma-separated table names (default: every table)."),
 ]
 
 TRACE_HEADERS = {

@@ -24,6 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from loader import failpoints
 from loader.spill.model import Item
 from loader.updates import SpilledRows, Update
 
@@ -81,6 +82,7 @@ class SegmentFiles:
         except BaseException:
             path.unlink(missing_ok=True)
             raise
+        failpoints.hit("spill.write")
         self.files += 1
         offset = 0
         total = data.num_rows

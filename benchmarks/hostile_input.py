@@ -1,0 +1,227 @@
+"""Hostile-input trial: every case of tests/hostile_cases.py, written to RELIABILITY.md.
+
+Each case is one malformed or hostile request (bad JSON, wrong types, path traversal,
+symbolic links, oversized bodies, reused Idempotency-Keys, data_until going backwards,
+one bad update in a batch, ...) sent to a fresh in-process service (Spark-free sink).
+A case passes when the status is exactly the expected one, the error body names what
+was wrong and what to do, and nothing changed: sequence counters, pending updates,
+Delta log versions, the WAL, the Idempotency-Key store, the landing directory, a
+directory outside it and the service's owned copies are all as before the request.
+
+    .venv/bin/python -m benchmarks.hostile_input              # the table once (~30 s)
+    .venv/bin/python -m benchmarks.hostile_input --repeat 5   # five rounds (flakiness)
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import (
+    RESULTS_DIR,
+    LoadMonitor,
+    command_line,
+    load_average,
+    log,
+    machine_info,
+    machine_markdown,
+    md_table,
+    median,
+    print_table,
+    status,
+    write_json,
+)
+from benchmarks._reliability import write_reliability
+from tests.hostile_cases import CASES
+from tests.hostile_runner import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, Case, Outcome, run_case
+
+MODULE = "benchmarks.hostile_input"
+SECTION = "hostile-input"
+
+#: What earlier rounds of this trial found, and the fix each got (each case stays in the table).
+FINDINGS = [
+    '`{"files": []}` was acknowledged (202) as an update with neither rows nor files, and every '
+    "load of its table then failed (`Must pass at least one table`): now 422.",
+    'Lone UTF-16 surrogate escapes (`"\\ud800"`) in a value, key, table name or file path, and a '
+    "surrogate encoded as UTF-8 bytes (`ED A0 80`, which the parser let through), gave 500 (Arrow, the "
+    "file system or the error response could not encode them): now 400.",
+    "A timestamp past year 9999 or before year 1 once converted to UTC (`9999-12-31T23:59:59-01:00`) "
+    "gave 500 (OverflowError): now 422.",
+    "A NUL byte or a 5000-character name in a file path gave 500 (ValueError, ENAMETOOLONG): now 400.",
+    "`NaN`, `Infinity` and `-Infinity` (not JSON) were accepted into float columns, and `1e400` "
+    "as infinity; a float32 overflow was stored as infinity: now 400 / 422.",
+    "A NUL in a partition value (Spark does not escape it) or a value too long for a directory name "
+    "was acknowledged and would fail every load of the table: now 422, for rows and for files.",
+    "A file named twice in one request (same path, another spelling, or a hard link) was loaded twice: now 422.",
+    "Landing files: resolved, then checked, then copied by path, so a symlink swapped in between, or "
+    "the producer rewriting its file after the check, changed what was loaded. Components are now "
+    "opened with O_NOFOLLOW from the landing directory's descriptor, the copy is made from that "
+    "descriptor and the copy is what gets checked; links are refused, FIFOs refused without blocking.",
+    "A body of `{}` rows for a wide table of nullable columns asked for ~170x its size in memory "
+    "(and could exceed a WAL record's 1 GiB): capped at 4 x max_body_bytes as columns, 413.",
+    "Idempotency-Key: empty or non-ASCII keys were accepted (stored as Latin-1 mojibake), a long key "
+    "gave 422: now 400 for all three.",
+    "Error messages echoed unbounded input (a 5000-character table name, a multi-megabyte value) and "
+    "used Python's repr (`True`, `'x'`): values are quoted as JSON, cut to 60 characters.",
+]
+
+
+def run(rounds: int) -> list[list[Outcome]]:
+    results: list[list[Outcome]] = []
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        for r in range(rounds):
+            outcomes = []
+            for k, case in enumerate(CASES):
+                outcomes.append(run_case(case, Path(tmp) / f"r{r}-c{k}"))
+            misses = sum(not o.passed for o in outcomes)
+            log(f"round {r + 1}/{rounds}: {len(outcomes)} cases, {misses} missed")
+            results.append(outcomes)
+    return results
+
+
+def _verdict(outcomes: list[Outcome]) -> str:
+    return status(all(o.passed for o in outcomes))
+
+
+def case_rows(case_index: int, results: list[list[Outcome]]) -> list[Any]:
+    outcomes = [round_[case_index] for round_ in results]
+    case: Case = outcomes[0].case
+    got = sorted({o.status for o in outcomes})
+    unchanged = all(o.unchanged for o in outcomes)
+    return [
+        case.group,
+        case.name,
+        case.expect,
+        "/".join(map(str, got)),
+        "yes" if unchanged else "no",
+        _verdict(outcomes),
+        case.note,
+    ]
+
+
+def report(results: list[list[Outcome]], meta: dict[str, Any]) -> str:
+    flat = [o for round_ in results for o in round_]
+    passed = sum(o.passed for o in flat)
+    server_errors = sum(o.status >= 500 for o in flat)
+    accepted = sum(200 <= o.status < 300 and o.case.expect >= 400 for o in flat)
+    changed = sum(not o.unchanged for o in flat)
+    unclear = sum(any(p.startswith("message") or p.startswith("error body") for p in o.problems) for o in flat)
+    by_group = Counter(o.case.group for o in results[0])
+    rows = [case_rows(k, results) for k in range(len(CASES))]
+    misses = [o for o in flat if not o.passed]
+    missed = "\n".join(f"- {o.case.id}: {'; '.join(o.problems)}" for o in misses[:30]) or "none"
+    totals = md_table(
+        ["figure", "value"],
+        [
+            ["cases (distinct requests)", len(CASES)],
+            ["rounds", meta["rounds"]],
+            ["requests", len(flat)],
+            ["PASS", passed],
+            ["MISS", len(flat) - passed],
+            ["5xx", server_errors],
+            ["bad input acknowledged (2xx)", accepted],
+            ["requests that changed something", changed],
+            ["unclear or missing error message", unclear],
+            ["median request time (ms)", f"{1000 * median([o.seconds for o in flat]):.1f}"],
+            ["verdict: bad input gets a clear error and changes nothing", status(passed == len(flat))],
+        ],
+        align="lr",
+    )
+    groups = ", ".join(f"{group} {n}" for group, n in by_group.items())
+    return (
+        "## Hostile input\n\n"
+        "Every case of `tests/hostile_cases.py` is one malformed or hostile request sent to a fresh "
+        "in-process service (`tests/service_harness.Harness`, Spark-free sink) whose tables already hold a "
+        "loaded update and whose landing directory holds good and bad files, symbolic links into and out of "
+        "it, a hard link and a FIFO. A case passes when the status is exactly the expected one, the error "
+        "body (`{error, message}`) names what was wrong and what to do in at most "
+        f"{MAX_MESSAGE_CHARS} characters, and nothing changed: per table the last sequence number, pending "
+        "updates and bytes, loaded sequence and Delta log version; the WAL's bytes and records; the "
+        "Idempotency-Key store; every file (kind, size, inode, mtime, SHA-256) in the landing directory, in "
+        "a directory outside it and in the service's owned-files directory. The replayed Idempotency-Key "
+        "case expects 202 with `Idempotent-Replayed: true` and, likewise, no change. "
+        f"`max_body_bytes` is {MAX_BODY_BYTES:,} bytes in the trial (the same code path as the 16 MiB "
+        "default). The same table runs in the test suite as `tests/test_hostile_input.py`.\n\n"
+        "Short version (the table once, also the CI test): "
+        "`.venv/bin/python -m benchmarks.hostile_input`; long version (five rounds, to catch flaky cases): "
+        "`.venv/bin/python -m benchmarks.hostile_input --repeat 5`.\n\n"
+        + machine_markdown(meta, package="loader")
+        + f"\nCases per group: {groups}.\n\n"
+        + totals
+        + "\n\nDecisions: `data_until` at or before the table's last accepted release, or more than "
+        "`max_clock_skew_seconds` ahead, is 422 like any other invalid value (not 409: nothing conflicts, "
+        "the value is wrong), as docs/service.md documents. There is no row- or value-size limit of its own: "
+        "`max_body_bytes` bounds every value (413), and the in-memory size of the rows is capped at "
+        "4 x `max_body_bytes`. Symbolic links in the landing directory are refused even when they point "
+        "inside it (following none is what makes the open race-free). A NUL in a plain string value is data "
+        "and is accepted (Parquet and Delta store it); in a partition value it is refused. Duplicate keys in a "
+        "JSON object are not refused (the last wins, as in JavaScript): checking them costs 1.7x the parse. "
+        "The 403 for a table the token may not use names the token and table but not what to do (loader/auth.py, "
+        "outside this trial).\n\n"
+        + md_table(["group", "case", "expected", "got", "nothing changed", "result", "note"], rows, align="llrrcll")
+        + "\n\nMissed:\n\n"
+        + missed
+        + "\n\nDefects this trial found, each fixed and kept as its regression case:\n\n"
+        + "\n".join(f"- {finding}" for finding in FINDINGS)
+        + "\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the whole table")
+    parser.add_argument("--no-write", action="store_true", help="do not rewrite RELIABILITY.md")
+    args = parser.parse_args(argv)
+    machine = machine_info("loader")
+    began = time.perf_counter()
+    with LoadMonitor() as load:
+        results = run(max(1, args.repeat))
+    meta = {
+        "command": command_line(MODULE, argv),
+        "quick": args.repeat <= 1,
+        "run_seconds": time.perf_counter() - began,
+        "machine": machine,
+        "loadavg_end": load_average(),
+        "loadavg_peak": load.peak,
+        "rounds": len(results),
+    }
+    rows = [case_rows(k, results) for k in range(len(CASES))]
+    print_table(
+        "Hostile input: one row per case",
+        ["group", "case", "expected", "got", "unchanged", "result"],
+        [row[:6] for row in rows],
+    )
+    flat = [o for round_ in results for o in round_]
+    for outcome in flat:
+        if not outcome.passed:
+            log(f"MISS {outcome.case.id}: {'; '.join(outcome.problems)}")
+    write_json(
+        RESULTS_DIR / "hostile-input.json",
+        {
+            "meta": meta,
+            "outcomes": [
+                {
+                    "case": o.case.id,
+                    "expected": o.case.expect,
+                    "status": o.status,
+                    "message": o.message,
+                    "changes": o.changes,
+                    "problems": o.problems,
+                    "seconds": o.seconds,
+                }
+                for o in flat
+            ],
+        },
+    )
+    if not args.no_write:
+        path = write_reliability(SECTION, report(results, meta))
+        log(f"wrote section {SECTION} of {path}")
+    return 0 if all(o.passed for o in flat) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,697 @@
+"""The crash-consistency trial: producers, kills at chosen and at random moments, the verdict.
+
+One data directory lives through many lives of ``loader serve`` (a subprocess on loopback,
+Spark included). Each life is ended by SIGKILL: either a failpoint armed for that life
+(``loader/failpoints.py``: inside the WAL's group commit, during recovery, in a spill
+write, around a Delta commit) or a kill of the whole process group from outside at a
+random moment (seeded), before ``/readyz`` turns ready (WAL replay, Spark start-up) or
+while loads run. Producer threads submit numbered rows all along, each request with an
+Idempotency-Key, and retry a request left without an answer until it gets one, as a
+real producer does; a kill thus lands mid-burst.
+
+At the end the service is restarted without failpoints, the producers finish, every
+acknowledged update is loaded, and each Delta table is read back with independent
+readers (the ``deltalake`` package, and DuckDB on the files the Delta log lists). The
+verdict counts rather than asserts (the report needs the numbers): rows lost, rows
+duplicated, rows nobody acknowledged, sequence numbers given twice, Delta transaction
+versions that do not match the last acknowledged sequence, staging directories left.
+
+Used by ``tests/test_crash.py`` (every kind of kill once) and
+``benchmarks/crash_trials.py`` (50+ kills of seeded random kinds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import random
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from deltalake import DeltaTable
+
+from loader.failpoints import POINTS
+from loader.sinks.base import app_id
+from loader.sinks.delta_rs import STAGING_PREFIX
+from loader.wal_format import parse_segment_name, scan_segment
+from tests.prom import sample_value
+from tests.server_process import ServerProcess, free_port, write_config
+from tests.tables import read_delta
+
+TOKEN = "crash-test-operator-token-0001"
+TABLES = ("alpha", "beta")
+SCHEMA = {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "note", "type": "string"}]}
+#: Makes rows big enough that the 64 KiB memory budget overflows and updates spill.
+PAD = "x" * 96
+
+#: Kill from outside at a random delay after the start, before /readyz is expected to answer.
+EXTERNAL_RECOVERY = "external:recovery"
+#: Kill from outside at a random delay after /readyz turned ready, producers mid-burst.
+EXTERNAL_SERVING = "external:serving"
+KINDS = (*sorted(POINTS), EXTERNAL_RECOVERY, EXTERNAL_SERVING)
+
+#: Log lines that tell how far a start got (loader/service.py, loader/spill/setup.py).
+RECOVERED_LINE = "pending updates from the WAL; intake open"
+SPILL_RESET_LINE = "spill files of an earlier run"
+#: Logged after the WAL was opened and before its replay ends (when there is something to say).
+REPLAYING_LINES = (SPILL_RESET_LINE, "WAL: cut a torn tail")
+CLEAN_STOP_LINE = "stopped cleanly"
+
+
+def crash_config(workdir: Path, port: int) -> Path:
+    """The service under trial: 2 workers, a tiny memory budget (spills), small WAL segments
+    truncated every second (crashes meet rolled and deleted segments), tables compacted
+    every 5 s (kills from outside may land in a compaction)."""
+    return write_config(
+        workdir / "loader.toml",
+        {
+            "port": port,
+            "data_dir": str(workdir / "data"),
+            "workers": 2,
+            "policy": "myopic",
+            "wal_segment_bytes": 1 << 18,
+            "spark": {"master": "local[2]"},
+            "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 5, "vacuum_seconds": 0},
+            "spill": {"memory_budget_bytes": 65536},
+            "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
+            "tables": [{"name": name, "schema": SCHEMA} for name in TABLES],
+        },
+    )
+
+
+def wal_records(wal_dir: Path) -> int:
+    """Complete records in the WAL: what the next start replays (``recovery.replay`` needs
+    a count it will reach)."""
+    if not wal_dir.is_dir():
+        return 0
+    total = 0
+    for path in wal_dir.iterdir():
+        if parse_segment_name(path.name) is not None:
+            with contextlib.suppress(Exception):  # a damaged segment is the service's business
+                total += scan_segment(path).records
+    return total
+
+
+# -- producers --------------------------------------------------------------------------------
+@dataclass
+class Part:
+    table: str
+    ids: list[int]
+
+
+@dataclass
+class Submission:
+    """One request, sent with the same key and the same bytes until it is answered."""
+
+    key: str
+    parts: list[Part]
+    path: str
+    body: bytes
+    #: (table, sequence) per part, from the 202; None while unanswered.
+    acks: list[tuple[str, int]] | None = None
+    attempts: int = 0
+    replayed: bool = False
+
+    @classmethod
+    def build(cls, key: str, parts: list[Part]) -> Submission:
+        def rows(part: Part) -> list[dict[str, Any]]:
+            return [{"id": i, "note": f"row {i} {PAD}"} for i in part.ids]
+
+        if len(parts) == 1:
+            path, payload = f"/v1/tables/{parts[0].table}/updates", {"rows": rows(parts[0])}
+        else:
+            path, payload = "/v1/updates", {"updates": [{"table": p.table, "rows": rows(p)} for p in parts]}
+        return cls(key, parts, path, json.dumps(payload).encode())
+
+
+@dataclass
+class ProducerStats:
+    attempts: int = 0
+    transport_errors: int = 0
+    unavailable: int = 0  # 503: starting, stopping, spill disk full
+    server_errors: int = 0  # any other 5xx
+    replayed: int = 0  # a retry answered with the first answer (Idempotent-Replayed)
+    refused: list[str] = field(default_factory=list)  # 4xx: a request the harness got wrong, or a defect
+
+
+class Producers:
+    """Threads submitting numbered rows; one in every four requests carries 2-4 updates of
+    both tables (one WAL group of several records). A request without an answer (connection
+    refused or reset, 503, 5xx) is sent again, same key and bytes, after a short back-off."""
+
+    def __init__(self, base_url: str, token: str, seed: int, threads: int = 2, pace: float = 0.02) -> None:
+        self.base_url = base_url
+        self.token = token
+        self.seed = seed
+        self.threads = threads
+        #: Seconds each thread rests between requests: enough traffic to keep every kill
+        #: mid-burst without starving the service and Spark of the machine's two cores.
+        self.pace = pace
+        self.lock = threading.Lock()
+        self.submissions: list[Submission] = []
+        self.stats = ProducerStats()
+        self._ids = itertools.count()
+        self._keys = itertools.count()
+        self._stop = threading.Event()  # finish the request in hand, then leave
+        self._abandon = threading.Event()  # leave now (teardown)
+        self._workers: list[threading.Thread] = []
+
+    @property
+    def started(self) -> bool:
+        return bool(self._workers)
+
+    def acked(self) -> list[Submission]:
+        with self.lock:
+            return [s for s in self.submissions if s.acks is not None]
+
+    def acked_count(self) -> int:
+        with self.lock:
+            return sum(s.acks is not None for s in self.submissions)
+
+    def start(self) -> None:
+        self._workers = [
+            threading.Thread(target=self._run, args=(k,), name=f"producer-{k}", daemon=True)
+            for k in range(self.threads)
+        ]
+        for worker in self._workers:
+            worker.start()
+
+    def stop(self, timeout: float) -> bool:
+        """Let each thread get its request in hand answered, then end; False if one did not."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        return not any(w.is_alive() for w in self._workers)
+
+    def abandon(self) -> None:
+        self._abandon.set()
+        self._stop.set()
+        for worker in self._workers:
+            worker.join(30)
+
+    def _new(self, rng: random.Random) -> Submission:
+        tables = list(TABLES)
+        rng.shuffle(tables)
+        count = 1 if rng.random() < 0.75 else rng.randint(2, 4)
+        with self.lock:
+            parts = [
+                Part(tables[k % len(tables)], [next(self._ids) for _ in range(rng.randint(1, 4))]) for k in range(count)
+            ]
+            sub = Submission.build(f"sub-{next(self._keys)}", parts)
+            self.submissions.append(sub)
+        return sub
+
+    def _run(self, index: int) -> None:
+        rng = random.Random(self.seed * 1009 + index)
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        with httpx.Client(base_url=self.base_url, headers=headers, timeout=httpx.Timeout(30.0, connect=2.0)) as http:
+            while not self._stop.is_set():
+                sub = self._new(rng)
+                backoff = 0.02
+                while not self.send(http, sub):
+                    if self._abandon.wait(backoff):
+                        return
+                    backoff = min(backoff * 2, 0.4)
+                if self._abandon.wait(self.pace):
+                    return
+
+    def send(self, http: httpx.Client, sub: Submission) -> bool:
+        """One attempt; True once the submission is settled (202, or refused for good)."""
+        with self.lock:
+            sub.attempts += 1
+            self.stats.attempts += 1
+        try:
+            r = http.post(sub.path, content=sub.body, headers={"Idempotency-Key": sub.key})
+        except httpx.TransportError:
+            with self.lock:
+                self.stats.transport_errors += 1
+            return False
+        with self.lock:
+            if r.status_code == 503:
+                self.stats.unavailable += 1
+                return False
+            if r.status_code >= 500:
+                self.stats.server_errors += 1
+                return False
+            if r.status_code != 202:
+                self.stats.refused.append(f"{sub.key}: {r.status_code} {r.text[:300]}")
+                return True
+            acks = [(u["table"], u["sequence"]) for u in r.json()["updates"]]
+            if [t for t, _ in acks] != [p.table for p in sub.parts]:
+                self.stats.refused.append(f"{sub.key}: 202 names tables {acks} for parts {sub.parts}")
+                return True
+            sub.acks = acks
+            sub.replayed = r.headers.get("Idempotent-Replayed") == "true"
+            self.stats.replayed += sub.replayed
+        return True
+
+
+# -- one life ---------------------------------------------------------------------------------
+@dataclass
+class Life:
+    """One start of the server and how it ended."""
+
+    index: int
+    #: What was planned: a failpoint name, EXTERNAL_RECOVERY or EXTERNAL_SERVING.
+    plan: str
+    #: LOADER_FAILPOINTS of this start ("" for an external kill).
+    spec: str
+    #: External kills: what the delay is timed from ("start", "replay": the replay's first
+    #: log line, "recovered": intake open, "ready": /readyz 200), and the delay in seconds.
+    anchor: str
+    delay: float | None
+    #: What ended it: the failpoint, or the state an external kill met (``kill: ...``).
+    hit: str
+    seconds: float
+    #: Complete WAL records the start had to replay.
+    backlog_records: int
+    #: Seconds from start to /readyz 200, if seen.
+    ready_after: float | None
+    #: Seconds from start to intake open (WAL replayed), if seen.
+    recovered_after: float | None
+    #: Seconds from start to the first log line of the WAL replay (spill reset, torn tail cut),
+    #: when both it and the intake opening were seen.
+    replay_seen_after: float | None
+    acked_during: int
+    met_spill_files: bool
+    failure: str | None = None
+
+
+class CrashTrial:
+    """A data directory, a server, producers, and the lives they go through."""
+
+    def __init__(self, workdir: Path, seed: int, *, producers: int = 2, log: Callable[[str], None] | None = None):
+        self.workdir = workdir
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.log = log or (lambda message: None)
+        port = free_port()
+        self.server = ServerProcess(workdir, crash_config(workdir, port), port, TOKEN)
+        self.producers = Producers(self.server.base, TOKEN, seed, producers)
+        self.lives: list[Life] = []
+        self.failures: list[str] = []
+        self.reask_mismatches: list[str] = []
+        self.reasked = 0
+        #: The final, clean start: WAL records it replayed and seconds until /readyz.
+        self.final_backlog = 0
+        self.final_ready_after: float | None = None
+        self.started = time.monotonic()
+
+    @property
+    def data(self) -> Path:
+        return self.workdir / "data"
+
+    def close(self) -> None:
+        """Teardown on any path: producers gone, no server or JVM left running."""
+        self.producers.abandon()
+        if self.server.proc is not None:
+            self.server.kill()
+            self.server.wait_exit()
+
+    # -- planning ---------------------------------------------------------------------------
+    def _arm(self, kind: str, backlog: int) -> tuple[str, str, float]:
+        """For this life (seeded): LOADER_FAILPOINTS, and for an external kill the moment it
+        is timed from ("start", "replay": the WAL replay began, "ready") and the delay."""
+        rng = self.rng
+        if kind not in KINDS:
+            raise ValueError(f"unknown kill kind {kind!r}; known: {KINDS}")
+        if kind == EXTERNAL_RECOVERY:
+            if rng.random() < 0.5:  # inside the replay of the backlog, as long as the last ones took
+                took = [
+                    x.recovered_after - x.replay_seen_after
+                    for x in self.lives
+                    if x.recovered_after is not None and x.replay_seen_after is not None
+                ]
+                return "", "replay", rng.uniform(0.0, statistics.median(took[-5:] or [1.0]))
+            ready = statistics.median([x.ready_after for x in self.lives if x.ready_after] or [8.0])
+            return "", "start", rng.uniform(0.2, ready)  # anywhere before /readyz, mostly Spark's start
+        if kind == EXTERNAL_SERVING:
+            return "", "ready", rng.uniform(0.0, 4.0)
+        count = {
+            "intake.after-wal": lambda: rng.randint(1, 60),
+            "wal.after-write": lambda: rng.randint(1, 60),
+            "wal.torn-write": lambda: rng.randint(1, 60),
+            "recovery.replay": lambda: rng.randint(1, max(1, backlog)),
+            "recovery.after-spill-reset": lambda: 1,
+            "spill.write": lambda: rng.randint(1, 3),
+        }.get(kind, lambda: rng.randint(1, 2))()
+        return f"{kind}={count}", "", 0.0
+
+    # -- running ----------------------------------------------------------------------------
+    @staticmethod
+    def _ready(probe: httpx.Client) -> bool:
+        try:
+            return probe.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def _state(self, probe: httpx.Client) -> str:
+        """What the server is doing, named for the report just before an external kill."""
+        if self._ready(probe):
+            with contextlib.suppress(httpx.HTTPError):
+                busy = sample_value(probe.get("/metrics").text, "loader_workers_busy")
+                return "kill: serving, load running" if busy else "kill: serving, no load running"
+            return "kill: serving"
+        text = self.server.log_text()
+        if RECOVERED_LINE in text:
+            return "kill: recovered, Spark starting"
+        if any(line in text for line in REPLAYING_LINES):
+            return "kill: start-up, WAL replay"
+        return "kill: start-up, intake not open yet"  # imports, WAL open, or a replay not logged
+
+    def life(self, kind: str, failpoint_timeout: float = 150.0, ready_timeout: float = 240.0) -> Life:
+        """Start the server armed for ``kind``, let the producers at it, and end it by SIGKILL."""
+        backlog = wal_records(self.data / "wal")
+        spec, anchor, delay = self._arm(kind, backlog)
+        acked_before = self.producers.acked_count()
+        self.server.start(spec)
+        began = time.monotonic()
+        if not self.producers.started:
+            self.producers.start()
+        seen = {"start": 0.0}  # and "replay", "recovered", "ready" -> seconds after the start
+        failure: str | None = None
+        hit = ""
+        deadline = began + (ready_timeout if anchor == "ready" else failpoint_timeout)
+        next_probe = began
+        with self.server.client(timeout=2.0) as probe:
+            while True:
+                now = time.monotonic()
+                if not self.server.alive:
+                    code = self.server.returncode
+                    if spec and code == -9:
+                        hit = kind
+                    else:
+                        failure = f"life {len(self.lives) + 1} ({kind}): the server exited by itself with code {code}"
+                        hit = f"exit {code}"
+                    break
+                self._watch_log(seen, now - began)
+                if anchor == "replay" and "replay" not in seen and "recovered" in seen:
+                    anchor = "recovered"  # nothing was logged before the replay ended: time from its end
+                if anchor and anchor in seen and now >= began + seen[anchor] + delay:
+                    hit = self._state(probe)
+                    self.server.kill()
+                    break
+                if now > deadline:
+                    hit = self._state(probe)
+                    if anchor == "ready":
+                        failure = f"life {len(self.lives) + 1}: not ready after {ready_timeout:.0f} s (stuck recovery?)"
+                    else:
+                        hit += f" ({kind} not reached)"
+                    self.server.kill()
+                    break
+                if "ready" not in seen and now >= next_probe:
+                    next_probe = now + 0.2
+                    if self._ready(probe):
+                        seen["ready"] = time.monotonic() - began
+                        if kind.startswith("recovery."):
+                            deadline = now  # recovery is over: its failpoint can no longer fire
+                time.sleep(0.02)
+        self.server.wait_exit()
+        text = self.server.log_text()
+        if failure is not None:
+            failure += ":\n" + self.server.log_tail()
+            self.failures.append(failure)
+        life = Life(
+            index=len(self.lives) + 1,
+            plan=kind,
+            spec=spec,
+            anchor=anchor,
+            delay=None if spec else delay,
+            hit=hit,
+            seconds=time.monotonic() - began,
+            backlog_records=backlog,
+            ready_after=seen.get("ready"),
+            recovered_after=seen.get("recovered"),
+            replay_seen_after=seen.get("replay") if "recovered" in seen else None,
+            acked_during=self.producers.acked_count() - acked_before,
+            met_spill_files=SPILL_RESET_LINE in text,
+            failure=failure,
+        )
+        self.lives.append(life)
+        timing = spec or f"{delay:.2f} s after {anchor}"
+        opened = f" (intake open at {life.recovered_after:.1f} s)" if life.recovered_after is not None else ""
+        self.log(
+            f"life {life.index:3d}: {life.plan:28s} {timing:34s} -> {life.hit:40s} "
+            f"{life.seconds:5.1f} s, backlog {backlog}{opened}, +{life.acked_during} acks"
+        )
+        return life
+
+    def _watch_log(self, seen: dict[str, float], elapsed: float) -> None:
+        """Note when the start logged that the WAL replay began, and that it ended."""
+        if "recovered" in seen:
+            return
+        text = self.server.log_text()
+        if "replay" not in seen and any(line in text for line in REPLAYING_LINES):
+            seen["replay"] = elapsed
+        if RECOVERED_LINE in text:
+            seen["recovered"] = elapsed
+
+    def run(self, kinds: Sequence[str]) -> None:
+        """One life per kind; stops at the first restart that fails (later ones would too)."""
+        for kind in kinds:
+            self.life(kind)
+            if self.failures:
+                return
+
+    # -- the end ----------------------------------------------------------------------------
+    def _reask(self, http: httpx.Client, sample: int = 20) -> None:
+        """Send acknowledged requests again: each must get its first answer back, unchanged."""
+        acked = self.producers.acked()
+        for sub in random.Random(self.seed).sample(acked, min(sample, len(acked))):
+            r = http.post(
+                sub.path,
+                content=sub.body,
+                headers={"Idempotency-Key": sub.key, "Content-Type": "application/json"},
+            )
+            self.reasked += 1
+            answer = [(u["table"], u["sequence"]) for u in r.json().get("updates", [])] if r.status_code == 202 else []
+            if r.status_code != 202 or answer != sub.acks or r.headers.get("Idempotent-Replayed") != "true":
+                self.reask_mismatches.append(f"{sub.key}: {r.status_code} {answer} (first answer {sub.acks})")
+
+    def finish(self, timeout: float = 300.0) -> Verdict:
+        """Restart without failpoints, let producers finish, load everything, stop cleanly, verify."""
+        if self.failures:
+            self.producers.abandon()
+            return self.verify({})
+        backlog = wal_records(self.data / "wal")
+        self.server.start("")
+        began = time.monotonic()
+        try:
+            self.server.wait_ready(timeout)
+        except TimeoutError as exc:
+            self.failures.append(f"final start: {exc}")
+        if not self.server.alive:
+            self.failures.append(f"final start: exited with {self.server.returncode}:\n{self.server.log_tail()}")
+        if self.failures:
+            self.producers.abandon()
+            return self.verify({})
+        self.final_backlog, self.final_ready_after = backlog, time.monotonic() - began
+        self.log(f"final start: ready after {self.final_ready_after:.1f} s, backlog {backlog} records")
+        if not self.producers.stop(timeout):
+            self.failures.append("producers could not get their last requests answered")
+        status: dict[str, dict[str, Any]] = {}
+        with self.server.client() as http:
+            self._reask(http)
+            last = self.last_acked_seq()
+            deadline = time.monotonic() + timeout
+            while True:
+                status = {t: http.get(f"/v1/tables/{t}").json() for t in TABLES}
+                if all(status[t]["last_loaded_sequence"] >= last.get(t, 0) for t in TABLES):
+                    break
+                if time.monotonic() > deadline:
+                    self.failures.append(f"acknowledged updates not loaded after {timeout:.0f} s: {status}")
+                    break
+                time.sleep(0.1)
+        self.server.terminate()  # uvicorn re-raises SIGTERM after its graceful shutdown
+        if CLEAN_STOP_LINE not in self.server.log_text():
+            self.failures.append(f"the last stop was not clean:\n{self.server.log_tail()}")
+        return self.verify(status)
+
+    def last_acked_seq(self) -> dict[str, int]:
+        last: dict[str, int] = {}
+        for sub in self.producers.acked():
+            for table, seq in sub.acks or ():
+                last[table] = max(last.get(table, 0), seq)
+        return last
+
+    def verify(self, status: dict[str, dict[str, Any]]) -> Verdict:
+        """Every table read back independently and compared with what was acknowledged."""
+        acked = self.producers.acked()
+        acked_keys = {s.key for s in acked}
+        owners: dict[tuple[str, int], set[str]] = {}
+        for sub in acked:
+            for table, seq in sub.acks or ():
+                owners.setdefault((table, seq), set()).add(sub.key)
+        last = self.last_acked_seq()
+        checks = []
+        for table in TABLES:
+            expected = Counter(i for s in acked for p in s.parts if p.table == table for i in p.ids)
+            unacked = Counter(
+                i
+                for s in self.producers.submissions
+                if s.key not in acked_keys
+                for p in s.parts
+                if p.table == table
+                for i in p.ids
+            )
+            path = self.data / "warehouse" / table
+            loaded: Counter[int] = Counter()
+            txn: int | None = None
+            duck: int | None = None
+            if (path / "_delta_log").is_dir():
+                loaded = Counter(read_delta(path).column("id").to_pylist())
+                txn = DeltaTable(str(path)).transaction_version(app_id(table))
+                duck = duckdb_rows(path)
+            checks.append(
+                TableCheck(
+                    table=table,
+                    acked_updates=sum(1 for s in acked for p in s.parts if p.table == table),
+                    acked_rows=sum(expected.values()),
+                    loaded_rows=sum(loaded.values()),
+                    lost=sum(max(0, n - loaded[i]) for i, n in expected.items()),
+                    duplicated=sum(max(0, n - expected[i]) for i, n in loaded.items() if i in expected),
+                    phantom=sum(n for i, n in loaded.items() if i not in expected and i not in unacked),
+                    unacked_loaded=sum(n for i, n in loaded.items() if i in unacked and i not in expected),
+                    txn_version=txn,
+                    last_acked_seq=last.get(table, 0),
+                    last_sequence=status.get(table, {}).get("last_sequence"),
+                    staging_dirs=len(list(path.glob(f"{STAGING_PREFIX}*"))) if path.is_dir() else 0,
+                    duckdb_rows=duck,
+                )
+            )
+        logs = sorted(self.workdir.glob("server-*.log"))
+        return Verdict(
+            tables=checks,
+            lives=list(self.lives),
+            acked_requests=len(acked),
+            sequence_reused=sum(1 for keys in owners.values() if len(keys) > 1),
+            producer=self.producers.stats,
+            reasked=self.reasked,
+            reask_mismatches=list(self.reask_mismatches),
+            restarts_met_spill_files=sum(SPILL_RESET_LINE in p.read_text(errors="replace") for p in logs),
+            failures=list(self.failures),
+            final_backlog_records=self.final_backlog,
+            final_ready_after=self.final_ready_after,
+            seconds=time.monotonic() - self.started,
+        )
+
+
+# -- the verdict ------------------------------------------------------------------------------
+def duckdb_rows(path: Path) -> int | None:
+    """Rows DuckDB reads from the Parquet files the Delta log lists (a second reader)."""
+    try:
+        import duckdb
+    except ImportError:
+        return None
+    uris = DeltaTable(str(path)).file_uris()
+    if not uris:
+        return 0
+    con = duckdb.connect()
+    try:
+        return int(con.execute("SELECT count(*) FROM read_parquet(?)", [uris]).fetchone()[0])
+    finally:
+        con.close()
+
+
+@dataclass
+class TableCheck:
+    table: str
+    acked_updates: int
+    acked_rows: int
+    loaded_rows: int
+    #: Acknowledged rows missing from the table (counted with multiplicity).
+    lost: int
+    #: Extra copies of acknowledged rows.
+    duplicated: int
+    #: Rows no producer ever sent.
+    phantom: int
+    #: Rows of requests that never got a 202 (allowed: durable before the kill; cannot
+    #: happen here since every request is retried until answered).
+    unacked_loaded: int
+    txn_version: int | None
+    last_acked_seq: int
+    last_sequence: int | None
+    staging_dirs: int
+    duckdb_rows: int | None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.lost == self.duplicated == self.phantom == self.unacked_loaded == self.staging_dirs == 0
+            and self.txn_version == self.last_acked_seq
+            and self.last_sequence in (None, self.last_acked_seq)
+            and self.duckdb_rows in (None, self.loaded_rows)
+        )
+
+
+@dataclass
+class Verdict:
+    tables: list[TableCheck]
+    lives: list[Life]
+    acked_requests: int
+    sequence_reused: int
+    producer: ProducerStats
+    reasked: int
+    reask_mismatches: list[str]
+    restarts_met_spill_files: int
+    failures: list[str]
+    final_backlog_records: int
+    final_ready_after: float | None
+    seconds: float
+
+    @property
+    def kills(self) -> int:
+        return len(self.lives)
+
+    @property
+    def acked_updates(self) -> int:
+        return sum(t.acked_updates for t in self.tables)
+
+    @property
+    def acked_rows(self) -> int:
+        return sum(t.acked_rows for t in self.tables)
+
+    @property
+    def lost(self) -> int:
+        return sum(t.lost for t in self.tables)
+
+    @property
+    def duplicated(self) -> int:
+        return sum(t.duplicated for t in self.tables)
+
+    def hits(self) -> Counter[str]:
+        return Counter(life.hit for life in self.lives)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.failures
+            and all(t.ok for t in self.tables)
+            and self.sequence_reused == 0
+            and not self.reask_mismatches
+            and not self.producer.refused
+            and self.producer.server_errors == 0
+        )
+
+    def problems(self) -> list[str]:
+        """Everything that is wrong, in words (empty when ``ok``)."""
+        out = list(self.failures)
+        for t in self.tables:
+            if not t.ok:
+                out.append(f"table {t.table}: {t}")
+        if self.sequence_reused:
+            out.append(f"{self.sequence_reused} sequence numbers acknowledged to two requests")
+        out += [f"re-sent request answered differently: {m}" for m in self.reask_mismatches]
+        out += [f"request refused: {m}" for m in self.producer.refused]
+        if self.producer.server_errors:
+            out.append(f"{self.producer.server_errors} answers were 5xx other than 503")
+        return out

@@ -1,0 +1,126 @@
+"""Hostile and malformed requests: the exact status, a clear error, and nothing changed.
+
+The case table lives in tests/hostile_cases.py (shared with benchmarks/hostile_input.py,
+which writes the RELIABILITY.md section). Each case runs against a fresh Spark-free
+service; "nothing changed" covers sequence counters, pending updates, Delta log versions,
+the WAL, the Idempotency-Key store, the landing directory, a directory outside it and
+the service's owned copies. The tests after the table check the detector itself (an
+accepted update is seen as a change) and what the service accepts on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loader.errors import BadRequest, Invalid
+from loader.landing import accept_files
+from loader.schema import TableSchema
+from tests.hostile_cases import CASES, ORD, case_ids
+from tests.hostile_runner import Case, Env, differences, run_case, snapshot
+from tests.service_harness import Harness
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_ids())
+def test_hostile_request_is_refused_clearly_and_changes_nothing(case: Case, tmp_path: Path) -> None:
+    outcome = run_case(case, tmp_path / "run")
+    assert outcome.passed, f"{case.id}: " + "; ".join(outcome.problems) + f" (message: {outcome.message!r})"
+
+
+def test_the_detector_sees_an_accepted_update(tmp_path: Path) -> None:
+    """A good request through the same runner is seen as a change: the table is not blind."""
+    good = Case("control", "good rows", 422, None, None, json={"rows": [{"order_id": 9, "country": "DE"}]})
+    outcome = run_case(good, tmp_path / "run")
+    assert outcome.status == 202
+    assert any("table orders: last_sequence" in change for change in outcome.changes), outcome.changes
+    assert any("WAL records" in change for change in outcome.changes), outcome.changes
+
+
+def test_an_accepted_file_is_copied_and_the_landing_file_stays(tmp_path: Path) -> None:
+    good = Case("control", "good file", 202, None, None, json={"files": ["good.parquet"]})
+    outcome = run_case(good, tmp_path / "run")
+    assert outcome.status == 202
+    assert not any(change.startswith("landing files") for change in outcome.changes), outcome.changes
+    assert not any(change.startswith("owned files") for change in outcome.changes), outcome.changes  # loaded, removed
+    assert any("table orders: Delta log version" in change for change in outcome.changes), outcome.changes
+
+
+def test_nul_in_a_plain_string_value_is_data(harness: Harness) -> None:
+    """NUL is a valid character in a non-partition string (Parquet and Delta store it)."""
+    r = harness.post("/v1/tables/clicks/updates", json={"rows": [{"url": "/a\x00b", "n": 1}]})
+    assert r.status_code == 202, r.text
+    harness.wait_loaded("clicks", 1)
+    assert [row["url"] for row in harness.rows("clicks")] == ["/a\x00b"]
+
+
+def test_a_refused_key_can_be_used_for_the_corrected_request(harness: Harness) -> None:
+    """A refused request does not consume its Idempotency-Key."""
+    headers = {"Idempotency-Key": "retry-after-fix-1"}
+    bad = harness.post(ORD, json={"rows": [{"order_id": "x"}]}, headers=dict(headers))
+    assert bad.status_code == 422
+    good = harness.post(ORD, json={"rows": [{"order_id": 1}]}, headers=dict(headers))
+    assert good.status_code == 202 and "Idempotent-Replayed" not in good.headers
+
+
+def _orders_schema() -> TableSchema:
+    return TableSchema.model_validate(
+        {"columns": [{"name": "order_id", "type": "int64", "nullable": False}, {"name": "country", "type": "string"}]}
+    )
+
+
+def test_what_is_checked_is_what_is_loaded(tmp_path: Path) -> None:
+    """The owned copy is taken from the descriptor that was opened, then checked: rewriting
+    the landing file afterwards changes nothing, and a refused copy is removed."""
+    landing, owned = tmp_path / "landing", tmp_path / "owned"
+    landing.mkdir()
+    pq.write_table(pa.table({"order_id": pa.array([1], pa.int64()), "country": ["DE"]}), landing / "a.parquet")
+    (ref,) = accept_files(["a.parquet"], landing, owned, _orders_schema(), "orders")
+    (landing / "a.parquet").write_bytes(b"rewritten by the producer")
+    assert pq.read_table(ref.path).column("order_id").to_pylist() == [1]
+    pq.write_table(pa.table({"order_id": pa.array([2], pa.int64())}), landing / "c.parquet")
+    pq.write_table(pa.table({"order_id": pa.array([None], pa.int64())}), landing / "b.parquet")
+    with pytest.raises(Invalid, match="null values"):
+        accept_files(["c.parquet", "b.parquet"], landing, owned, _orders_schema(), "orders")
+    assert sorted(p.name for p in owned.iterdir()) == [Path(ref.path).name]
+
+
+def test_a_symlink_swapped_in_after_a_check_is_not_followed(tmp_path: Path) -> None:
+    """The race the old resolve-then-open code lost: a directory replaced by a link to
+    elsewhere between the check and the open. Components are opened with O_NOFOLLOW."""
+    landing, outside = tmp_path / "landing", tmp_path / "outside"
+    (landing / "feed").mkdir(parents=True)
+    outside.mkdir()
+    pq.write_table(pa.table({"order_id": pa.array([7], pa.int64())}), outside / "x.parquet")
+    os.rmdir(landing / "feed")
+    os.symlink(outside, landing / "feed")  # what a swap leaves behind
+    with pytest.raises(BadRequest, match="symbolic link"):
+        accept_files(["feed/x.parquet"], landing, tmp_path / "owned", _orders_schema(), "orders")
+    assert not (tmp_path / "owned").exists() or not any((tmp_path / "owned").iterdir())
+
+
+def test_a_fifo_does_not_block_intake(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    os.mkfifo(landing / "p.parquet")
+    done = threading.Event()
+
+    def attempt() -> None:
+        with pytest.raises(BadRequest, match="pipe"):
+            accept_files(["p.parquet"], landing, tmp_path / "owned", _orders_schema(), "orders")
+        done.set()
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert done.is_set(), "opening a FIFO in the landing directory blocked"
+
+
+def test_snapshot_compares_equal_when_nothing_happens(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as h:
+        env = Env(h, h.settings.landing_path, tmp_path / "outside")
+        assert differences(snapshot(env), snapshot(env)) == []
