@@ -137,6 +137,7 @@ class Authenticator:
     def require_read(principal: Principal, table: str) -> None:
         if not principal.may_read(table):
             raise Forbidden(
-                f"token {principal.name!r} may not see table {table!r}; it is limited to {sorted(principal.tables or ())}",
+                f"token {principal.name!r} may not see table {table!r}; "
+                f"it is limited to {sorted(principal.tables or ())}",
                 table=table,
             )

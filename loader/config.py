@@ -176,6 +176,8 @@ class Settings(BaseSettings):
     durability: Durability = Durability.fsync
     wal_segment_bytes: int = Field(default=64 << 20, ge=1 << 16)
     max_body_bytes: int = Field(default=16 << 20, ge=1024)
+    #: Largest file a {"files": [...]} update may name (refused with 413 above it, before copying).
+    max_landing_file_bytes: int = Field(default=16 << 30, ge=1)
     #: Updates whose data_until lies further than this in the future are refused.
     max_clock_skew_seconds: float = Field(default=5.0, ge=0)
 

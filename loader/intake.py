@@ -57,8 +57,12 @@ def _no_constant(name: str) -> Any:
 
 #: Python's parser also takes NaN, Infinity and -Infinity, which JSON (RFC 8259) has not.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
-#: A \uD800-\uDFFF escape: either half of a surrogate pair (fine) or a lone one (not Unicode).
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse: a lone
+#: surrogate (not Unicode). Paired escapes (how ASCII-only encoders write emoji) do not match,
+#: so only suspicious documents pay for the walk in ``_lone_surrogate`` (which decides).
+_HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
+_LOW = rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_SURROGATE_ESCAPE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
 
 
 def _lone_surrogate(document: Any) -> str | None:

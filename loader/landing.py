@@ -26,10 +26,15 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from loader.errors import BadRequest, Invalid
+from loader.durable_files import fsync_directory
+from loader.errors import BadRequest, Invalid, TooLarge, Unavailable
+from loader.quarantine import ENVIRONMENTAL_ERRNOS
 from loader.rows import check_partition_values, quote
 from loader.schema import TableSchema
 from loader.updates import FileFormat, FileRef
+
+#: Largest landing file taken by default (``max_landing_file_bytes`` in the configuration).
+DEFAULT_MAX_FILE_BYTES = 16 << 30
 
 #: Rows per chunk when a landing file is checked (bounded memory whatever the file's size).
 CHUNK_ROWS = 65_536
@@ -195,24 +200,27 @@ def _is_link(name: str, directory: int) -> bool:
         return False
 
 
-def _copy(source: int, target: int) -> int:
-    """All of ``source`` into ``target`` in the kernel (sendfile), bytes copied."""
+def _copy(source: int, target: int, limit: int) -> int:
+    """The first ``limit`` bytes of ``source`` into ``target`` in the kernel (sendfile), bytes
+    copied. ``limit`` is the size seen when the file was opened: a producer still appending
+    cannot grow the copy past what was measured against the size cap."""
     offset = 0
-    while True:
+    while offset < limit:
         try:
-            sent = os.sendfile(target, source, offset, 1 << 30)
+            sent = os.sendfile(target, source, offset, min(limit - offset, 1 << 30))
         except OSError as exc:
             if exc.errno not in (errno.EINVAL, errno.ENOSYS) or offset:
                 raise
-            return _copy_by_reads(source, target)
+            return _copy_by_reads(source, target, limit)
         if sent == 0:
-            return offset
+            break
         offset += sent
+    return offset
 
 
-def _copy_by_reads(source: int, target: int) -> int:
+def _copy_by_reads(source: int, target: int, limit: int) -> int:
     total = 0
-    while chunk := os.read(source, 1 << 20):
+    while total < limit and (chunk := os.read(source, min(1 << 20, limit - total))):
         view = memoryview(chunk)
         while view:
             view = view[os.write(target, view) :]
@@ -238,12 +246,15 @@ def accept_files(
     schema: TableSchema,
     table: str,
     seen: set[tuple[int, int, str]] | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> tuple[FileRef, ...]:
     """Copy every named file into ``owned`` and check the copies: all accepted, or none
     kept (BadRequest/Invalid, and every copy made here removed).
 
     ``seen`` holds (device, inode, table) of files already named in the same request:
-    a file named twice for one table would be loaded twice, so it is refused.
+    a file named twice for one table would be loaded twice, so it is refused. A file above
+    ``max_file_bytes`` is refused (413) before anything is copied; a full or read-only
+    service disk is Unavailable (503: retry later), any other copy failure a BadRequest.
     """
     if not specs:
         raise Invalid(f"update for table {table!r} names no files; name at least one", table=table)
@@ -251,7 +262,10 @@ def accept_files(
     root = _Landing(landing)
     named = [_spec(spec) for spec in specs]
     formats = [_format_of(PurePosixPath(*root.relative_parts(raw)), declared) for raw, declared in named]
-    owned.mkdir(parents=True, exist_ok=True)
+    try:
+        owned.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _storage_refusal(exc, owned) from None
     copies: list[Path] = []
     refs: list[FileRef] = []
     arrow = schema.arrow()
@@ -268,23 +282,25 @@ def accept_files(
                         table=table,
                     )
                 seen.add(identity)
-                target = owned / f"{uuid.uuid4().hex}-{os.path.basename(raw)[-100:]}"
-                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                if info.st_size > max_file_bytes:
+                    raise TooLarge(
+                        f"file {quote(raw)} is {info.st_size} bytes, above the limit of {max_file_bytes} bytes "
+                        "(max_landing_file_bytes); split it into several files or raise the limit",
+                        table=table,
+                    )
+                # The copy's name is the service's own: the producer's name may be long or
+                # non-ASCII enough to exceed the filesystem's limit once prefixed.
+                target = owned / f"{uuid.uuid4().hex}{_suffix(raw)}"
                 copies.append(target)
-                try:
-                    size = _copy(fd, out)
-                    os.fsync(out)
-                finally:
-                    os.close(out)
+                size = _copy_into(fd, target, info.st_size, raw, owned)
             finally:
                 os.close(fd)
             _check_copy(target, fmt, schema, arrow, raw, table)
             refs.append(FileRef(path=str(target), format=fmt, size=size))
-        directory = os.open(owned, os.O_RDONLY)
         try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+            fsync_directory(owned)
+        except OSError as exc:
+            raise _storage_refusal(exc, owned) from None
     except BaseException:
         for copy in copies:
             try:
@@ -293,6 +309,41 @@ def accept_files(
                 pass
         raise
     return tuple(refs)
+
+
+def _suffix(raw: str) -> str:
+    """The file's extension (kept for operators reading the directory), if short and plain."""
+    suffix = PurePosixPath(raw).suffix
+    return suffix if len(suffix) <= 16 and suffix[1:].isascii() and suffix[1:].isalnum() else ""
+
+
+def _copy_into(fd: int, target: Path, size: int, raw: str, owned: Path) -> int:
+    """``size`` bytes of ``fd`` into a new, fsynced ``target``."""
+    try:
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise _storage_refusal(exc, owned) from None
+    try:
+        copied = _copy(fd, out, size)
+        os.fsync(out)
+    except OSError as exc:
+        if exc.errno in ENVIRONMENTAL_ERRNOS:
+            raise _storage_refusal(exc, owned) from None
+        raise BadRequest(
+            f"file {quote(raw)} could not be copied: {os.strerror(exc.errno or 0)}; check it and send the update again"
+        ) from None
+    finally:
+        os.close(out)
+    return copied
+
+
+def _storage_refusal(exc: OSError, owned: Path) -> Unavailable:
+    """The service's own file storage failed: not the producer's fault, so retry later."""
+    return Unavailable(
+        f"the service cannot store landing files in {owned}: {os.strerror(exc.errno or 0)}; nothing was accepted, "
+        "retry later (operators: free space or fix the disk)",
+        retry_after=5.0,
+    )
 
 
 def _check_copy(path: Path, fmt: FileFormat, schema: TableSchema, arrow: pa.Schema, raw: str, table: str) -> None:

@@ -417,6 +417,7 @@ class LoaderService:
                         entry.schema,
                         item.table,
                         seen,
+                        self.settings.max_landing_file_bytes,
                     )
                     taken.extend(f.path for f in item.files)
         except BaseException:
@@ -494,9 +495,7 @@ class LoaderService:
         failpoints.hit("intake.after-wal")
         return acks
 
-    def _appended(
-        self, updates: list[Update], tables: set[str], done: asyncio.Future[None], admitted: int = 0
-    ) -> None:
+    def _appended(self, updates: list[Update], tables: set[str], done: asyncio.Future[None], admitted: int = 0) -> None:
         """After the WAL append: queue the updates for loading, or leave gaps if it failed."""
         failed = done.cancelled() or done.exception() is not None
         try:
@@ -520,7 +519,9 @@ class LoaderService:
             found["wal"] = self.wal_fault
         spill_error = self.dispatcher.pending.spill_error if self.dispatcher is not None else None
         if spill_error is not None:
-            found["spill"] = f"spilling pending updates to disk failed ({spill_error}); intake refuses once memory is full"
+            found["spill"] = (
+                f"spilling pending updates to disk failed ({spill_error}); intake refuses once memory is full"
+            )
         return found
 
     async def heal_faults(self) -> None:
@@ -556,7 +557,9 @@ class LoaderService:
             if slot.response is not None:
                 return slot.response, True
             response = _acks_body(
-                await self.submit(valid_thunk(), idempotency_key=key, request_hash=request_hash, owned_files=owned_files)
+                await self.submit(
+                    valid_thunk(), idempotency_key=key, request_hash=request_hash, owned_files=owned_files
+                )
             )
             slot.complete(response)
             return response, False
@@ -633,7 +636,12 @@ class LoaderService:
         for entry in self.quarantine.active():
             if self.idempotency.get(entry.requeue_key) is not None:
                 await asyncio.to_thread(self.quarantine.resolve, entry, "retried")
-                log.info("quarantined %s updates %d..%d were retried before a restart", entry.table, entry.first_seq, entry.last_seq)
+                log.info(
+                    "quarantined %s updates %d..%d were retried before a restart",
+                    entry.table,
+                    entry.first_seq,
+                    entry.last_seq,
+                )
         for table in self.catalog.entries:
             self._count_quarantined(table)
 
@@ -665,8 +673,13 @@ class LoaderService:
                 response, replayed = await self.submit_once(
                     entry.requeue_key, entry.requeue_key, lambda: valid, owned_files=True
                 )
-            except (WalWriteFailed, asyncio.CancelledError):
-                raise  # the records may be in the WAL after all: their links must stay
+            except WalWriteFailed:
+                # A crash before heal() may still replay the records: their links stay until
+                # the failed group is rolled back for certain (then heal_faults removes them).
+                self._refused_copies.extend(links)
+                raise
+            except asyncio.CancelledError:
+                raise  # the shielded append goes on, and its records need the links
             except BaseException:
                 await asyncio.to_thread(_remove_files, links)
                 raise
@@ -675,10 +688,18 @@ class LoaderService:
             try:
                 await asyncio.to_thread(self.quarantine.resolve, entry, "retried")
             except OSError as exc:  # the updates are in the WAL: a second retry is answered from the key
-                log.error("quarantined %s updates %d..%d were submitted again but stay listed: %s", table, first_seq, entry.last_seq, exc)
+                log.error(
+                    "quarantined %s updates %d..%d were submitted again but stay listed: %s",
+                    table,
+                    first_seq,
+                    entry.last_seq,
+                    exc,
+                )
             self.metrics.quarantine_resolved.labels(table, "retried").inc(len(entry.updates))
             self._count_quarantined(table)
-            log.warning("quarantined %s updates %d..%d submitted again by an operator", table, entry.first_seq, entry.last_seq)
+            log.warning(
+                "quarantined %s updates %d..%d submitted again by an operator", table, entry.first_seq, entry.last_seq
+            )
             return response
 
     def _requeue_payload(self, entry: QuarantineEntry, schema: Any) -> tuple[list[ValidUpdate], list[str]]:
@@ -698,7 +719,9 @@ class LoaderService:
                     links.append(str(new))
                     files.append(type(ref)(str(new), ref.format, ref.size))
                 valid.append(
-                    ValidUpdate(entry.table, None, rows=rows.cast(schema) if rows is not None else None, files=tuple(files))
+                    ValidUpdate(
+                        entry.table, None, rows=rows.cast(schema) if rows is not None else None, files=tuple(files)
+                    )
                 )
         except BaseException:
             _remove_files(links)

@@ -8,7 +8,7 @@ as the test machines and CI run; skipped otherwise). A read-only spill directory
 ``remount,ro``; the WAL keeps its segment open for writing, which Linux refuses to remount
 read-only (EBUSY), so its read-only case injects EROFS into the WAL's writes instead.
 
-Each scenario returns its figures; ``benchmarks/disk_faults.py`` runs the same scenarios
+Each scenario returns its figures; ``benchmarks/fault_trials.py`` runs the same scenarios
 and writes them into RELIABILITY.md.
 """
 
@@ -213,3 +213,35 @@ def test_a_read_only_wal_closes_intake_and_it_reopens_when_writable(
 @pytest.mark.parametrize("kind", ["full", "read-only"])
 def test_a_failing_spill_disk_refuses_intake_once_memory_is_full_and_recovers(tmp_path: Path, kind: str) -> None:
     spill_fault(tmp_path, kind)
+
+
+def test_copies_of_landing_files_refused_by_a_failing_wal_are_removed_once_it_is_healed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding: the service's copy of a landing file whose update the WAL refused
+    stayed forever. It must outlive the fault (a crash before the heal may replay the
+    record naming it), then go."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with Harness(tmp_path / "data") as h:
+        landing = h.settings.landing_path
+        landing.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"url": ["/x"], "n": pa.array([1], pa.int32())}), landing / "c.parquet")
+        owned = h.service.owned_files_dir / "clicks"
+
+        def broken(*args: object) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(wal_module, "_write_all", broken)
+        monkeypatch.setattr(wal_module.os, "ftruncate", broken)
+        r = h.post("/v1/tables/clicks/updates", json={"files": ["c.parquet"]})
+        assert r.status_code == 503, r.text
+        assert len(list(owned.iterdir())) == 1
+        monkeypatch.undo()
+        wait_ready(h)
+        h.wait(lambda: list(owned.iterdir()) == [])
+        r = h.post("/v1/tables/clicks/updates", json={"files": ["c.parquet"]})
+        assert r.status_code == 202, r.text
+        h.wait_loaded("clicks", r.json()["updates"][0]["sequence"])
+        assert [row["url"] for row in h.rows("clicks")] == ["/x"]

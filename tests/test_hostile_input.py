@@ -10,6 +10,8 @@ accepted update is seen as a change) and what the service accepts on purpose.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import threading
 from pathlib import Path
@@ -18,7 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader.errors import BadRequest, Invalid
+from loader import landing as landing_module
+from loader.errors import BadRequest, Invalid, TooLarge, Unavailable
+from loader.intake import _SURROGATE_ESCAPE
 from loader.landing import accept_files
 from loader.schema import TableSchema
 from tests.hostile_cases import CASES, ORD, case_ids
@@ -124,3 +128,90 @@ def test_snapshot_compares_equal_when_nothing_happens(tmp_path: Path) -> None:
     with Harness(tmp_path / "data") as h:
         env = Env(h, h.settings.landing_path, tmp_path / "outside")
         assert differences(snapshot(env), snapshot(env)) == []
+
+
+def _one_order_file(landing: Path, name: str) -> None:
+    landing.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"order_id": pa.array([1], pa.int64()), "country": ["DE"]}), landing / name)
+
+
+def test_a_long_non_ascii_file_name_is_taken(tmp_path: Path) -> None:
+    """The copy is named by the service: a 248-byte name of 3-byte characters once made the
+    copy's name exceed the file system's 255-byte limit (an unhandled error, 500)."""
+    landing, owned = tmp_path / "landing", tmp_path / "owned"
+    name = "日" * 80 + ".parquet"
+    _one_order_file(landing, name)
+    (ref,) = accept_files([name], landing, owned, _orders_schema(), "orders")
+    assert Path(ref.path).parent == owned and ref.path.endswith(".parquet")
+    assert pq.read_table(ref.path).column("order_id").to_pylist() == [1]
+
+
+def test_a_file_above_the_size_limit_is_refused_before_copying(tmp_path: Path) -> None:
+    landing, owned = tmp_path / "landing", tmp_path / "owned"
+    _one_order_file(landing, "a.parquet")
+    with pytest.raises(TooLarge, match="max_landing_file_bytes"):
+        accept_files(["a.parquet"], landing, owned, _orders_schema(), "orders", max_file_bytes=100)
+    assert list(owned.iterdir()) == []
+
+
+def test_a_file_growing_while_copied_is_copied_as_measured(tmp_path: Path) -> None:
+    """The size checked against the limit is the size copied: appending later changes nothing."""
+    from loader.landing import _copy
+
+    source, target = tmp_path / "src", tmp_path / "dst"
+    source.write_bytes(b"x" * 1000)
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        with open(source, "ab") as grow:
+            grow.write(b"y" * 1000)
+            grow.flush()
+        assert _copy(src.fileno(), dst.fileno(), 1000) == 1000
+    assert target.read_bytes() == b"x" * 1000
+
+
+@pytest.mark.parametrize(
+    ("err", "expected"), [(errno.ENOSPC, Unavailable), (errno.EROFS, Unavailable), (errno.EIO, BadRequest)]
+)
+def test_a_failing_copy_is_refused_clearly_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int, expected: type
+) -> None:
+    """The service's own disk full or read-only: 503 (retry later); a landing file that cannot
+    be read: 400. Either way no copy is kept (a raw OSError was a 500)."""
+    landing, owned = tmp_path / "landing", tmp_path / "owned"
+    _one_order_file(landing, "a.parquet")
+    _one_order_file(landing, "b.parquet")
+    real = landing_module._copy
+    calls = []
+
+    def failing(source: int, target: int, limit: int) -> int:
+        calls.append(limit)
+        if len(calls) == 2:
+            raise OSError(err, os.strerror(err))
+        return real(source, target, limit)
+
+    monkeypatch.setattr(landing_module, "_copy", failing)
+    with pytest.raises(expected) as refused:
+        accept_files(["a.parquet", "b.parquet"], landing, owned, _orders_schema(), "orders")
+    assert os.strerror(err) in refused.value.message
+    assert list(owned.iterdir()) == []
+
+
+def test_a_full_owned_files_disk_answers_503_with_retry_after(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _one_order_file(harness.settings.landing_path, "full.parquet")
+
+    def full(source: int, target: int, limit: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(landing_module, "_copy", full)
+    r = harness.post(ORD, json={"files": ["full.parquet"]})
+    assert r.status_code == 503 and "Retry-After" in r.headers, r.text
+    assert "No space left on device" in r.json()["message"]
+    assert harness.status("orders")["last_sequence"] == 0
+
+
+def test_only_unpaired_surrogate_escapes_trigger_the_check() -> None:
+    """Escaped pairs (an ASCII-only encoder's emoji) are plain text: no walk of the document."""
+    assert _SURROGATE_ESCAPE.search(json.dumps({"u": "a😀b" * 100}).encode()) is None
+    for lone in (rb'"\ud83d"', rb'"\uDE00"', rb'"\ud83d\ud83d\ude00"', rb'"\ude00\ud83d"'):
+        assert _SURROGATE_ESCAPE.search(lone) is not None, lone

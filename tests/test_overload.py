@@ -106,6 +106,35 @@ def test_an_admitted_request_refused_later_releases_its_reservation(tmp_path: Pa
     assert _run(scenario()) == 0
 
 
+def test_a_failure_while_queueing_an_appended_update_still_releases_its_reservation(tmp_path: Path) -> None:
+    """Review finding: ``_appended`` released the admission only on its happy path, so an
+    error while queueing left bytes reserved for good and intake refused more and more."""
+
+    async def scenario() -> int:
+        settings = make_settings(tmp_path / "data")
+        service = LoaderService(settings)
+        await service.start(load=False)
+        try:
+            assert service.dispatcher is not None
+            drain = service._drain
+            failures: list[str] = []
+
+            def failing(table: str) -> None:
+                failures.append(table)
+                raise RuntimeError("injected")
+
+            service._drain = failing  # type: ignore[method-assign]
+            await service.submit(service.validate([UpdateRequest("clicks", rows(0), None, None)]))
+            await asyncio.sleep(0)  # the append's done-callback has run
+            service._drain = drain  # type: ignore[method-assign]
+            assert failures == ["clicks"]
+            return service.dispatcher.pending.admitted
+        finally:
+            await service.stop()
+
+    assert _run(scenario()) == 0
+
+
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -158,7 +187,9 @@ def test_a_request_cancelled_while_its_files_are_taken_leaves_no_copy(tmp_path: 
         service = LoaderService(settings)
         await service.start(load=False)
         try:
-            pq.write_table(pa.table({"url": ["/a"], "n": pa.array([1], pa.int32())}), settings.landing_path / "f.parquet")
+            pq.write_table(
+                pa.table({"url": ["/a"], "n": pa.array([1], pa.int32())}), settings.landing_path / "f.parquet"
+            )
             gate, entered, copied = threading.Event(), threading.Event(), threading.Event()
             take = service._take_files
 

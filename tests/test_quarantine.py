@@ -12,8 +12,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from loader import quarantine as quarantine_module
+from loader import wal as wal_module
 from loader.schema import TableSchema
 from loader.updates import Batch, LoadResult
 from tests.fakes import ArrowSink
@@ -30,6 +34,7 @@ class PoisonSink(ArrowSink):
     def __init__(self, warehouse: Path) -> None:
         super().__init__(warehouse)
         self.poison = True
+        self.poison_files = False  # also fail every batch naming landing files
         self.disk_full = threading.Event()
         self.attempts = 0
 
@@ -37,6 +42,8 @@ class PoisonSink(ArrowSink):
         self.attempts += 1
         if self.disk_full.is_set():
             raise OSError(errno.ENOSPC, "No space left on device")
+        if self.poison_files and any(u.files for u in batch.updates):
+            raise ValueError("cannot read the landing file")
         if self.poison and batch.table == "orders":
             ids = [r["order_id"] for t in batch.row_tables for r in t.to_pylist()]
             if any(i < 0 for i in ids):
@@ -211,3 +218,91 @@ def harness_default(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def _raise_oserror(*args: object) -> None:
     raise OSError(errno.EIO, "injected: cannot note the retry")
+
+
+def owned_copies(h: Harness) -> list[str]:
+    where = h.service.owned_files_dir / "orders"
+    return sorted(p.name for p in where.iterdir()) if where.exists() else []
+
+
+def test_a_retry_whose_wal_write_fails_stays_listed_and_keeps_its_files_until_healed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding: the retry's new links to the landing files were deleted although a
+    crash before the WAL was healed could still replay the records naming them."""
+    with harness(tmp_path / "data") as h:
+        landing = h.settings.landing_path
+        landing.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"order_id": pa.array([11, 12], pa.int64())}), landing / "o.parquet")
+        h.sink.poison_files = True
+        submit_files = h.post("/v1/tables/orders/updates", json={"files": ["o.parquet"]})
+        assert submit_files.status_code == 202, submit_files.text
+        poison = submit_files.json()["updates"][0]["sequence"]
+        h.wait(lambda: len(quarantined(h)) == 1)
+        original = owned_copies(h)
+        assert len(original) == 1
+        h.sink.poison_files = False
+
+        def broken(*args: object) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(wal_module, "_write_all", broken)
+        monkeypatch.setattr(wal_module.os, "ftruncate", broken)
+        r = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
+        assert r.status_code == 503 and "Retry-After" in r.headers, r.text
+        assert len(quarantined(h)) == 1, "a retry that did not reach the WAL leaves the batch quarantined"
+        assert len(owned_copies(h)) == 2, "the link a replay could need must stay until the log is healed"
+        monkeypatch.undo()
+        h.wait(lambda: h.get("/readyz").status_code == 200)
+        h.wait(lambda: owned_copies(h) == original)  # the rolled-back retry's link is removed
+        r = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
+        assert r.status_code == 202, r.text
+        h.wait_loaded("orders", r.json()["updates"][0]["sequence"])
+        assert order_ids(h) == [11, 12] and quarantined(h) == []
+
+
+def test_an_unreadable_quarantined_batch_answers_409_and_stays_listed(tmp_path: Path) -> None:
+    with harness(tmp_path / "data") as h:
+        poison = submit(h, "orders", [order(-4)])
+        h.wait(lambda: len(quarantined(h)) == 1)
+        h.sink.poison = False
+        for rows_file in (h.service.quarantine.directory / "orders").rglob("*.parquet"):
+            rows_file.write_bytes(b"not parquet")
+        r = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
+        assert r.status_code == 409 and "cannot be read back" in r.json()["message"], r.text
+        assert len(quarantined(h)) == 1 and order_ids(h) == []
+        assert (
+            h.client.delete(
+                f"/v1/admin/quarantine/orders/{poison}", headers={"Authorization": f"Bearer {OPERATOR}"}
+            ).status_code
+            == 200
+        )
+
+
+def test_a_failed_add_leaves_no_half_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: an entry directory left by a failed ``add`` came back as quarantined
+    after a restart, although its batch went back to the queue and loaded."""
+    with harness(tmp_path / "data") as h:
+        store = h.service.quarantine
+        monkeypatch.setattr(quarantine_module, "write_atomic", _raise_oserror)
+        submit(h, "orders", [order(-6)])
+        h.wait(lambda: h.sink.attempts >= 4)  # quarantining failed at least once
+        assert store.active() == [] and not any((store.directory / "orders").glob("*"))
+        monkeypatch.undo()
+        h.wait(lambda: len(quarantined(h)) == 1)
+    with harness(tmp_path / "data") as h:
+        assert len(quarantined(h)) == 1
+
+
+def test_a_resolve_that_cannot_be_saved_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with harness(tmp_path / "data") as h:
+        poison = submit(h, "orders", [order(-7)])
+        h.wait(lambda: len(quarantined(h)) == 1)
+        monkeypatch.setattr(quarantine_module, "write_atomic", _raise_oserror)
+        with pytest.raises(OSError):
+            h.service.quarantine.resolve(h.service.quarantine.get("orders", poison), "discarded")
+        [entry] = quarantined(h)
+        assert entry["resolved"] is None
+        monkeypatch.undo()
+        r = h.client.delete(f"/v1/admin/quarantine/orders/{poison}", headers={"Authorization": f"Bearer {OPERATOR}"})
+        assert r.status_code == 200 and quarantined(h) == []
