@@ -57,12 +57,41 @@ def _no_constant(name: str) -> Any:
 
 #: Python's parser also takes NaN, Infinity and -Infinity, which JSON (RFC 8259) has not.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
-#: A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse: a lone
-#: surrogate (not Unicode). Paired escapes (how ASCII-only encoders write emoji) do not match,
-#: so only suspicious documents pay for the walk in ``_lone_surrogate`` (which decides).
-_HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
-_LOW = rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-_SURROGATE_ESCAPE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
+#: Escapes that decide whether a surrogate escape is paired: an escaped backslash (so that
+#: ``\\ud800`` is read as a backslash and text, not as an escape) and a surrogate escape.
+_ESCAPE_TOKENS = re.compile(r"\\\\|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_ANY_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def has_lone_surrogate_escape(text: str) -> bool:
+    """Whether the (decoded) JSON text holds a ``\\uD800``-``\\uDBFF`` escape not directly
+    followed by a ``\\uDC00``-``\\uDFFF`` one, or the reverse: a lone surrogate, which is not Unicode.
+
+    Paired escapes (how ASCII-only encoders such as Python's ``json.dumps`` write emoji) are
+    plain text, so only documents that hold a lone one pay for ``_lone_surrogate``'s walk.
+    The scan reads escapes left to right, as the parser does, so an escaped backslash
+    before ``u`` is not mistaken for the start of an escape.
+    """
+    if _ANY_SURROGATE_ESCAPE.search(text) is None:
+        return False
+    high_end = -1  # where the last unpaired high surrogate escape ended
+    for token in _ESCAPE_TOKENS.finditer(text):
+        start, escape = token.start(), token.group()
+        if high_end >= 0 and start != high_end:
+            return True  # the high half was followed by something other than an escape
+        if escape == "\\\\":
+            if high_end >= 0:
+                return True
+            continue
+        if escape[3] in "cdefCDEF":  # a low half
+            if high_end < 0:
+                return True
+            high_end = -1
+        elif high_end >= 0:
+            return True  # two high halves in a row
+        else:
+            high_end = token.end()
+    return high_end >= 0
 
 
 def _lone_surrogate(document: Any) -> str | None:
@@ -91,7 +120,8 @@ def _loads(text: bytes, what: str) -> Any:
     """Strict JSON: UTF-8 (or UTF-16/32 with its BOM, as RFC 8259 readers accept), no NaN or
     Infinity, no unpaired surrogate escapes; BadRequest naming the problem otherwise."""
     try:
-        document = _DECODER.decode(text.decode(json.detect_encoding(text)))
+        decoded = text.decode(json.detect_encoding(text))
+        document = _DECODER.decode(decoded)
     except UnicodeDecodeError as exc:
         raise BadRequest(
             f"{what} is not valid JSON: bytes {exc.start}..{exc.end} are not valid {exc.encoding}; send UTF-8 JSON"
@@ -103,7 +133,7 @@ def _loads(text: bytes, what: str) -> Any:
         if "integer string conversion" in reason:  # Python's 4300-digit cap on int literals
             reason = "a number has more digits than any column type can hold"
         raise BadRequest(f"{what} is not valid JSON: {reason}; send UTF-8 JSON") from None
-    if _SURROGATE_ESCAPE.search(text) is not None:
+    if has_lone_surrogate_escape(decoded):
         bad = _lone_surrogate(document)
         if bad is not None:
             raise BadRequest(

@@ -5,10 +5,11 @@ without following symbolic links (each path component is opened relative to its 
 with O_NOFOLLOW, so a link swapped in between a check and the open cannot redirect it),
 copied from that open descriptor into storage the service owns (an in-kernel copy) and
 fsynced, and then the *copy* is checked: readable as its format with the table's schema,
-in bounded chunks. What was checked is therefore exactly what gets loaded, whatever the
-producer does to its file meanwhile; after the 202 it may delete, rename over or rewrite
-its landing file. "Taking" a file means this copy: the landing file itself is never
-moved, linked or changed, and a refused update leaves no copy behind.
+in bounded chunks. What was checked is therefore exactly what gets loaded; a file whose size
+or modification time changed while it was copied (still being written) is refused with 409,
+and after the 202 the producer may delete, rename over or rewrite its landing file.
+"Taking" a file means this copy: the landing file itself is never moved, linked or
+changed, and a refused update leaves no copy behind.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from loader.durable_files import fsync_directory
-from loader.errors import BadRequest, Invalid, TooLarge, Unavailable
+from loader.errors import BadRequest, Conflict, Invalid, ServiceError, TooLarge, Unavailable
 from loader.quarantine import ENVIRONMENTAL_ERRNOS
 from loader.rows import check_partition_values, quote
 from loader.schema import TableSchema
@@ -150,7 +151,15 @@ class _Landing:
         parts = self.relative_parts(raw)
         shown = quote(raw)
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-        directory = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            directory = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise BadRequest(
+                    f"file {shown} does not exist: the landing directory {self.root} itself is missing "
+                    "(operators: create it, or set landing_dir)"
+                ) from None
+            raise _busy(exc) from None
         try:
             for part in parts[:-1]:
                 try:
@@ -173,7 +182,9 @@ class _Landing:
             raise BadRequest(f"file {shown} is {kind}, not a regular file; name a regular file in {self.root}")
         return fd
 
-    def _refusal(self, exc: OSError, shown: str, link: bool) -> BadRequest:
+    def _refusal(self, exc: OSError, shown: str, link: bool) -> ServiceError:
+        if exc.errno in _BUSY_ERRNOS:
+            return _busy(exc)
         if link or exc.errno == errno.ELOOP:
             return BadRequest(
                 f"file {shown} is a symbolic link or passes through one, and links are not followed; "
@@ -189,6 +200,14 @@ class _Landing:
         if exc.errno == errno.EACCES:
             return BadRequest(f"file {shown} cannot be read by the service (permission denied); make it readable")
         return BadRequest(f"file {shown} cannot be opened: {os.strerror(exc.errno or 0)}; check it and send again")
+
+
+#: The service, not the request, is short of something: retry later.
+_BUSY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def _busy(exc: OSError) -> Unavailable:
+    return Unavailable(f"the service cannot open landing files now: {os.strerror(exc.errno or 0)}; retry shortly")
 
 
 def _is_link(name: str, directory: int) -> bool:
@@ -253,8 +272,9 @@ def accept_files(
 
     ``seen`` holds (device, inode, table) of files already named in the same request:
     a file named twice for one table would be loaded twice, so it is refused. A file above
-    ``max_file_bytes`` is refused (413) before anything is copied; a full or read-only
-    service disk is Unavailable (503: retry later), any other copy failure a BadRequest.
+    ``max_file_bytes`` is refused (413) before anything is copied, a file that changes while
+    it is copied is a Conflict (409); a full or read-only service disk is Unavailable (503:
+    retry later), any other copy failure a BadRequest.
     """
     if not specs:
         raise Invalid(f"update for table {table!r} names no files; name at least one", table=table)
@@ -292,7 +312,7 @@ def accept_files(
                 # non-ASCII enough to exceed the filesystem's limit once prefixed.
                 target = owned / f"{uuid.uuid4().hex}{_suffix(raw)}"
                 copies.append(target)
-                size = _copy_into(fd, target, info.st_size, raw, owned)
+                size = _copy_into(fd, target, info, raw, owned)
             finally:
                 os.close(fd)
             _check_copy(target, fmt, schema, arrow, raw, table)
@@ -317,24 +337,40 @@ def _suffix(raw: str) -> str:
     return suffix if len(suffix) <= 16 and suffix[1:].isascii() and suffix[1:].isalnum() else ""
 
 
-def _copy_into(fd: int, target: Path, size: int, raw: str, owned: Path) -> int:
-    """``size`` bytes of ``fd`` into a new, fsynced ``target``."""
+def _copy_into(fd: int, target: Path, measured: os.stat_result, raw: str, owned: Path) -> int:
+    """The ``measured`` size of ``fd`` into a new, fsynced ``target``; Conflict when the file
+    changed meanwhile (a producer still writing it: the copy could end mid-row, and a CSV or
+    JSON-lines file cut at a row boundary would still read as valid)."""
     try:
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         raise _storage_refusal(exc, owned) from None
     try:
-        copied = _copy(fd, out, size)
-        os.fsync(out)
+        try:
+            copied = _copy(fd, out, measured.st_size)
+            os.fsync(out)
+        finally:
+            os.close(out)  # (a delayed write error may show only here)
     except OSError as exc:
-        if exc.errno in ENVIRONMENTAL_ERRNOS:
-            raise _storage_refusal(exc, owned) from None
-        raise BadRequest(
-            f"file {quote(raw)} could not be copied: {os.strerror(exc.errno or 0)}; check it and send the update again"
-        ) from None
-    finally:
-        os.close(out)
+        raise _copy_refusal(exc, raw, owned) from None
+    after = os.fstat(fd)
+    if copied != measured.st_size or (after.st_size, after.st_mtime_ns) != (measured.st_size, measured.st_mtime_ns):
+        raise Conflict(
+            f"file {quote(raw)} changed while it was being copied ({measured.st_size} bytes when opened, "
+            f"{after.st_size} after); name a file only once it is completely written, then send the update again"
+        )
     return copied
+
+
+def _copy_refusal(exc: OSError, raw: str, owned: Path) -> ServiceError:
+    if exc.errno in ENVIRONMENTAL_ERRNOS:
+        return _storage_refusal(exc, owned)
+    if exc.errno == errno.EFBIG:
+        return TooLarge(f"file {quote(raw)} is larger than the service's file system allows; split it")
+    return BadRequest(
+        f"file {quote(raw)} could not be copied into the service's storage: {os.strerror(exc.errno or 0)}; check "
+        f"that it is readable and send the update again (operators: check the disk holding {owned})"
+    )
 
 
 def _storage_refusal(exc: OSError, owned: Path) -> Unavailable:

@@ -53,6 +53,8 @@ class RecoveryPlan:
     last_release: dict[str, float] = field(default_factory=dict)
     #: Owned landing files of updates Delta already holds.
     stale_files: list[str] = field(default_factory=list)
+    #: Owned landing files of updates still to load (pending or orphaned).
+    live_files: set[str] = field(default_factory=set)
     pending_count: int = 0
 
     def add(self, record: WalRecord) -> Update | None:
@@ -65,10 +67,12 @@ class RecoveryPlan:
             return None
         if name not in self.committed:
             self.orphans[name].append(update)
+            self.live_files.update(f.path for f in update.files)
         elif update.seq <= self.committed[name]:
             self.stale_files.extend(f.path for f in update.files)
         else:
             self.pending_count += 1
+            self.live_files.update(f.path for f in update.files)
             return update
         return None
 

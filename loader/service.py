@@ -18,10 +18,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -50,6 +50,7 @@ from schedulers.model import TableSpec
 from schedulers.registry import make_policy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How often a failed WAL is tried again (loader/maintenance.py), and the Retry-After of
 #: requests refused meanwhile.
@@ -177,6 +178,7 @@ class LoaderService:
             )
         await asyncio.to_thread(_remove_files, plan.stale_files)
         await self._settle_quarantine()
+        await asyncio.to_thread(self._sweep_owned_files, plan.live_files)
         self.accepting = True
         log.info(
             "recovered %d pending updates from the WAL; intake open (durability=%s)",
@@ -528,12 +530,18 @@ class LoaderService:
         """Called every second (loader/maintenance.py): reopen intake once the WAL's disk takes
         writes again (the failed group is rolled back first: loader/wal.py ``heal``), and
         spill what an earlier failed spill left in memory over the budget."""
-        if self.wal_fault is not None and self.wal is not None and await asyncio.to_thread(self.wal.heal):
-            self.wal_fault = None
-            self.metrics.intake_fault.set(0)
-            log.warning("intake reopened: the write-ahead log can be written again")
+        if self.wal_fault is not None and self.wal is not None:
+            # Copies refused before the heal belong to groups it rolls back; a request still
+            # in flight may yet add a group that fails after it, whose copies wait for the next.
             copies, self._refused_copies = self._refused_copies, []
-            await asyncio.to_thread(_remove_files, copies)
+            if not await asyncio.to_thread(self.wal.heal):
+                self._refused_copies[:0] = copies
+            else:
+                await asyncio.to_thread(_remove_files, copies)
+                if self.wal.failed is None:  # (not failed again meanwhile: then the next call heals)
+                    self.wal_fault = None
+                    self.metrics.intake_fault.set(0)
+                    log.warning("intake reopened: the write-ahead log can be written again")
         if self.dispatcher is not None and self.dispatcher.pending.spill_error is not None:
             self.dispatcher.pending.retry_spill()
             self.dispatcher.sync_resident()
@@ -550,7 +558,19 @@ class LoaderService:
 
         A retry that arrives while the first attempt is still in flight waits for it
         (``IdempotencyStore.reserve``); validation runs only when the work is really done.
+        The work runs to its end even when the request is cancelled (client gone): an
+        append under way must still store its answer under the key, or the producer's
+        retry with that key would submit the updates a second time.
         """
+        return await _shielded(self._submit_once(key, request_hash, valid_thunk, owned_files))
+
+    async def _submit_once(
+        self,
+        key: str | None,
+        request_hash: str,
+        valid_thunk: Callable[[], list[ValidUpdate]],
+        owned_files: bool,
+    ) -> tuple[dict[str, Any], bool]:
         if key is None:
             return _acks_body(await self.submit(valid_thunk(), owned_files=owned_files)), False
         async with self.idempotency.reserve(key, request_hash) as slot:
@@ -630,6 +650,24 @@ class LoaderService:
         assert self.quarantine is not None
         self.metrics.quarantined.labels(table).set(sum(len(e.updates) for e in self.quarantine.active(table)))
 
+    def _sweep_owned_files(self, live: set[str]) -> int:
+        """Remove copies of landing files that no update refers to: left by a crash between
+        the copy and the WAL append, or before a failed WAL group was healed, or by a
+        quarantine retry cut short. Runs before intake opens, so no copy is being made."""
+        assert self.quarantine is not None
+        keep = {os.path.realpath(path) for path in live}
+        for entry in self.quarantine.active():
+            keep.update(os.path.realpath(f.path) for update in entry.updates for f in update.file_refs())
+        removed = 0
+        for table_dir in self.owned_files_dir.glob("*/"):
+            for path in table_dir.iterdir():
+                if path.is_file() and os.path.realpath(path) not in keep:
+                    path.unlink(missing_ok=True)
+                    removed += 1
+        if removed:
+            log.warning("removed %d copies of landing files that no update refers to (left by a crash)", removed)
+        return removed
+
     async def _settle_quarantine(self) -> None:
         """After WAL replay: an entry whose retry reached the WAL before a crash is resolved."""
         assert self.quarantine is not None
@@ -656,7 +694,12 @@ class LoaderService:
         return entry
 
     async def retry_quarantined(self, table: str, first_seq: int) -> dict[str, Any]:
-        """Submit the entry's updates again (new sequence numbers, one Idempotency-Key)."""
+        """Submit the entry's updates again (new sequence numbers, one Idempotency-Key); runs
+        to its end even when the request is cancelled (the links it makes, the submission
+        and the tombstone belong together)."""
+        return await _shielded(self._retry_quarantined(table, first_seq))
+
+    async def _retry_quarantined(self, table: str, first_seq: int) -> dict[str, Any]:
         assert self.quarantine is not None
         async with self._quarantine_lock:
             entry = self.quarantine_entry(table, first_seq)
@@ -678,9 +721,7 @@ class LoaderService:
                 # the failed group is rolled back for certain (then heal_faults removes them).
                 self._refused_copies.extend(links)
                 raise
-            except asyncio.CancelledError:
-                raise  # the shielded append goes on, and its records need the links
-            except BaseException:
+            except Exception:  # (cancelled only at shutdown: the restart's sweep takes the links)
                 await asyncio.to_thread(_remove_files, links)
                 raise
             if replayed:
@@ -791,6 +832,19 @@ class LoaderService:
 def _acks_body(acks: list[Ack]) -> dict[str, Any]:
     """The 202 body; also stored with the Idempotency-Key and sent again to a retry."""
     return {"updates": [a.as_json() for a in acks]}
+
+
+async def _shielded(work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work`` as its own task, which the caller's cancellation does not cancel (the
+    caller still sees its CancelledError; the work's outcome is then only logged)."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(_note_abandoned)
+    return await asyncio.shield(task)
+
+
+def _note_abandoned(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:  # (also marks it retrieved)
+        log.debug("work whose caller had gone ended in %r", task.exception())
 
 
 def _remove_files(paths: list[str]) -> None:

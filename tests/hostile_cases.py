@@ -115,6 +115,23 @@ CASES: list[Case] = [
     ),
     Case(
         "json",
+        "lone surrogate escape after an escaped backslash",
+        400,
+        "surrogate",
+        JSON_TODO,
+        body=b'{"rows": [{"order_id": 1, "country": "\\\\ud800\\udc00"}]}',
+        note="a backslash, text 'ud800', then a lone low surrogate",
+    ),
+    Case(
+        "json",
+        "lone surrogate escape in a UTF-16 body",
+        400,
+        "surrogate",
+        JSON_TODO,
+        body='{"rows": [{"order_id": 1, "country": "\\ud800"}]}'.encode("utf-16"),
+    ),
+    Case(
+        "json",
         "lone surrogate escape in a key",
         400,
         "surrogate",

@@ -245,3 +245,55 @@ def test_copies_of_landing_files_refused_by_a_failing_wal_are_removed_once_it_is
         assert r.status_code == 202, r.text
         h.wait_loaded("clicks", r.json()["updates"][0]["sequence"])
         assert [row["url"] for row in h.rows("clicks")] == ["/x"]
+
+
+def test_a_wal_failing_again_while_it_is_healed_keeps_intake_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request in flight when the heal runs may append a group that fails after the
+    rollback: intake must stay closed, and that group's copies must wait for the next heal
+    (copies refused before the heal belong to the rolled-back groups and go)."""
+    import asyncio
+
+    from loader.errors import WalWriteFailed
+    from loader.intake import UpdateRequest
+    from loader.service import LoaderService
+    from tests.service_harness import make_settings
+
+    async def scenario() -> None:
+        service = LoaderService(make_settings(tmp_path / "data"))
+        await service.start(load=False)
+        try:
+            assert service.wal is not None
+            with monkeypatch.context() as patch:
+                patch.setattr(wal_module, "_write_all", _broken)
+                with pytest.raises(WalWriteFailed):
+                    await service.submit(service.validate([UpdateRequest("clicks", rows(0), None, None)]))
+            before, during = tmp_path / "before-heal", tmp_path / "during-heal"
+            before.touch()
+            during.touch()
+            service._refused_copies.append(str(before))
+            real_heal = service.wal.heal
+
+            def heal_then_fail_again() -> bool:
+                healed = real_heal()
+                service._refused_copies.append(str(during))  # the in-flight request's copy
+                service.wal._error = OSError(errno.EIO, "Input/output error")  # its group failed
+                return healed
+
+            service.wal.heal = heal_then_fail_again  # type: ignore[method-assign]
+            await service.heal_faults()
+            assert service.wal_fault is not None, "intake reopened on a WAL that failed again"
+            assert not before.exists() and during.exists()
+            service.wal.heal = real_heal  # type: ignore[method-assign]
+            service.wal._error = None
+            await service.heal_faults()
+            assert service.wal_fault is None and not during.exists()
+        finally:
+            await service.stop()
+
+    asyncio.run(scenario())
+
+
+def _broken(*args: object) -> None:
+    raise OSError(errno.EIO, "Input/output error")

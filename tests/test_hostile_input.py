@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from loader import landing as landing_module
-from loader.errors import BadRequest, Invalid, TooLarge, Unavailable
-from loader.intake import _SURROGATE_ESCAPE
+from loader.errors import BadRequest, Conflict, Invalid, TooLarge, Unavailable
+from loader.intake import has_lone_surrogate_escape
 from loader.landing import accept_files
 from loader.schema import TableSchema
 from tests.hostile_cases import CASES, ORD, case_ids
@@ -168,6 +168,46 @@ def test_a_file_growing_while_copied_is_copied_as_measured(tmp_path: Path) -> No
     assert target.read_bytes() == b"x" * 1000
 
 
+@pytest.mark.parametrize("change", ["append", "truncate"])
+def test_a_file_changing_while_it_is_copied_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A producer still writing its file: the copy could end mid-row (a CSV cut at a row
+    boundary still parses), so a change in size or mtime during the copy is a 409."""
+    landing, owned = tmp_path / "landing", tmp_path / "owned"
+    landing.mkdir()
+    (landing / "a.csv").write_text("order_id,country\n1,DE\n2,NL\n")
+    real = landing_module._copy
+
+    def racing(source: int, target: int, limit: int) -> int:
+        if change == "append":
+            with open(landing / "a.csv", "a") as grow:
+                grow.write("3,FR\n")
+        else:
+            os.truncate(landing / "a.csv", 15)  # "order_id,count"
+        return real(source, target, limit)
+
+    monkeypatch.setattr(landing_module, "_copy", racing)
+    with pytest.raises(Conflict, match="changed while it was being copied"):
+        accept_files(["a.csv"], landing, owned, _orders_schema(), "orders")
+    assert list(owned.iterdir()) == []
+
+
+def test_the_copy_by_reads_fallback_copies_as_measured(tmp_path: Path) -> None:
+    from loader.landing import _copy_by_reads
+
+    source, target = tmp_path / "src", tmp_path / "dst"
+    source.write_bytes(bytes(range(256)) * 10_000)
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        assert _copy_by_reads(src.fileno(), dst.fileno(), 2_000_001) == 2_000_001
+    assert target.read_bytes() == source.read_bytes()[:2_000_001]
+
+
+def test_a_missing_landing_directory_is_a_clear_400(tmp_path: Path) -> None:
+    with pytest.raises(BadRequest, match="landing directory .* itself is missing"):
+        accept_files(["a.parquet"], tmp_path / "nowhere", tmp_path / "owned", _orders_schema(), "orders")
+
+
 @pytest.mark.parametrize(
     ("err", "expected"), [(errno.ENOSPC, Unavailable), (errno.EROFS, Unavailable), (errno.EIO, BadRequest)]
 )
@@ -211,7 +251,13 @@ def test_a_full_owned_files_disk_answers_503_with_retry_after(
 
 
 def test_only_unpaired_surrogate_escapes_trigger_the_check() -> None:
-    """Escaped pairs (an ASCII-only encoder's emoji) are plain text: no walk of the document."""
-    assert _SURROGATE_ESCAPE.search(json.dumps({"u": "a😀b" * 100}).encode()) is None
-    for lone in (rb'"\ud83d"', rb'"\uDE00"', rb'"\ud83d\ud83d\ude00"', rb'"\ude00\ud83d"'):
-        assert _SURROGATE_ESCAPE.search(lone) is not None, lone
+    """Escaped pairs (an ASCII-only encoder's emoji) are plain text: no walk of the document.
+    Escapes are read left to right, so an escaped backslash before 'u' starts no escape."""
+    assert not has_lone_surrogate_escape(json.dumps({"u": "a😀b" * 100}))
+    paired = [r'"\ud83d\ude00"', r'"\uD83D\uDE00"', r'"\\ud800"', r'"\\\ud83d\ude00"', r'"\\\\"']
+    lone = [r'"\ud83d"', r'"\uDE00"', r'"\ud83d\ud83d\ude00"', r'"\ude00\ud83d"', r'"\\ud800\udc00"']
+    lone += [r'"\ud800x\udc00"', r'"\ud800\u0041"', r'"\ud800\\"']
+    for text in paired:
+        assert not has_lone_surrogate_escape(text), text
+    for text in lone:
+        assert has_lone_surrogate_escape(text), text

@@ -250,3 +250,46 @@ def test_a_cancelled_waiter_does_not_disturb_the_request_in_flight() -> None:
                 slot.complete({"again": True})
 
     asyncio.run(run())
+
+
+def test_a_request_cancelled_during_its_wal_write_still_stores_its_answer(tmp_path: Path) -> None:
+    """Review finding: a request cancelled (client gone) while its WAL append ran had its
+    updates written and loaded, but its answer was never stored under its key: the
+    producer's retry with that key submitted the updates a second time."""
+    from loader.intake import UpdateRequest
+    from loader.service import LoaderService
+    from tests.service_harness import make_settings
+
+    async def scenario() -> None:
+        service = LoaderService(make_settings(tmp_path / "data"))
+        await service.start(load=False)
+        try:
+            assert service.wal is not None
+            gate, entered = asyncio.Event(), asyncio.Event()
+            real_append = service.wal.append
+
+            async def slow_append(records: object) -> None:
+                entered.set()
+                await gate.wait()
+                await real_append(records)  # type: ignore[arg-type]
+
+            service.wal.append = slow_append  # type: ignore[method-assign]
+            rows = [{"url": "/a", "n": 1}]
+
+            def valid() -> list:
+                return service.validate([UpdateRequest("clicks", rows, None, None)])
+
+            first = asyncio.ensure_future(service.submit_once("key-1", "hash-1", valid))
+            await entered.wait()
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            gate.set()
+            response, replayed = await service.submit_once("key-1", "hash-1", valid)
+            assert replayed, "the retry was submitted again instead of getting the first answer"
+            assert [u["sequence"] for u in response["updates"]] == [1]
+            assert service.tables["clicks"].next_seq == 2  # one update, numbered once
+        finally:
+            await service.stop()
+
+    asyncio.run(scenario())
