@@ -130,6 +130,8 @@ def summary(verdict: Verdict) -> dict[str, Any]:
         "final_backlog_records": verdict.final_backlog_records,
         "final_ready_after": verdict.final_ready_after,
         "killed_before_ready": sum(1 for life in verdict.lives if life.ready_after is None),
+        "acked_file_updates": verdict.acked_file_updates,
+        "copies_left": verdict.copies_left,
         "failures": verdict.failures,
         "problems": verdict.problems(),
         "trial_seconds": verdict.seconds,
@@ -152,7 +154,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "the spill reset; after the N-th replayed WAL record), in a spill write, between Spark's write, "
         "the publish and the Delta commit, between the WAL and the 202; and from outside (service and "
         "JVM) at seeded random moments before `/readyz` and while loads run. Producers retry every "
-        "unanswered request with its key. At the end the service restarts cleanly, loads everything, "
+        "unanswered request with its key; one in five single-update requests names a Parquet file in the "
+        "landing directory instead of carrying rows. At the end the service restarts cleanly, loads everything, "
         "and each Delta table is read back with the `deltalake` package and DuckDB and compared with "
         "the acknowledged set.",
         "",
@@ -173,6 +176,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"| {status(s['reask_mismatches'] == 0)} |",
         f"| 5xx other than 503 | {s['server_errors']} | {status(s['server_errors'] == 0)} |",
         f"| restarts that failed or got stuck | {len(s['failures'])} | {status(not s['failures'])} |",
+        f"| copies of landing files left after everything loaded | {s['copies_left']} "
+        f"| {status(s['copies_left'] == 0)} |",
         f"| Delta txn version = last acknowledged sequence, no staging left, DuckDB = deltalake | "
         f"{sum(t['ok'] for t in results['tables'])} of {len(results['tables'])} tables | "
         f"{status(all(t['ok'] for t in results['tables']))} |",
@@ -184,6 +189,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 ["acknowledged requests (202)", f"{s['acked_requests']:,}"],
                 ["acknowledged updates (WAL records)", f"{s['acked_updates']:,}"],
                 ["acknowledged rows", f"{s['acked_rows']:,}"],
+                ['of the updates, rows in a landing file (`{"files": [...]}`)', f"{s['acked_file_updates']:,}"],
                 ["requests sent (attempts)", f"{s['attempts']:,}"],
                 ["attempts left unanswered (reset, refused, 503) and retried", f"{s['unanswered_attempts']:,}"],
                 ["retries answered with the first answer (durable before the kill)", f"{s['replayed']:,}"],

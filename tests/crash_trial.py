@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import random
 import statistics
 import threading
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from loader.failpoints import POINTS
@@ -115,16 +118,28 @@ class Submission:
     parts: list[Part]
     path: str
     body: bytes
+    #: The rows travel in a landing file the request names (not in the body).
+    file: bool = False
     #: (table, sequence) per part, from the 202; None while unanswered.
     acks: list[tuple[str, int]] | None = None
     attempts: int = 0
     replayed: bool = False
 
     @classmethod
-    def build(cls, key: str, parts: list[Part]) -> Submission:
+    def build(cls, key: str, parts: list[Part], landing: Path | None = None) -> Submission:
+        """``landing``: write the (single) part's rows to a Parquet file there and name it."""
+
         def rows(part: Part) -> list[dict[str, Any]]:
             return [{"id": i, "note": f"row {i} {PAD}"} for i in part.ids]
 
+        if landing is not None and len(parts) == 1:
+            name = f"{key}.parquet"
+            table = pa.table({"id": pa.array(parts[0].ids, pa.int64()), "note": [r["note"] for r in rows(parts[0])]})
+            landing.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, landing / f".{name}.tmp")
+            os.replace(landing / f".{name}.tmp", landing / name)  # complete before it is named
+            body = json.dumps({"files": [name]}).encode()
+            return cls(key, parts, f"/v1/tables/{parts[0].table}/updates", body, file=True)
         if len(parts) == 1:
             path, payload = f"/v1/tables/{parts[0].table}/updates", {"rows": rows(parts[0])}
         else:
@@ -147,8 +162,18 @@ class Producers:
     both tables (one WAL group of several records). A request without an answer (connection
     refused or reset, 503, 5xx) is sent again, same key and bytes, after a short back-off."""
 
-    def __init__(self, base_url: str, token: str, seed: int, threads: int = 2, pace: float = 0.02) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        seed: int,
+        threads: int = 2,
+        pace: float = 0.02,
+        landing: Path | None = None,
+    ) -> None:
         self.base_url = base_url
+        #: Where one in five single-update requests puts its rows as a Parquet file.
+        self.landing = landing
         self.token = token
         self.seed = seed
         self.threads = threads
@@ -206,7 +231,8 @@ class Producers:
             parts = [
                 Part(tables[k % len(tables)], [next(self._ids) for _ in range(rng.randint(1, 4))]) for k in range(count)
             ]
-            sub = Submission.build(f"sub-{next(self._keys)}", parts)
+            as_file = self.landing is not None and count == 1 and rng.random() < 0.2
+            sub = Submission.build(f"sub-{next(self._keys)}", parts, self.landing if as_file else None)
             self.submissions.append(sub)
         return sub
 
@@ -296,7 +322,7 @@ class CrashTrial:
         self.log = log or (lambda message: None)
         port = free_port()
         self.server = ServerProcess(workdir, crash_config(workdir, port), port, TOKEN)
-        self.producers = Producers(self.server.base, TOKEN, seed, producers)
+        self.producers = Producers(self.server.base, TOKEN, seed, producers, landing=workdir / "data" / "landing")
         self.lives: list[Life] = []
         self.failures: list[str] = []
         self.reask_mismatches: list[str] = []
@@ -579,6 +605,8 @@ class CrashTrial:
             reask_mismatches=list(self.reask_mismatches),
             restarts_met_spill_files=sum(SPILL_RESET_LINE in p.read_text(errors="replace") for p in logs),
             failures=list(self.failures),
+            acked_file_updates=sum(1 for s in acked if s.file),
+            copies_left=sum(1 for path in (self.data / "landed").glob("*/*") if path.is_file()),
             final_backlog_records=self.final_backlog,
             final_ready_after=self.final_ready_after,
             seconds=time.monotonic() - self.started,
@@ -644,6 +672,11 @@ class Verdict:
     reask_mismatches: list[str]
     restarts_met_spill_files: int
     failures: list[str]
+    #: Acknowledged updates whose rows came in a landing file.
+    acked_file_updates: int
+    #: The service's copies of landing files still on disk after everything loaded (a leak:
+    #: copies of loaded updates are deleted, copies nobody refers to are swept at start).
+    copies_left: int
     final_backlog_records: int
     final_ready_after: float | None
     seconds: float
@@ -680,6 +713,7 @@ class Verdict:
             and not self.reask_mismatches
             and not self.producer.refused
             and self.producer.server_errors == 0
+            and self.copies_left == 0
         )
 
     def problems(self) -> list[str]:
@@ -694,4 +728,6 @@ class Verdict:
         out += [f"request refused: {m}" for m in self.producer.refused]
         if self.producer.server_errors:
             out.append(f"{self.producer.server_errors} answers were 5xx other than 503")
+        if self.copies_left:
+            out.append(f"{self.copies_left} copies of landing files left after everything loaded")
         return out

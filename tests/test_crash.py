@@ -60,6 +60,7 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(trial: CrashTrial) -
     # The requests killed between their WAL write and their 202 were durable: their retries
     # got the first answer back rather than a second append.
     assert verdict.producer.replayed >= 1
+    assert verdict.acked_file_updates >= 1, "no acknowledged update named a landing file"
     assert verdict.restarts_met_spill_files >= 1, "no restart met spill files"
 
 
