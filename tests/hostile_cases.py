@@ -49,7 +49,7 @@ def _accept_until(env: Env) -> None:
 
 ROW = {"order_id": 5, "amount": 1.0, "country": "DE"}
 RESEND = "send the whole update again"
-JSON_TODO = "send utf-8 json"
+SEND_JSON_HINT = "send utf-8 json"
 KEY = "order-batch-0070"
 FIRST = {"rows": [{"order_id": 70, "country": "DE"}]}
 
@@ -75,16 +75,16 @@ GOOD_CLICKS = {"table": "clicks", "rows": [{"url": "/b", "n": 2}]}
 
 CASES: list[Case] = [
     # -- the body is not JSON ---------------------------------------------------------------
-    Case("json", "invalid", 400, "not valid json", JSON_TODO, body=b'{"rows": ['),
-    Case("json", "empty body", 400, "not valid json", JSON_TODO, body=b""),
-    Case("json", "trailing garbage", 400, "extra data", JSON_TODO, body=b'{"rows": [{"order_id": 1}]} x'),
-    Case("json", "nested 50000 deep", 400, "nested too deeply", JSON_TODO, body=b"[" * 50_000),
+    Case("json", "invalid", 400, "not valid json", SEND_JSON_HINT, body=b'{"rows": ['),
+    Case("json", "empty body", 400, "not valid json", SEND_JSON_HINT, body=b""),
+    Case("json", "trailing garbage", 400, "extra data", SEND_JSON_HINT, body=b'{"rows": [{"order_id": 1}]} x'),
+    Case("json", "nested 50000 deep", 400, "nested too deeply", SEND_JSON_HINT, body=b"[" * 50_000),
     Case(
         "json",
         "invalid UTF-8",
         400,
         "not valid utf-8",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "country": "\xff\xfe"}]}',
     ),
     Case(
@@ -92,7 +92,7 @@ CASES: list[Case] = [
         "Latin-1 with charset",
         400,
         "not valid utf-8",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "country": "Stra\xdfe"}]}',
         content_type="application/json; charset=latin-1",
         note="bodies are UTF-8 whatever the charset parameter says",
@@ -102,7 +102,7 @@ CASES: list[Case] = [
         "UTF-8-encoded surrogate",
         400,
         "not valid utf-8",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "country": "\xed\xa0\x80"}]}',
     ),
     Case(
@@ -110,7 +110,7 @@ CASES: list[Case] = [
         "lone surrogate escape in a value",
         400,
         "surrogate",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "country": "\\ud800"}]}',
     ),
     Case(
@@ -118,7 +118,7 @@ CASES: list[Case] = [
         "lone surrogate escape after an escaped backslash",
         400,
         "surrogate",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "country": "\\\\ud800\\udc00"}]}',
         note="a backslash, text 'ud800', then a lone low surrogate",
     ),
@@ -127,7 +127,7 @@ CASES: list[Case] = [
         "lone surrogate escape in a UTF-16 body",
         400,
         "surrogate",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body='{"rows": [{"order_id": 1, "country": "\\ud800"}]}'.encode("utf-16"),
     ),
     Case(
@@ -135,7 +135,7 @@ CASES: list[Case] = [
         "lone surrogate escape in a key",
         400,
         "surrogate",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "\\udc00": 1}]}',
     ),
     Case(
@@ -143,7 +143,7 @@ CASES: list[Case] = [
         "NaN literal",
         400,
         "nan is not a json number",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "amount": NaN}]}',
     ),
     Case(
@@ -151,7 +151,7 @@ CASES: list[Case] = [
         "-Infinity literal",
         400,
         "-infinity is not a json number",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1, "amount": -Infinity}]}',
     ),
     Case(
@@ -159,7 +159,7 @@ CASES: list[Case] = [
         "NaN data_until",
         400,
         "nan is not a json number",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": 1}], "data_until": NaN}',
     ),
     Case(
@@ -167,7 +167,7 @@ CASES: list[Case] = [
         "5000-digit integer",
         400,
         "more digits",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"rows": [{"order_id": ' + b"9" * 5000 + b"}]}",
     ),
     # -- JSON of the wrong shape --------------------------------------------------------------
@@ -402,7 +402,7 @@ CASES: list[Case] = [
         "broken line 2",
         400,
         "ndjson line 2 is not valid json",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"order_id": 1}\n{oops\n',
         content_type=NDJSON,
     ),
@@ -420,7 +420,7 @@ CASES: list[Case] = [
         "NaN in a line",
         400,
         "ndjson line 1 is not valid json: nan",
-        JSON_TODO,
+        SEND_JSON_HINT,
         body=b'{"order_id": 1, "amount": NaN}\n',
         content_type=NDJSON,
     ),
@@ -572,7 +572,7 @@ CASES: list[Case] = [
         "batch: lone surrogate name",
         400,
         "surrogate",
-        JSON_TODO,
+        SEND_JSON_HINT,
         path=MULTI,
         body=b'{"updates": [{"table": "\\ud800", "rows": [{}]}]}',
     ),
@@ -791,7 +791,9 @@ CASES: list[Case] = [
         json=_files("good.parquet\x00.csv"),
     ),
     Case("files", "5000-character path", 400, "too long", "name a file", json=_files("a" * 5000 + ".parquet")),
-    Case("files", "lone surrogate in the path", 400, "surrogate", JSON_TODO, body=b'{"files": ["\\udfff.parquet"]}'),
+    Case(
+        "files", "lone surrogate in the path", 400, "surrogate", SEND_JSON_HINT, body=b'{"files": ["\\udfff.parquet"]}'
+    ),
     # -- Idempotency-Key --------------------------------------------------------------------------------
     Case(
         "idempotency",
@@ -1014,7 +1016,7 @@ CASES: list[Case] = [
         "NaN in the second update",
         400,
         "nan is not a json number",
-        JSON_TODO,
+        SEND_JSON_HINT,
         path=MULTI,
         body=b'{"updates": [{"table": "orders", "rows": [{"order_id": 1}]}, '
         b'{"table": "orders", "rows": [{"order_id": 2, "amount": NaN}]}]}',
