@@ -131,6 +131,29 @@ class LoadMonitor:
         self._sample()
 
 
+def run_meta(
+    module: str,
+    argv: Sequence[str] | None,
+    machine: dict[str, Any],
+    began: float,
+    load: LoadMonitor,
+    *,
+    quick: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The ``meta`` block of a results file: command, wall time since ``began``
+    (``time.perf_counter``), machine and load while it ran."""
+    return {
+        "command": command_line(module, argv),
+        "quick": quick,
+        "run_seconds": time.perf_counter() - began,
+        "machine": machine,
+        "loadavg_end": load_average(),
+        "loadavg_peak": load.peak,
+        **extra,
+    }
+
+
 def status(ok: bool | None) -> str:
     """The word every benchmark uses for a target: PASS, MISS, or n/a when not measured."""
     return "n/a" if ok is None else ("PASS" if ok else "MISS")

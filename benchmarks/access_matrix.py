@@ -30,13 +30,12 @@ import requests
 
 from benchmarks._common import (
     LoadMonitor,
-    command_line,
-    load_average,
     log,
     machine_info,
     machine_markdown,
     md_table,
     print_table,
+    run_meta,
     status,
 )
 from benchmarks._reliability import write_reliability
@@ -152,14 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens, compares, lengths = comparisons_per_authentication()
         times = authentication_times()
         mode = tokens_file_mode()
-    meta = {
-        "command": command_line(MODULE, argv),
-        "quick": False,
-        "run_seconds": time.perf_counter() - began,
-        "machine": machine,
-        "loadavg_end": load_average(),
-        "loadavg_peak": load.peak,
-    }
+    meta = run_meta(MODULE, argv, machine, began, load)
     mismatches = [o for o in outcomes if o.status != o.expected]
     leaked_logs, leaked_bodies = leaks(logs.texts), leaks(bodies)
     access_records = sum(r.name == "uvicorn.access" for r in logs.records)

@@ -28,13 +28,12 @@ import requests
 from benchmarks._common import (
     RESULTS_DIR,
     LoadMonitor,
-    command_line,
-    load_average,
     log,
     machine_info,
     machine_markdown,
     md_table,
     print_table,
+    run_meta,
     status,
     write_json,
 )
@@ -153,15 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     with LoadMonitor() as load:
         tally, settled = run(args.examples)
-    meta = {
-        "command": command_line(MODULE, argv),
-        "quick": False,
-        "run_seconds": time.perf_counter() - began,
-        "machine": machine,
-        "loadavg_end": load_average(),
-        "loadavg_peak": load.peak,
-        "examples": args.examples,
-    }
+    meta = run_meta(MODULE, argv, machine, began, load, examples=args.examples)
     print_table(
         "API fuzzing: cases and statuses per role", ["role", "cases", "pos", "neg", *STATUS_COLUMNS], role_rows(tally)
     )

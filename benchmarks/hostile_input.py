@@ -24,14 +24,13 @@ from typing import Any
 from benchmarks._common import (
     RESULTS_DIR,
     LoadMonitor,
-    command_line,
-    load_average,
     log,
     machine_info,
     machine_markdown,
     md_table,
     median,
     print_table,
+    run_meta,
     status,
     write_json,
 )
@@ -180,15 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     with LoadMonitor() as load:
         results = run(max(1, args.repeat))
-    meta = {
-        "command": command_line(MODULE, argv),
-        "quick": args.repeat <= 1,
-        "run_seconds": time.perf_counter() - began,
-        "machine": machine,
-        "loadavg_end": load_average(),
-        "loadavg_peak": load.peak,
-        "rounds": len(results),
-    }
+    meta = run_meta(MODULE, argv, machine, began, load, quick=args.repeat <= 1, rounds=len(results))
     rows = [case_rows(k, results) for k in range(len(CASES))]
     print_table(
         "Hostile input: one row per case",

@@ -92,7 +92,7 @@ class LoaderService:
         self.accepting = False
         self.ready = False
         self.failure: str | None = None
-        #: Why intake is closed by the WAL's disk (full, read-only); ``_heal_wal`` reopens it.
+        #: Why intake is closed by the WAL's disk (full, read-only); ``heal_faults`` reopens it.
         self.wal_fault: str | None = None
         #: Landing-file copies of requests the WAL refused, removed once it is healed.
         self._refused_copies: list[str] = []

@@ -717,7 +717,7 @@ class WriteAheadLog:
         segment = checkpoint.segment
         with self._meta_lock:
             later = self._segments[self._segments.index(segment) + 1 :]
-        known = {s.path for s in self._segments}
+            known = {s.path for s in self._segments}
         strays = [  # a segment whose creation failed half-way is in no list
             self.directory / name
             for name in os.listdir(self.directory)
