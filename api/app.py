@@ -17,13 +17,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.auth import Authenticator
 from api.deps import get_operator, get_principal
 from api.routes import admin, feeds, health, quarantine, tables, trace
 from api.schemas import ErrorModel, error_responses
-from loader.auth import Authenticator
 from loader.config import Settings
-from loader.errors import ServiceError, Unavailable
-from loader.metrics import Metrics
+from loader.core.errors import ServiceError, Unavailable
+from loader.ops.metrics import Metrics
 from loader.service import LoaderService
 
 
@@ -176,7 +176,7 @@ def create_app(settings: Settings, service: LoaderService | None = None, *, load
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await service.start(load=load)
-        from loader.maintenance import Maintenance
+        from loader.ops.maintenance import Maintenance
 
         maintenance = Maintenance(service)
         maintenance.start()

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loader.config import Role, Settings, TokenConfig
-from loader.durable_files import fsync_directory
-from loader.errors import Forbidden, Unauthorized
+from loader.core.durable_files import fsync_directory
+from loader.core.errors import Forbidden, Unauthorized
 
 log = logging.getLogger(__name__)
 

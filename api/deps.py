@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from loader.auth import Authenticator, Principal
-from loader.errors import BadRequest, TooLarge
+from api.auth import Authenticator, Principal
+from loader.core.errors import BadRequest, TooLarge
 from loader.service import LoaderService
 
 

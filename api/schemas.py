@@ -1,10 +1,10 @@
 """Request and response models: documentation (OpenAPI) and validation of small bodies.
 
-Feed bodies are parsed by ``loader.intake`` (for 400-vs-422 and row-level messages);
+Feed bodies are parsed by ``loader.intake.requests`` (for 400-vs-422 and row-level messages);
 their models here only describe them in the OpenAPI document. Most read models are
 documentation only too (routes return plain dicts, ``response_model=None``): FastAPI
 would otherwise re-validate every response on the hot path, and silently drop fields a
-model forgot. ``tests/test_api_fuzz.py`` checks every response against these models.
+model forgot. ``tests/api/test_api_fuzz.py`` checks every response against these models.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from loader.config import TableConfig
-from loader.schema import TableSchema
+from loader.core.schema import TableSchema
 from schedulers.registry import POLICIES
 
 
@@ -66,7 +66,7 @@ class PolicyBody(BaseModel):
 
 
 class ErrorModel(BaseModel):
-    """The body of every error the service sends (``loader.errors`` and the handlers in ``api.app``).
+    """The body of every error the service sends (``loader.core.errors`` and the handlers in ``api.app``).
 
     ``error`` is a stable code for programs; ``message`` says what was wrong and what to
     do. Some errors add context: ``table``, ``idempotency_key``, or ``detail`` (the list
@@ -135,7 +135,7 @@ OPERATOR_ONLY = (401, 403)
 
 
 class TableStatusModel(BaseModel):
-    """One table as GET /v1/tables/{table} reports it (``loader.status.table_status``)."""
+    """One table as GET /v1/tables/{table} reports it (``loader.ops.status.table_status``)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
     name: str

@@ -4,7 +4,7 @@
     python -m benchmarks.fair_pools --quick    # smoke run, prints only
 
 The loader gives each worker its own FAIR pool (``worker-<i>``, minShare 1; see
-loader/spark.py). Spark's FAIR algorithm breaks ties between equally needy pools by
+loader/loading/spark.py). Spark's FAIR algorithm breaks ties between equally needy pools by
 name, which has starved later-named pools elsewhere (50 streaming queries on 2 cores),
 so this measures it for the loader's pattern before relying on it: P threads, each in
 its own pool, each running back-to-back small Parquet appends (what a load is), on
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import (
+from testing.report import (
     RESULTS_DIR,
     LoadMonitor,
     command_line,
@@ -51,7 +51,7 @@ def jain(counts: list[int]) -> float:
 
 
 def run_config(workers: int, mode: str, seconds: float, scratch: Path) -> dict[str, Any]:
-    from loader.spark import build_spark_session, use_pool
+    from loader.loading.spark import build_spark_session, use_pool
 
     conf = {} if mode == "fair" else {"spark.scheduler.mode": "FIFO"}
     spark = build_spark_session(

@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks._common import (
+from testing.report import (
     RESULTS_DIR,
     command_line,
     load_average,
@@ -41,7 +41,7 @@ from benchmarks._common import (
 MODULE = "benchmarks.load_contention"
 SECTION = "load-contention"
 INTERVALS = (0.005, 0.001, 0.0005)
-#: What loader/cli_service.py sets (keep the two in step).
+#: What cli/service.py sets (keep the two in step).
 SERVICE_INTERVAL = 0.001
 
 
@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seconds = 4.0 if args.quick else 10.0
     repeats = args.repeats or (1 if args.quick else 3)
-    from loader.schema import TableSchema
-    from loader.sinks.delta_rs import DeltaRsSink
-    from loader.spark import build_spark_session
-    from loader.updates import Batch, Update
+    from loader.core.schema import TableSchema
+    from loader.core.updates import Batch, Update
+    from loader.loading.sinks.delta_rs import DeltaRsSink
+    from loader.loading.spark import build_spark_session
 
     started = time.perf_counter()
     meta: dict[str, Any] = {

@@ -20,7 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks._common import (
+from loader.core.updates import Update
+from loader.durability.wal import WalRecord, WriteAheadLog
+from testing.report import (
     RESULTS_DIR,
     command_line,
     load_average,
@@ -31,8 +33,6 @@ from benchmarks._common import (
     write_json,
     write_section,
 )
-from loader.updates import Update
-from loader.wal import WalRecord, WriteAheadLog
 
 MODULE = "benchmarks.wal"
 SECTION = "wal"

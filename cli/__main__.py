@@ -1,5 +1,5 @@
 """``python -m loader``: the same CLI as ``.venv/bin/loader`` (handy in tests and containers)."""
 
-from loader.cli import app
+from cli.simulation import app
 
 app()

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from loader.auth import tokens_file
+from api.auth import tokens_file
 from loader.config import Role, Settings
 
 

@@ -17,7 +17,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from loader.client import ClientError, LoaderClient
+from cli.client import ClientError, LoaderClient
 
 
 @dataclass(frozen=True)

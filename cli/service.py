@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from loader.cli import app, console, err_console, fail
+from cli.simulation import app, console, err_console, fail
 from loader.config import ConfigError, Role, Settings, load_settings
 
 ConfigOption = Annotated[
@@ -29,8 +29,8 @@ def _serve(settings: Settings, demo: bool) -> None:
     import uvicorn
 
     from api.app import create_app
-    from loader.auth import tokens_file
-    from loader.java import JavaError, check_java
+    from api.auth import tokens_file
+    from loader.loading.java import JavaError, check_java
 
     try:
         check_java()
@@ -54,8 +54,8 @@ def _serve(settings: Settings, demo: bool) -> None:
     err_console.print(f"serving on {base}; data in {settings.data_dir.resolve()}; docs at {base}/docs")
     producer = None
     if demo:
-        from loader.client import LoaderClient, token_for
-        from loader.demo import DemoProducer
+        from cli.client import LoaderClient, token_for
+        from cli.demo import DemoProducer
 
         producer = DemoProducer(LoaderClient(base, token_for(settings, Role.operator)), console=console)
         producer.start()
@@ -116,7 +116,7 @@ def submit_command(
 
     import httpx
 
-    from loader.client import ClientError, LoaderClient, token_for
+    from cli.client import ClientError, LoaderClient, token_for
 
     if not file.is_file():
         raise fail(f"{file} is not a file")
@@ -155,7 +155,7 @@ def export_trace_command(
 
     import httpx
 
-    from loader.client import ClientError, LoaderClient, token_for
+    from cli.client import ClientError, LoaderClient, token_for
 
     for target in (out, schedule_out):
         if target is not None and not target.parent.is_dir():

@@ -2,7 +2,7 @@
 
 ``simulate``, ``compare``, ``gen-trace``, ``sample`` and ``report`` are the operator's
 "what if" tools (here); ``serve``, ``demo`` (what ``scripts/run`` starts), ``submit`` and
-``export-trace`` drive the live service (``loader.cli_service``).
+``export-trace`` drive the live service (``cli.service``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from loader.report import comparison_table, print_result
+from cli.report import comparison_table, print_result
 from schedulers import generators
 from schedulers.model import Trace
 from schedulers.registry import POLICIES, make_policy
@@ -119,7 +119,7 @@ def simulate_command(
         with schedule_out.open("w", encoding="utf-8") as handle:
             write_schedule(result.schedule, handle)
     if plot is not None and result.schedule is not None:
-        from loader.plots import plot_schedule
+        from cli.plots import plot_schedule
 
         plot_schedule(data, result.schedule, plot, title=f"{result.policy}, {workers} workers")
     if as_json:
@@ -223,7 +223,7 @@ def report_command(
         result = _run(data, policy.value, workers, interval_period, schedule=True, progress=True)
         batches = result.schedule or []
         title = f"{trace.stem}, {result.policy} on {workers} workers"
-    from loader.plots import build_run, write_report
+    from cli.plots import build_run, write_report
 
     run = build_run(data, batches)
     try:
@@ -262,7 +262,7 @@ def sample_command(workers: WorkersOption = 4) -> None:
     )
 
 
-import loader.cli_service  # noqa: E402,F401  (registers serve, demo, submit, export-trace)
+import cli.service  # noqa: E402,F401  (registers serve, demo, submit, export-trace)
 
 
 def main() -> None:  # pragma: no cover - console entry point

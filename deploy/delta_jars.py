@@ -90,8 +90,8 @@ def fetch(package: str, out: Path) -> list[Path]:
 def check(config: Path) -> str:
     """Start Spark exactly as the service does with ``config`` and load through native Delta."""
     from loader.config import load_settings
-    from loader.sinks.probe import choose_writer
-    from loader.spark import build_spark_session
+    from loader.loading.sinks.probe import choose_writer
+    from loader.loading.spark import build_spark_session
 
     settings = load_settings(config)
     spark = build_spark_session(settings.spark.master, settings.spark.conf, settings.spark.app_name)

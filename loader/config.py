@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from loader.schema import TableSchema, check_name
+from loader.core.schema import TableSchema, check_name
 from schedulers.registry import POLICIES
 
 

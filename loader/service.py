@@ -25,25 +25,25 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from loader import failpoints
-from loader.catalog import Catalog, CatalogEntry
 from loader.config import ConfigError, Settings, TableConfig
-from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch, QuarantinedBatch
-from loader.errors import Conflict, Invalid, NotFound, Unavailable, WalWriteFailed
-from loader.idempotency import IdempotencyStore
-from loader.intake import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates
-from loader.landing import accept_files
-from loader.metrics import Metrics
-from loader.observed import ObservedRecord
-from loader.pending import SpillFull
-from loader.quarantine import QuarantineEntry, QuarantineStore
-from loader.recovery import RecoveryPlan, committed_seq
-from loader.rows import rows_to_arrow
-from loader.sinks.base import Sink
-from loader.spill.setup import build_pending_store
-from loader.status import table_status
-from loader.updates import Batch, LoadResult, Update
-from loader.wal import WalRecord, WriteAheadLog
+from loader.core import failpoints
+from loader.core.errors import Conflict, Invalid, NotFound, Unavailable, WalWriteFailed
+from loader.core.updates import Batch, LoadResult, Update
+from loader.durability.catalog import Catalog, CatalogEntry
+from loader.durability.quarantine import QuarantineEntry, QuarantineStore
+from loader.durability.recovery import RecoveryPlan, committed_seq
+from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.intake.idempotency import IdempotencyStore
+from loader.intake.landing import accept_files
+from loader.intake.requests import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates
+from loader.intake.rows import rows_to_arrow
+from loader.loading.dispatcher import Dispatcher, FailedBatch, FinishedBatch, QuarantinedBatch
+from loader.loading.observed import ObservedRecord
+from loader.loading.sinks.base import Sink
+from loader.ops.metrics import Metrics
+from loader.ops.status import table_status
+from loader.pending.setup import build_pending_store
+from loader.pending.store import SpillFull
 from schedulers.base import Policy
 from schedulers.chain import with_pressure
 from schedulers.model import TableSpec
@@ -52,7 +52,7 @@ from schedulers.registry import make_policy
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: How often a failed WAL is tried again (loader/maintenance.py), and the Retry-After of
+#: How often a failed WAL is tried again (loader/ops/maintenance.py), and the Retry-After of
 #: requests refused meanwhile.
 WAL_HEAL_SECONDS = 1.0
 
@@ -210,8 +210,8 @@ class LoaderService:
     def _make_sink(self) -> Sink:
         if self._sink_factory is not None:
             return self._sink_factory(self.settings)
-        from loader.sinks import make_sink
-        from loader.spark import build_spark_session, renice_driver_jvm
+        from loader.loading.sinks import make_sink
+        from loader.loading.spark import build_spark_session, renice_driver_jvm
 
         s = self.settings
         spark = build_spark_session(
@@ -527,8 +527,8 @@ class LoaderService:
         return found
 
     async def heal_faults(self) -> None:
-        """Called every second (loader/maintenance.py): reopen intake once the WAL's disk takes
-        writes again (the failed group is rolled back first: loader/wal.py ``heal``), and
+        """Called every second (loader/ops/maintenance.py): reopen intake once the WAL's disk takes
+        writes again (the failed group is rolled back first: loader/durability/wal.py ``heal``), and
         spill what an earlier failed spill left in memory over the budget."""
         if self.wal_fault is not None and self.wal is not None:
             # Copies refused before the heal belong to groups it rolls back; a request still
@@ -635,7 +635,7 @@ class LoaderService:
     def _failed(self, failed: FailedBatch) -> None:
         self.metrics.batches.labels(failed.table, "failed").inc()
 
-    # -- quarantine (loader/quarantine.py) -------------------------------------------------------
+    # -- quarantine (loader/durability/quarantine.py) -------------------------------------------------------
     def _quarantine_batch(self, batch: Batch, error: BaseException, attempts: int) -> None:
         """On the failed batch's worker thread: its payload durable aside, or an exception."""
         assert self.quarantine is not None

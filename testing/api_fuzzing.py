@@ -1,7 +1,7 @@
 """Schemathesis fuzzing of the service's own OpenAPI document, as each kind of caller.
 
-Shared by ``tests/test_api_fuzz.py`` (a few examples per operation, in CI) and
-``benchmarks/api_fuzz.py`` (many, on demand), so both run the same generation and the
+Shared by ``tests/api/test_api_fuzz.py`` (a few examples per operation, in CI) and
+``trials/api_fuzz.py`` (many, on demand), so both run the same generation and the
 same checks. Every operation is fuzzed once per role with positive data (fits the
 document) and negative data (does not), and every response must:
 
@@ -43,9 +43,9 @@ from schemathesis.specs.openapi.checks import (
 
 from api.app import create_app
 from loader.service import LoaderService
-from tests.service_harness import CLICKS, OPERATOR, ORDERS, ORDERS_ONLY, PRODUCER, make_settings
+from testing.service_harness import CLICKS, OPERATOR, ORDERS, ORDERS_ONLY, PRODUCER, make_settings
 
-#: Who calls: the harness's tokens (tests/service_harness.py), and nobody.
+#: Who calls: the harness's tokens (testing/service_harness.py), and nobody.
 ROLES: dict[str, str | None] = {
     "operator": OPERATOR,
     "producer": PRODUCER,
@@ -53,7 +53,7 @@ ROLES: dict[str, str | None] = {
     "no token": None,
 }
 
-#: Examples per operation, role and mode in CI (tests/test_api_fuzz.py): the operator
+#: Examples per operation, role and mode in CI (tests/api/test_api_fuzz.py): the operator
 #: reaches the most code; without a token everything must stop at 401, which a couple show.
 CI_EXAMPLES = {"operator": 8, "producer": 4, "orders-only producer": 4, "no token": 2}
 

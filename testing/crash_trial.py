@@ -2,7 +2,7 @@
 
 One data directory lives through many lives of ``loader serve`` (a subprocess on loopback,
 Spark included). Each life is ended by SIGKILL: either a failpoint armed for that life
-(``loader/failpoints.py``: inside the WAL's group commit, during recovery, in a spill
+(``loader/core/failpoints.py``: inside the WAL's group commit, during recovery, in a spill
 write, around a Delta commit) or a kill of the whole process group from outside at a
 random moment (seeded), before ``/readyz`` turns ready (WAL replay, Spark start-up) or
 while loads run. Producer threads submit numbered rows all along, each request with an
@@ -16,8 +16,8 @@ verdict counts rather than asserts (the report needs the numbers): rows lost, ro
 duplicated, rows nobody acknowledged, sequence numbers given twice, Delta transaction
 versions that do not match the last acknowledged sequence, staging directories left.
 
-Used by ``tests/test_crash.py`` (every kind of kill once) and
-``benchmarks/crash_trials.py`` (50+ kills of seeded random kinds).
+Used by ``tests/system/test_crash.py`` (every kind of kill once) and
+``trials/crash.py`` (50+ kills of seeded random kinds).
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from loader.failpoints import POINTS
-from loader.sinks.base import app_id
-from loader.sinks.delta_rs import STAGING_PREFIX
-from loader.wal_format import parse_segment_name, scan_segment
-from tests.prom import sample_value
-from tests.server_process import ServerProcess, free_port, write_config
-from tests.tables import read_delta
+from loader.core.failpoints import POINTS
+from loader.durability.wal_format import parse_segment_name, scan_segment
+from loader.loading.sinks.base import app_id
+from loader.loading.sinks.delta_rs import STAGING_PREFIX
+from testing.prom import sample_value
+from testing.server_process import ServerProcess, free_port, write_config
+from testing.tables import read_delta
 
 TOKEN = "crash-test-operator-token-0001"
 TABLES = ("alpha", "beta")
@@ -61,7 +61,7 @@ EXTERNAL_RECOVERY = "external:recovery"
 EXTERNAL_SERVING = "external:serving"
 KINDS = (*sorted(POINTS), EXTERNAL_RECOVERY, EXTERNAL_SERVING)
 
-#: Log lines that tell how far a start got (loader/service.py, loader/spill/setup.py).
+#: Log lines that tell how far a start got (loader/service.py, loader/pending/setup.py).
 RECOVERED_LINE = "pending updates from the WAL; intake open"
 SPILL_RESET_LINE = "spill files of an earlier run"
 #: Logged after the WAL was opened and before its replay ends (when there is something to say).

@@ -1,6 +1,6 @@
 """A Spark-free sink for fast API and recovery tests: same exactly-once contract, deltalake only.
 
-The real sinks (Spark-written Parquet) are covered by tests/test_sinks.py and the
+The real sinks (Spark-written Parquet) are covered by tests/loader/loading/test_sinks.py and the
 end-to-end tests; this one lets the HTTP and recovery logic be tested in milliseconds.
 """
 
@@ -13,12 +13,12 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from loader.landing import read_landing_file
-from loader.schema import TableSchema
-from loader.sinks.base import app_id
-from loader.sinks.delta_table import schema_differences, unloaded_part
-from loader.spill.segments import read_spilled
-from loader.updates import Batch, LoadResult
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult
+from loader.intake.landing import read_landing_file
+from loader.loading.sinks.base import app_id
+from loader.loading.sinks.delta_table import schema_differences, unloaded_part
+from loader.pending.spill.segments import read_spilled
 
 
 class ArrowSink:

@@ -1,8 +1,8 @@
 """The hostile-input case table: one malformed or hostile request per case and what the
 service must answer.
 
-Shared by ``tests/test_hostile_input.py`` (every case is a regression test) and
-``benchmarks/hostile_input.py`` (the RELIABILITY.md table); ``tests/hostile_runner.py``
+Shared by ``tests/api/test_hostile_input.py`` (every case is a regression test) and
+``trials/hostile_input.py`` (the RELIABILITY.md table); ``testing/hostile_runner.py``
 runs a case and checks that it changed nothing.
 """
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.hostile_runner import (
+from testing.hostile_runner import (
     MAX_BODY_BYTES,
     MULTI,
     NDJSON,
@@ -23,7 +23,7 @@ from tests.hostile_runner import (
     Case,
     Env,
 )
-from tests.service_harness import ORDERS_ONLY
+from testing.service_harness import ORDERS_ONLY
 
 # ----------------------------------------------------------------------------- the cases
 

@@ -1,7 +1,7 @@
 """How a hostile-input case runs: a fresh service, the request, and proof that it changed nothing.
 
-The cases themselves are in ``tests/hostile_cases.py``. Each case runs against a fresh
-in-process service (``tests/service_harness.Harness``, Spark-free sink, ~0.1 s) whose
+The cases themselves are in ``testing/hostile_cases.py``. Each case runs against a fresh
+in-process service (``testing/service_harness.Harness``, Spark-free sink, ~0.1 s) whose
 tables already hold one loaded update, and whose landing directory holds good files, bad
 files, symbolic links into and out of it and a FIFO. Around the request the whole
 observable state is snapshotted: per table the last sequence number, pending count and
@@ -31,8 +31,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loader.status import table_status
-from tests.service_harness import OPERATOR, PRODUCER, Harness
+from loader.ops.status import table_status
+from testing.service_harness import OPERATOR, PRODUCER, Harness
 
 #: Small enough that the over-limit cases cost little; the same code path as 16 MiB.
 MAX_BODY_BYTES = 64 * 1024

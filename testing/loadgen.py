@@ -1,6 +1,6 @@
 """HTTP load generator of the service benchmark, run as its own process.
 
-    python -m benchmarks._service_loadgen SPEC.json     # prints one JSON object on stdout
+    python -m testing.loadgen SPEC.json     # prints one JSON object on stdout
 
 Raw HTTP/1.1 over keep-alive connections on asyncio (uvloop when installed): each request
 is prebuilt bytes, each answer is read as status line + headers + Content-Length body,
@@ -20,7 +20,7 @@ Only requests scheduled (open) or completed (closed) inside the measurement wind
 several generator processes begin together.
 
 Optional keys of the open mode, for trials that must account for every request (the
-overload trial, ``benchmarks/overload.py``):
+overload trial, ``trials/overload/``):
 
 - ``schedule``: ``[[rate, seconds], ...]`` replaces ``rate``/``duration``: the rate steps
   from one phase to the next at a precise instant (the window is the whole schedule,

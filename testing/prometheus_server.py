@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server_process import free_port
+from testing.server_process import free_port
 
 PACKAGE = "prometheus"
 INSTALL_TIMEOUT = 900.0

@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = REPO_ROOT / "BENCHMARKS.md"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 
 MD_HEADER = (
     "# Benchmarks\n\n"

@@ -75,7 +75,7 @@ class ServerProcess:
         env = dict(os.environ, LOADER_FAILPOINTS=failpoints, PYTHONUNBUFFERED="1")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "loader", "serve", "--config", str(self.config)],
+                [sys.executable, "-m", "cli", "serve", "--config", str(self.config)],
                 cwd=self.workdir,
                 stdout=log,
                 stderr=subprocess.STDOUT,

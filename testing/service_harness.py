@@ -1,6 +1,6 @@
 """An in-process service behind FastAPI's TestClient, with whatever sink a test needs.
 
-``ArrowSink`` (tests/fakes.py) makes API tests run in milliseconds; the end-to-end tests
+``ArrowSink`` (testing/fakes.py) makes API tests run in milliseconds; the end-to-end tests
 pass a real Spark-backed sink. Waiting is polling with a deadline, never a sleep of a
 guessed length.
 """
@@ -20,10 +20,10 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from loader.config import Settings, load_settings
+from loader.loading.sinks.base import Sink
 from loader.service import LoaderService
-from loader.sinks.base import Sink
-from tests.fakes import ArrowSink
-from tests.tables import read_delta
+from testing.fakes import ArrowSink
+from testing.tables import read_delta
 
 OPERATOR = "operator-token-0123456789"
 PRODUCER = "producer-token-0123456789"
@@ -112,7 +112,7 @@ class Harness:
 def serve_in_thread(data_dir: Path, **settings: Any) -> Iterator[tuple[str, LoaderService]]:
     """The app under a real uvicorn on a loopback port (one event loop, as in production),
     with the Spark-free sink: for clients that need a URL (CLI, schemathesis)."""
-    from tests.server_process import free_port
+    from testing.server_process import free_port
 
     config = make_settings(data_dir, **settings)
     service = LoaderService(config, sink_factory=lambda s: ArrowSink(s.warehouse_path))

@@ -1,6 +1,6 @@
 """``loader serve`` under test for the service benchmark: start, observe, stop, clean up.
 
-Reuses ``tests.server_process`` (the subprocess harness of the crash tests): a config
+Reuses ``testing.server_process`` (the subprocess harness of the crash tests): a config
 file from plain data, a free loopback port, its own process group so that stopping it
 takes Spark's JVM along. Here also: the Prometheus text parsed into numbers, CPU time of
 the server's process group (Python and JVM apart), and "wait until every acknowledged
@@ -10,10 +10,12 @@ update is in Delta".
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from tests.server_process import ServerProcess, free_port, write_config
+from testing.report import REPO_ROOT
+from testing.server_process import ServerProcess, free_port, write_config
 
 OPERATOR_TOKEN = "bench-operator-token-000000000001"
 PRODUCER_TOKEN = "bench-producer-token-000000000001"
@@ -247,3 +250,41 @@ def wait_loaded(http: httpx.Client, timeout: float, poll: float = 0.1) -> tuple[
         if time.monotonic() - began > timeout:
             return False, time.monotonic() - began
         time.sleep(poll)
+
+
+# -- child processes (load generator, commit probe) ---------------------------------------
+@contextlib.contextmanager
+def _spec_file(spec: dict[str, Any]) -> Iterator[Path]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="bench-spec-", delete=False) as handle:
+        json.dump(spec, handle)
+    path = Path(handle.name)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def run_child(module: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """``python -m module SPEC`` in its own process group; its last stdout line as JSON.
+
+    Killed with its whole group on timeout or error, so no JVM or generator outlives it.
+    """
+    with _spec_file(spec) as path:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, str(path)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+    if proc.returncode != 0 or not out.strip():
+        raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])

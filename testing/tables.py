@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pa_fs
 from deltalake import DeltaTable
 
-from loader.schema import TableSchema
+from loader.core.schema import TableSchema
 
 
 def read_delta(path: Path) -> pa.Table:

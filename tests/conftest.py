@@ -11,19 +11,19 @@ from pathlib import Path
 
 from hypothesis import settings
 
-# `from tests.invariants import ...` also under a bare `pytest` (python -m adds the cwd).
+# `from testing.invariants import ...` also under a bare `pytest` (python -m adds the cwd).
 ROOT = str(Path(__file__).resolve().parent.parent)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import pytest  # noqa: E402
 
-from tests.service_harness import Harness  # noqa: E402
+from testing.service_harness import Harness  # noqa: E402
 
 
 @pytest.fixture
 def harness(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """An in-process service behind TestClient with the Spark-free sink (tests/service_harness.py)."""
+    """An in-process service behind TestClient with the Spark-free sink (testing/service_harness.py)."""
     with Harness(tmp_path / "data") as h:
         yield h
 

@@ -1,9 +1,9 @@
 """Access-control trial: every route × every kind of caller, tokens in logs, token comparison.
 
-    .venv/bin/python -m benchmarks.access_matrix              # a few seconds; rewrites RELIABILITY.md
-    .venv/bin/python -m benchmarks.access_matrix --no-write   # print only
+    .venv/bin/python -m trials.access_matrix              # a few seconds; rewrites RELIABILITY.md
+    .venv/bin/python -m trials.access_matrix --no-write   # print only
 
-Runs the table of ``tests/test_access_control.py`` (``RULES``) over HTTP against the
+Runs the table of ``tests/api/test_access_control.py`` (``RULES``) over HTTP against the
 service under uvicorn in this process (Spark-free sink), with every logger, uvicorn's
 access log included, at DEBUG: each route as no token, a wrong token, a producer, a
 producer limited to another table and the operator, with requests that are valid apart
@@ -28,21 +28,10 @@ from typing import Any
 
 import requests
 
-from benchmarks._common import (
-    LoadMonitor,
-    log,
-    machine_info,
-    machine_markdown,
-    md_table,
-    print_table,
-    run_meta,
-    status,
-)
-from benchmarks._reliability import write_reliability
-from loader.auth import Authenticator, generated_tokens, tokens_file
+from api.auth import Authenticator, generated_tokens, tokens_file
 from loader.config import Role, TokenConfig, load_settings
-from loader.errors import Unauthorized
-from tests.test_access_control import (
+from loader.core.errors import Unauthorized
+from testing.access_control import (
     PRINCIPALS,
     RULES,
     Outcome,
@@ -52,8 +41,19 @@ from tests.test_access_control import (
     leaks,
     served_with_all_logs,
 )
+from testing.report import (
+    LoadMonitor,
+    log,
+    machine_info,
+    machine_markdown,
+    md_table,
+    print_table,
+    run_meta,
+    status,
+)
+from trials.reliability import write_reliability
 
-MODULE = "benchmarks.access_matrix"
+MODULE = "trials.access_matrix"
 SECTION = "access-control"
 
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         body = (
             "## Access control\n\n"
             "Every route the app serves (FastAPI's routes, enumerated; the table in "
-            "`tests/test_access_control.py` must have a row for each) is called over HTTP as five callers: no "
+            "`tests/api/test_access_control.py` must have a row for each) is called over HTTP as five callers: no "
             "token, a wrong token, a producer, a producer limited to another table (`orders`; the requests act on "
             "`clicks`) and the operator. The requests are valid apart from authorization, so the status is the "
             "authorization decision: 401 without a valid token, 403 where the role or table list does not allow "
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             "configured token (no early exit), so neither a token's content nor its length shows in the time "
             "an authentication takes; the times below are for reference (they grow with the *presented* "
             "token's length, which the caller knows, not with how much of it is right).\n\n"
-            "Short version (CI): `.venv/bin/python -m pytest -q tests/test_access_control.py`.  \n"
+            "Short version (CI): `.venv/bin/python -m pytest -q tests/api/test_access_control.py`.  \n"
             f"This report: `.venv/bin/python -m {MODULE}`.\n\n"
             + machine_markdown(meta, package="api")
             + "\n"

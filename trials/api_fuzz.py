@@ -1,10 +1,10 @@
 """API fuzzing trial: schemathesis against the service's own OpenAPI document, as every role.
 
-    .venv/bin/python -m benchmarks.api_fuzz                  # 60 examples per operation, role and mode
-    .venv/bin/python -m benchmarks.api_fuzz --examples 300   # longer
-    .venv/bin/python -m benchmarks.api_fuzz --no-write       # print only, RELIABILITY.md untouched
+    .venv/bin/python -m trials.api_fuzz                  # 60 examples per operation, role and mode
+    .venv/bin/python -m trials.api_fuzz --examples 300   # longer
+    .venv/bin/python -m trials.api_fuzz --no-write       # print only, RELIABILITY.md untouched
 
-Runs what ``tests/test_api_fuzz.py`` runs in CI (``tests/api_fuzzing.py``), with more
+Runs what ``tests/api/test_api_fuzz.py`` runs in CI (``testing/api_fuzzing.py``), with more
 examples: every operation of the document, as the operator, a producer, a producer
 limited to one table and a caller without a token, with data that fits the document
 (positive) and data that does not (negative). The service runs in this process under
@@ -25,8 +25,8 @@ from typing import Any
 
 import requests
 
-from benchmarks._common import (
-    RESULTS_DIR,
+from testing.api_fuzzing import CHECKS, CI_EXAMPLES, ROLES, Settled, Tally, fuzz_all, settle
+from testing.report import (
     LoadMonitor,
     log,
     machine_info,
@@ -37,11 +37,10 @@ from benchmarks._common import (
     status,
     write_json,
 )
-from benchmarks._reliability import write_reliability
-from tests.api_fuzzing import CHECKS, CI_EXAMPLES, ROLES, Settled, Tally, fuzz_all, settle
-from tests.service_harness import serve_in_thread
+from testing.service_harness import serve_in_thread
+from trials.reliability import RESULTS_DIR, write_reliability
 
-MODULE = "benchmarks.api_fuzz"
+MODULE = "trials.api_fuzz"
 SECTION = "api-fuzz"
 
 
@@ -121,14 +120,14 @@ def report(tally: Tally, settled: Settled, meta: dict[str, Any]) -> str:
         "that does not (negative). Where a path names a table, some positive cases name one that exists, and on "
         "the feed routes some carry rows that fit it (the document cannot say what a table holds), so requests "
         "reach row validation, the WAL and the loader. The service runs in-process under uvicorn with the "
-        "Spark-free sink (`tests/service_harness.py`). Each response is checked with "
+        "Spark-free sink (`testing/service_harness.py`). Each response is checked with "
         f"{checks}: no 5xx, a documented status code, content type and headers, a body matching the documented "
         "schema (errors: `ErrorModel`), and negative data refused with a 4xx; a caller without the right to an "
         "operation at all (no token; a producer on `/v1/admin`) must get exactly 401 / 403 whatever the request "
         "holds. Afterwards every table is resumed and every acknowledged update must have loaded. Generation is "
         "derandomized: the same document gives the same cases.\n\n"
         f"Short version (CI; examples per operation and mode: {ci}): "
-        "`.venv/bin/python -m pytest -q tests/test_api_fuzz.py`.  \n"
+        "`.venv/bin/python -m pytest -q tests/api/test_api_fuzz.py`.  \n"
         f"Long version: `.venv/bin/python -m {MODULE}` (60 examples), or `--examples 300` for a deeper run.\n\n"
         + machine_markdown(meta, package="api")
         + f"\nExamples per operation, role and mode: {meta['examples']}.\n\n"

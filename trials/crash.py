@@ -1,15 +1,15 @@
 """Crash-consistency trial: many SIGKILLs of ``loader serve`` under producers, then an audit.
 
-    python -m benchmarks.crash_trials --kills 50 --seed 1   # the long run (~10-20 min); rewrites RELIABILITY.md
-    python -m benchmarks.crash_trials --kills 8 --seed 1    # a short run: prints, results/crash_trials-quick.json
-    python -m benchmarks.crash_trials --rerender            # the saved long results again (and their section)
+    python -m trials.crash --kills 50 --seed 1   # the long run (~10-20 min); rewrites RELIABILITY.md
+    python -m trials.crash --kills 8 --seed 1    # a short run: prints, results/crash_trials-quick.json
+    python -m trials.crash --rerender            # the saved long results again (and their section)
 
 One data directory, one ``loader serve`` subprocess (local Spark, delta-rs writer, fsync
 WAL, a 64 KiB memory budget so pending updates spill, WAL segments of 256 KiB truncated
 every second, tables compacted every 5 s), and producer threads submitting numbered rows
 with Idempotency-Keys all along, retrying whatever was left unanswered
-(tests/crash_trial.py). Each life of the
-server ends in SIGKILL of a seeded random kind: a failpoint (loader/failpoints.py)
+(testing/crash_trial.py). Each life of the
+server ends in SIGKILL of a seeded random kind: a failpoint (loader/core/failpoints.py)
 inside the WAL's group commit, mid-record, during recovery (spill reset, the N-th
 replayed record), in a spill write, around the Delta commit, between the WAL and the
 202; or a kill of the process group from outside at a random delay, before /readyz
@@ -32,8 +32,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import (
-    RESULTS_DIR,
+from testing.crash_trial import EXTERNAL_RECOVERY, EXTERNAL_SERVING, KINDS, CrashTrial, Verdict
+from testing.report import (
     LoadMonitor,
     command_line,
     fmt_duration,
@@ -47,10 +47,9 @@ from benchmarks._common import (
     status,
     write_json,
 )
-from benchmarks._reliability import write_reliability
-from tests.crash_trial import EXTERNAL_RECOVERY, EXTERNAL_SERVING, KINDS, CrashTrial, Verdict
+from trials.reliability import RESULTS_DIR, write_reliability
 
-MODULE = "benchmarks.crash_trials"
+MODULE = "trials.crash"
 SECTION = "crash"
 #: What the long run promises to have done (the issue: "the long run at least 50").
 LONG_KILLS = 50
@@ -144,12 +143,12 @@ def render_markdown(results: dict[str, Any]) -> str:
     enough = s["kills"] >= LONG_KILLS
     verdict_ok = s["ok"] and s["lost"] == 0 and s["duplicated"] == 0
     lines = [
-        "## Crash consistency (`benchmarks/crash_trials.py`)",
+        "## Crash consistency (`trials/crash.py`)",
         "",
         "A producer stream with Idempotency-Keys against `loader serve` (local Spark, fsync WAL, "
         "64 KiB memory budget so updates spill, 256 KiB WAL segments truncated every second, tables "
         "compacted every 5 s), "
-        "killed with SIGKILL again and again: at failpoints (`loader/failpoints.py`) inside the WAL "
+        "killed with SIGKILL again and again: at failpoints (`loader/core/failpoints.py`) inside the WAL "
         "group commit (after `write()` before fsync; half a record written), during recovery (after "
         "the spill reset; after the N-th replayed WAL record), in a spill write, between Spark's write, "
         "the publish and the Delta commit, between the WAL and the 202; and from outside (service and "
@@ -159,9 +158,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         "and each Delta table is read back with the `deltalake` package and DuckDB and compared with "
         "the acknowledged set.",
         "",
-        "Short version: `.venv/bin/python -m pytest -q tests/test_crash.py` (CI: 8 kills of 8 kinds) "
-        "or `.venv/bin/python -m benchmarks.crash_trials --kills 8 --seed 1`. "
-        f"Long version: `.venv/bin/python -m benchmarks.crash_trials --kills {LONG_KILLS} --seed "
+        "Short version: `.venv/bin/python -m pytest -q tests/system/test_crash.py` (CI: 8 kills of 8 kinds) "
+        "or `.venv/bin/python -m trials.crash --kills 8 --seed 1`. "
+        f"Long version: `.venv/bin/python -m trials.crash --kills {LONG_KILLS} --seed "
         f"{meta['seed']}`.",
         "",
         machine_markdown(meta, package="loader"),

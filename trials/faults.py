@@ -1,10 +1,10 @@
 """Disk-fault and Spark-failure trials, with figures for RELIABILITY.md.
 
-    .venv/bin/python -m benchmarks.fault_trials [--repeats N] [--only disk|spark]
+    .venv/bin/python -m trials.faults [--repeats N] [--only disk|spark]
 
-Runs the scenarios of tests/test_disk_faults.py (a real full tmpfs under the WAL and the
+Runs the scenarios of tests/system/test_disk_faults.py (a real full tmpfs under the WAL and the
 spill directory, a read-only spill directory, EROFS injected into the WAL) and of
-tests/test_spark_failures.py (a Spark job cancelled mid-run; a data file corrupted after
+tests/loader/loading/test_spark_failures.py (a Spark job cancelled mid-run; a data file corrupted after
 intake, quarantined and retried) ``--repeats`` times each, and rewrites the sections
 ``disk-faults`` and ``spark-failures``. Every scenario asserts its promises as it runs (no
 loss, no duplicate, 503 with Retry-After while closed, /readyz naming the fault, intake
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks._common import (
+from testing.report import (
     command_line,
     load_average,
     log,
@@ -33,7 +33,7 @@ from benchmarks._common import (
     median,
     print_table,
 )
-from benchmarks._reliability import write_reliability
+from trials.reliability import write_reliability
 
 
 def _run(name: str, scenario: Callable[[Path], dict[str, Any]], repeats: int) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def _spark_row(r: dict[str, Any]) -> list[Any]:
 
 
 def disk_faults(repeats: int) -> list[dict[str, Any]]:
-    from tests import test_disk_faults as t
+    from testing import disk_faults as t
 
     def wal_read_only(tmp: Path) -> dict[str, Any]:
         with pytest.MonkeyPatch.context() as mp:
@@ -109,10 +109,10 @@ def disk_faults(repeats: int) -> list[dict[str, Any]]:
 
 
 def spark_failures(repeats: int) -> list[dict[str, Any]]:
-    from loader.sinks import make_sink
-    from loader.spark import build_spark_session
-    from tests import test_spark_failures as t
-    from tests.service_harness import Harness
+    from loader.loading.sinks import make_sink
+    from loader.loading.spark import build_spark_session
+    from testing import spark_failures as t
+    from testing.service_harness import Harness
 
     spark = build_spark_session(master="local[2]", app_name="fault-trials", fair_pools=2)
 
@@ -148,7 +148,7 @@ def _section(
     misses = [f"- {r['name']}: {m}" for r in results for m in r.get("misses", [])]
     return "\n\n".join(
         [
-            f"## {title} (`benchmarks/fault_trials.py`)",
+            f"## {title} (`trials/faults.py`)",
             intro,
             machine_markdown(
                 {
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=["disk", "spark"])
     args = parser.parse_args(argv)
-    command = command_line("benchmarks.fault_trials", argv)
+    command = command_line("trials.faults", argv)
     meta = machine_info("loader")
     ok = True
     if args.only in (None, "disk"):
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 "intake answers 503 with Retry-After (the WAL: at once; the spill disk: once memory is full), /readyz "
                 "names the fault (503 for the WAL, 200 with `faults.spill` for the spill disk), what was acknowledged "
                 "still loads, and intake reopens by itself within about a second of the disk taking writes again; a "
-                "restart afterwards replays cleanly. Suite: `tests/test_disk_faults.py`.",
+                "restart afterwards replays cleanly. Suite: `tests/system/test_disk_faults.py`.",
                 headers,
                 rows,
                 results,
@@ -233,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 "loaded); a batch whose data file was corrupted after intake fails `loading.max_attempts` (3 here) "
                 "times, is quarantined with its error in `GET /v1/admin/quarantine` and the metrics while the other "
                 "table and the table's later updates load ('median seconds': resume to quarantined), and after the "
-                "operator restores the file a retry loads it exactly once. Suite: `tests/test_spark_failures.py`, "
-                "`tests/test_quarantine.py`.",
+                "operator restores the file a retry loads it exactly once. Suite: "
+                "`tests/loader/loading/test_spark_failures.py`, `tests/loader/durability/test_quarantine.py`.",
                 headers,
                 rows,
                 results,

@@ -1,4 +1,4 @@
-"""Hostile-input trial: every case of tests/hostile_cases.py, written to RELIABILITY.md.
+"""Hostile-input trial: every case of testing/hostile_cases.py, written to RELIABILITY.md.
 
 Each case is one malformed or hostile request (bad JSON, wrong types, path traversal,
 symbolic links, oversized bodies, reused Idempotency-Keys, data_until going backwards,
@@ -8,8 +8,8 @@ was wrong and what to do, and nothing changed: sequence counters, pending update
 Delta log versions, the WAL, the Idempotency-Key store, the landing directory, a
 directory outside it and the service's owned copies are all as before the request.
 
-    .venv/bin/python -m benchmarks.hostile_input              # the table once (~30 s)
-    .venv/bin/python -m benchmarks.hostile_input --repeat 5   # five rounds (flakiness)
+    .venv/bin/python -m trials.hostile_input              # the table once (~30 s)
+    .venv/bin/python -m trials.hostile_input --repeat 5   # five rounds (flakiness)
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import (
-    RESULTS_DIR,
+from testing.hostile_cases import CASES
+from testing.hostile_runner import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, Case, Outcome, run_case
+from testing.report import (
     LoadMonitor,
     log,
     machine_info,
@@ -34,11 +35,9 @@ from benchmarks._common import (
     status,
     write_json,
 )
-from benchmarks._reliability import write_reliability
-from tests.hostile_cases import CASES
-from tests.hostile_runner import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, Case, Outcome, run_case
+from trials.reliability import RESULTS_DIR, write_reliability
 
-MODULE = "benchmarks.hostile_input"
+MODULE = "trials.hostile_input"
 SECTION = "hostile-input"
 
 #: What earlier rounds of this trial found, and the fix each got (each case stays in the table).
@@ -133,8 +132,8 @@ def report(results: list[list[Outcome]], meta: dict[str, Any]) -> str:
     groups = ", ".join(f"{group} {n}" for group, n in by_group.items())
     return (
         "## Hostile input\n\n"
-        "Every case of `tests/hostile_cases.py` is one malformed or hostile request sent to a fresh "
-        "in-process service (`tests/service_harness.Harness`, Spark-free sink) whose tables already hold a "
+        "Every case of `testing/hostile_cases.py` is one malformed or hostile request sent to a fresh "
+        "in-process service (`testing/service_harness.Harness`, Spark-free sink) whose tables already hold a "
         "loaded update and whose landing directory holds good and bad files, symbolic links into and out of "
         "it, a hard link and a FIFO. A case passes when the status is exactly the expected one, the error "
         "body (`{error, message}`) names what was wrong and what to do in at most "
@@ -144,10 +143,10 @@ def report(results: list[list[Outcome]], meta: dict[str, Any]) -> str:
         "a directory outside it and in the service's owned-files directory. The replayed Idempotency-Key "
         "case expects 202 with `Idempotent-Replayed: true` and, likewise, no change. "
         f"`max_body_bytes` is {MAX_BODY_BYTES:,} bytes in the trial (the same code path as the 16 MiB "
-        "default). The same table runs in the test suite as `tests/test_hostile_input.py`.\n\n"
+        "default). The same table runs in the test suite as `tests/api/test_hostile_input.py`.\n\n"
         "Short version (the table once, also the CI test): "
-        "`.venv/bin/python -m benchmarks.hostile_input`; long version (five rounds, to catch flaky cases): "
-        "`.venv/bin/python -m benchmarks.hostile_input --repeat 5`.\n\n"
+        "`.venv/bin/python -m trials.hostile_input`; long version (five rounds, to catch flaky cases): "
+        "`.venv/bin/python -m trials.hostile_input --repeat 5`.\n\n"
         + machine_markdown(meta, package="loader")
         + f"\nCases per group: {groups}.\n\n"
         + totals
@@ -159,7 +158,7 @@ def report(results: list[list[Outcome]], meta: dict[str, Any]) -> str:
         "inside it (following none is what makes the open race-free). A NUL in a plain string value is data "
         "and is accepted (Parquet and Delta store it); in a partition value it is refused. Duplicate keys in a "
         "JSON object are not refused (the last wins, as in JavaScript): checking them costs 1.7x the parse. "
-        "The 403 for a table the token may not use names the token and table but not what to do (loader/auth.py, "
+        "The 403 for a table the token may not use names the token and table but not what to do (api/auth.py, "
         "outside this trial).\n\n"
         + md_table(["group", "case", "expected", "got", "nothing changed", "result", "note"], rows, align="llrrcll")
         + "\n\nMissed:\n\n"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from api.auth import Authenticator, Principal
 from api.deps import read_body
 from api.schemas import AcksModel, MultiUpdateBody, UpdateBody, body_doc, error_responses
-from loader.auth import Authenticator, Principal
-from loader.idempotency import MAX_KEY_LENGTH, check_key, request_hash
-from loader.intake import check_expansion, check_table_name, parse_multi, parse_single
+from loader.intake.idempotency import MAX_KEY_LENGTH, check_key, request_hash
+from loader.intake.requests import check_expansion, check_table_name, parse_multi, parse_single
 from loader.service import LoaderService
 
 router = APIRouter(prefix="/v1", tags=["feeds"])

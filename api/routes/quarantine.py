@@ -1,4 +1,4 @@
-"""Batches that kept failing, set aside with their error (loader/quarantine.py): list, retry, discard."""
+"""Batches that kept failing, set aside with their error (loader/durability/quarantine.py): list, retry, discard."""
 
 from __future__ import annotations
 

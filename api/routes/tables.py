@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from api.auth import Authenticator
 from api.deps import Caller, Service
 from api.schemas import AUTHENTICATED, TablesModel, TableStatusModel, error_responses, ok_response
-from loader.auth import Authenticator
-from loader.status import all_table_statuses
+from loader.ops.status import all_table_statuses
 
 router = APIRouter(prefix="/v1", tags=["tables"])
 

@@ -27,9 +27,9 @@ Three parts:
 3. Decision cost at 10,000 tables: the driver's dispatch cycle (finish, release, notify;
    choose, start, notify) in a tight loop, per policy, median of max(3, repeats) runs.
 
-Verdicts (PASS / MISS, never hidden) are computed in ``benchmarks._scheduling_claims``;
+Verdicts (PASS / MISS, never hidden) are computed in ``benchmarks.scheduling.claims``;
 the report (console tables, the ``scheduling`` section of BENCHMARKS.md) is built in
-``benchmarks._scheduling_report``. Raw figures go to ``benchmarks/results/``.
+``benchmarks.scheduling.report``. Raw figures go to ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -45,9 +45,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _scheduling_claims as claims
-from benchmarks import _scheduling_report as report
-from benchmarks._common import (
+from benchmarks.scheduling import claims as claims
+from benchmarks.scheduling import report as report
+from schedulers import generators
+from schedulers.base import Policy
+from schedulers.freshness import evaluate_schedule
+from schedulers.model import TableSpec, TableState, Trace
+from schedulers.peers import IntervalPolicy
+from schedulers.registry import POLICIES, make_policy
+from schedulers.simulator import SimulationResult, simulate
+from testing.report import (
     BENCHMARKS_MD,
     RESULTS_DIR,
     LoadMonitor,
@@ -63,13 +70,6 @@ from benchmarks._common import (
     write_json,
     write_section,
 )
-from schedulers import generators
-from schedulers.base import Policy
-from schedulers.freshness import evaluate_schedule
-from schedulers.model import TableSpec, TableState, Trace
-from schedulers.peers import IntervalPolicy
-from schedulers.registry import POLICIES, make_policy
-from schedulers.simulator import SimulationResult, simulate
 
 MODULE = "benchmarks.scheduling"
 SECTION = "scheduling"

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from benchmarks._common import median, status
+from testing.report import median, status
 
 Record = dict[str, Any]
 

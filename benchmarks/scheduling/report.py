@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import _scheduling_claims as claims
-from benchmarks._common import fmt_num, machine_markdown, md_table, print_table, status
+from benchmarks.scheduling import claims as claims
+from testing.report import fmt_num, machine_markdown, md_table, print_table, status
 
 Rows = list[list[Any]]
 TableRows = tuple[list[str], Rows]
@@ -300,7 +300,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     out: list[str] = []
     add = out.append
 
-    add("## Scheduling core (`benchmarks/scheduling.py`)\n")
+    add("## Scheduling core (`benchmarks/scheduling/`)\n")
     add(machine_markdown(meta, "schedulers"))
     add(
         f"Repeats: speed figures are the **median of {meta['repeats']}** timed run(s) (decision "

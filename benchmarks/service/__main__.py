@@ -13,7 +13,7 @@ Three parts, each against real processes on this machine:
 
 1. Intake. ``loader serve`` (durability fsync, 2 workers, local[2] Spark, delta-rs writer,
    8 tables) runs as a subprocess on loopback; a load generator process
-   (``benchmarks._service_loadgen``: raw HTTP/1.1 keep-alive on asyncio + uvloop) drives
+   (``testing.loadgen``: raw HTTP/1.1 keep-alive on asyncio + uvloop) drives
    - POST /v1/updates, closed loop at saturation, 10 and 100 updates per request;
    - POST /v1/tables/{t}/updates, closed loop at saturation;
    - the same endpoint open loop at constant rates (1,000 requests/s and lower ones),
@@ -26,7 +26,7 @@ Three parts, each against real processes on this machine:
    compared with the simulator's on the same trace, the simulator fed the alpha/overhead
    the live service measured per table.
 3. Commit path. ``DeltaRsSink.load`` against a bare ``df.write.parquet`` of the same
-   DataFrame, per batch size (``benchmarks._service_commit``, its own process).
+   DataFrame, per batch size (``benchmarks.service.commit``, its own process).
 
 Every subprocess (servers and their JVMs, generators, the commit bench) is stopped on
 the way out, errors included; data lives in temporary directories.
@@ -35,25 +35,21 @@ the way out, errors included; data lives in temporary directories.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _service_report as report
-from benchmarks import _service_server as srv
-from benchmarks._common import (
+from benchmarks.service import report as report
+from schedulers import generators
+from schedulers.model import TableSpec, Trace
+from schedulers.registry import POLICIES, make_policy
+from schedulers.simulator import simulate
+from testing import service_server as srv
+from testing.report import (
     BENCHMARKS_MD,
-    REPO_ROOT,
     RESULTS_DIR,
     LoadMonitor,
     command_line,
@@ -66,10 +62,6 @@ from benchmarks._common import (
     write_json,
     write_section,
 )
-from schedulers import generators
-from schedulers.model import TableSpec, Trace
-from schedulers.registry import POLICIES, make_policy
-from schedulers.simulator import simulate
 
 MODULE = "benchmarks.service"
 SECTION = "service"
@@ -140,43 +132,6 @@ def single_requests() -> list[dict[str, Any]]:
     ]
 
 
-@contextlib.contextmanager
-def _spec_file(spec: dict[str, Any]) -> Iterator[Path]:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="bench-spec-", delete=False) as handle:
-        json.dump(spec, handle)
-    path = Path(handle.name)
-    try:
-        yield path
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def run_child(module: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """``python -m module SPEC`` in its own process group; its last stdout line as JSON.
-
-    Killed with its whole group on timeout or error, so no JVM or generator outlives it.
-    """
-    with _spec_file(spec) as path:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(path)],
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
-    if proc.returncode != 0 or not out.strip():
-        raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n{err[-3000:]}")
-    return json.loads(out.strip().splitlines()[-1])
-
-
 # =====================================================================================
 # 1. Intake
 # =====================================================================================
@@ -186,7 +141,7 @@ def _measure(svc: srv.Service, spec: dict[str, Any], *, drain: bool = True) -> d
     with svc.client() as http:
         m0, c0, t0 = srv.scrape(http), srv.group_cpu(svc.pid), time.time()
         timeout = spec["warmup"] + spec["duration"] + spec.get("drain_seconds", 60) + 120
-        out = run_child("benchmarks._service_loadgen", spec, timeout)
+        out = srv.run_child("testing.loadgen", spec, timeout)
         m1, c1, t1 = srv.scrape(http), srv.group_cpu(svc.pid), time.time()
         drained, drain_seconds = srv.wait_loaded(http, timeout=180) if drain else (None, None)
     window = out["window_seconds"]
@@ -611,7 +566,7 @@ def run_commit(quick: bool, runs: int) -> dict[str, Any]:
         "rows_per_update": COMMIT_ROWS_PER_UPDATE,
     }
     log(f"[commit] sizes {', '.join(f'{s:,}' for s in sizes)} rows, {runs} timed runs each (+1 warm-up)")
-    out = run_child("benchmarks._service_commit", spec, timeout=900)
+    out = srv.run_child("benchmarks.service.commit", spec, timeout=900)
     out.update({"master": srv.SPARK_MASTER, "runs": runs, "rows_per_update": COMMIT_ROWS_PER_UPDATE})
     for size in out["sizes"]:
         log(

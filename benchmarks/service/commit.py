@@ -1,6 +1,6 @@
 """Per-batch cost of the Delta commit path against a bare Spark Parquet write, in its own process.
 
-    python -m benchmarks._service_commit SPEC.json     # prints one JSON object on stdout
+    python -m benchmarks.service.commit SPEC.json     # prints one JSON object on stdout
 
 Its own process so that Spark's JVM goes away with it whatever happens. For each batch
 size the same ``Batch`` (updates of ``rows_per_update`` rows of a small schema) is
@@ -26,8 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from loader.schema import TableSchema
-from loader.updates import Batch, Update
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, Update
 
 SCHEMA = TableSchema.model_validate(
     {
@@ -60,9 +60,9 @@ def make_batch(table: str, rows: int, rows_per_update: int, first_seq: int, firs
 def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as handle:
         spec = json.load(handle)
-    from loader.sinks.delta_rs import DeltaRsSink
-    from loader.sinks.frame import build_batch_frame
-    from loader.spark import build_spark_session
+    from loader.loading.sinks.delta_rs import DeltaRsSink
+    from loader.loading.sinks.frame import build_batch_frame
+    from loader.loading.spark import build_spark_session
 
     began = time.perf_counter()
     spark = build_spark_session(master=spec["master"], fair_pools=0)

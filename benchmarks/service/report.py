@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchmarks._common import fmt_num, machine_markdown, md_table, print_table, status
+from testing.report import fmt_num, machine_markdown, md_table, print_table, status
 
 TARGET_MULTI_UPDATES = 5000.0
 TARGET_OPEN_RATE = 1000
@@ -508,7 +508,7 @@ def _md(spec: TableRows, align: str | None = None) -> str:
 
 def render_markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
-    parts = ["## Service (`benchmarks/service.py`)", "", machine_markdown(meta, package="loader")]
+    parts = ["## Service (`benchmarks/service/`)", "", machine_markdown(meta, package="loader")]
     parts.append(
         f"Also api/*.py sha256 {meta['machine'].get('api_sha256', '?')}. Every process below "
         "(server with its "
@@ -532,7 +532,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "all of it before "
             "the next starts.",
             "",
-            "Load generator: `benchmarks/_service_loadgen.py`, one separate process, raw HTTP/1.1 "
+            "Load generator: `testing/loadgen.py`, one separate process, raw HTTP/1.1 "
             "keep-alive "
             "connections on asyncio with uvloop (prebuilt request bytes; httpx is too slow a "
             "client for these rates "

@@ -8,7 +8,7 @@
 Part 1 (``_spill_model.py``): Half, BufferedHead, GreedyChunk, hybrid and LRU in the pure
 queue-caching model (Motwani and Thomas, SODA 2004) on bursty on/off traffic and on the
 paper's adversarial inputs (Theorems 2.2 and 4.3), against the exact offline optimum
-(``loader.spill.offline``) on small instances, in the unit and the extended cost model,
+(``loader.pending.spill.offline``) on small instances, in the unit and the extended cost model,
 and against its window lower bound on larger ones.
 
 Part 2 (``_spill_io.py``): write and read-back throughput of the live Parquet segment
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _spill_report as report
-from benchmarks._common import (
+from benchmarks.spill import report as report
+from testing.report import (
     BENCHMARKS_MD,
     RESULTS_DIR,
     LoadMonitor,
@@ -121,19 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"meta": meta}
     with LoadMonitor() as monitor:
         if "model" not in args.skip_parts:
-            from benchmarks._spill_model import run_competitive
+            from benchmarks.spill.model import run_competitive
 
             began = time.perf_counter()
             results["model"] = run_competitive(args.quick, log)
             log(f"[model] done in {fmt_duration(time.perf_counter() - began)}")
         if "io" not in args.skip_parts:
-            from benchmarks._spill_io import run_io
+            from benchmarks.spill.disk import run_io
 
             began = time.perf_counter()
             results["io"] = run_io(args.quick, args.repeats, args.dir, log, args.io_mib)
             log(f"[io] done in {fmt_duration(time.perf_counter() - began)}")
         if "chain" not in args.skip_parts:
-            from benchmarks._spill_chain import run_chain
+            from benchmarks.spill.chain import run_chain
 
             began = time.perf_counter()
             results["chain"] = run_chain(args.quick, args.seeds, log)

@@ -1,4 +1,4 @@
-"""Part 3 of ``benchmarks/spill.py``: what the Chain memory-pressure mode buys and costs, in simulation.
+"""Part 3 of ``benchmarks/spill/``: what the Chain memory-pressure mode buys and costs, in simulation.
 
 Bursty traces (``schedulers.generators.bursty``: Pareto on/off flows, 20 tables, 2 workers,
 0.2 s per-job overhead) with a payload size per update: each table gets a mean drawn

@@ -1,7 +1,7 @@
-"""Part 2 of ``benchmarks/spill.py``: the live spill segments against this disk's raw bandwidth.
+"""Part 2 of ``benchmarks/spill/``: the live spill segments against this disk's raw bandwidth.
 
-Spill side: a :class:`loader.pending.PendingStore` with a small memory budget and the
-real :class:`loader.spill.segments.SegmentFiles`, fed updates of real Arrow rows (an
+Spill side: a :class:`loader.pending.store.PendingStore` with a small memory budget and the
+real :class:`loader.pending.spill.segments.SegmentFiles`, fed updates of real Arrow rows (an
 events table of 11 columns, ~150 bytes a row, 1 to 4 MiB per update) until hundreds of
 MiB have gone to disk; then the queues are drained head first (``take(limit=...)``),
 which reads every segment back through the driver. Time spent inside the segment
@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from loader.pending import PendingStore
-from loader.spill.model import DiskOp, Item
-from loader.spill.registry import make_spill_policy
-from loader.spill.segments import SegmentFiles
-from loader.updates import Update
+from loader.core.updates import Update
+from loader.pending.spill.model import DiskOp, Item
+from loader.pending.spill.registry import make_spill_policy
+from loader.pending.spill.segments import SegmentFiles
+from loader.pending.store import PendingStore
 
 MiB = 1 << 20
 PIECE = 4 * MiB

@@ -1,13 +1,13 @@
-"""Part 1 of ``benchmarks/spill.py``: spilling policies against the offline optimum, in the pure model.
+"""Part 1 of ``benchmarks/spill/``: spilling policies against the offline optimum, in the pure model.
 
-Workloads are lists of :class:`loader.spill.model.Step` in the paper's unit model (every
+Workloads are lists of :class:`loader.pending.spill.model.Step` in the paper's unit model (every
 tuple has size 1, M counts tuples). The same list goes to every policy (through
-:class:`~loader.spill.model.QueueCache` with no I/O) and to the offline optimum
-(``loader.spill.offline``), so policy / OPT is the paper's competitive ratio on that
+:class:`~loader.pending.spill.model.QueueCache` with no I/O) and to the offline optimum
+(``loader.pending.spill.offline``), so policy / OPT is the paper's competitive ratio on that
 input. Adaptive adversaries (Theorem 2.2, Theorem 4.3) build their input by watching
 one policy, as the proofs do; the input is then fixed and OPT computed on it.
 
-OPT in both cost models is ``loader.spill.offline.offline_optimum`` (c0 = 1, c1 = 0 for the
+OPT in both cost models is ``loader.pending.spill.offline.offline_optimum`` (c0 = 1, c1 = 0 for the
 unit model). Every workload ends with its queues drained by consumption, so no tuple is
 left on disk and the final take_all charge of the offline model never applies.
 """
@@ -19,9 +19,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loader.spill.model import QueueCache, SpillError, Step
-from loader.spill.offline import offline_optimum, window_lower_bound
-from loader.spill.registry import make_spill_policy
+from loader.pending.spill.model import QueueCache, SpillError, Step
+from loader.pending.spill.offline import offline_optimum, window_lower_bound
+from loader.pending.spill.registry import make_spill_policy
 from schedulers.generators import bursty
 
 # -- workloads ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Verdicts and the report of ``benchmarks/spill.py``, computed from the saved results only (``--rerender``)."""
+"""Verdicts and the report of ``benchmarks/spill/``, computed from the saved results only (``--rerender``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from benchmarks._common import fmt_duration, machine_markdown, md_table, print_table, status
+from testing.report import fmt_duration, machine_markdown, md_table, print_table, status
 
 POLICIES = ("half", "buffered-head", "greedy-chunk", "hybrid", "lru")
 ACYCLIC = ("half", "buffered-head", "greedy-chunk", "hybrid")
@@ -598,7 +598,7 @@ def md(table: Table) -> str:
 def render_markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     parts = [
-        "## Spilling pending updates (`benchmarks/spill.py`)\n\n",
+        "## Spilling pending updates (`benchmarks/spill/`)\n\n",
         machine_markdown(meta, "loader").rstrip("\n")
         + f"  \nPart 3 also runs schedulers/*.py sha256 {meta['machine'].get('schedulers_sha256', '?')}"
         + ("" if meta.get("schedulers_unchanged_during_run", True) else " (**schedulers/ changed during the run**)")
@@ -630,15 +630,16 @@ def _model_markdown(results: dict[str, Any]) -> str:
         "### 1. Spilling policies against the offline optimum\n\n"
         "The paper's model with unit tuples (M counts tuples): every workload is a list of ticks (arrivals, then at "
         "most one consumption), fed identically to each policy through `QueueCache` (no I/O) and to the offline "
-        "optimum. **OPT** is `loader/spill/offline.py`'s `offline_optimum`, exact over every on-disk subset of the "
-        "unconsumed tuples (so the small instances keep the backlog within "
+        "optimum. **OPT** is `loader/pending/spill/offline.py`'s `offline_optimum`, exact over every on-disk "
+        "subset of the unconsumed tuples (so the small instances keep the backlog within "
         f"{cap} tuples, M = {m}); it lets the offline algorithm do anything, cyclic moves included, so it is a lower "
         "bound on every policy. The extended-cost optimum (c0 + c1 x tuples per operation) is the same function "
         "and dynamic program with that cost (`offline_optimum(..., c0=..., c1=...)`), tested in both cost models "
-        "against a search over single operations (`tests/test_spill_competitive.py`). Larger instances use "
-        "`window_lower_bound` (Theorem 2.1's window argument; a bound, **not** the optimum). Arrivals are at most "
-        "M/2n per tick (the paper's assumption); workloads end drained. GreedyChunk and hybrid take T = c0/c1 "
-        "tuples: 2 in the unit-cost tables (so hybrid = GreedyChunk there), M/8 on the larger instances.\n\n"
+        "against a search over single operations (`tests/loader/pending/spill/test_competitive.py`). Larger "
+        "instances use `window_lower_bound` (Theorem 2.1's window argument; a bound, **not** the optimum). "
+        "Arrivals are at most M/2n per tick (the paper's assumption); workloads end drained. GreedyChunk and "
+        "hybrid take T = c0/c1 tuples: 2 in the unit-cost tables (so hybrid = GreedyChunk there), M/8 on the "
+        "larger instances.\n\n"
         f"Small (exact OPT):\n\n{described}\n\nLarger (against the bound):\n\n{described_large}\n\n"
         + md(unit_table(results))
         + "\n"

@@ -27,7 +27,7 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
 - ``load.after-publish``: the files are in the table directory, not yet committed;
 - ``load.after-commit``: the Delta commit landed, the service has not recorded it.
 
-The crash trial (``tests/crash_trial.py``, ``benchmarks/crash_trials.py``) arms one point
+The crash trial (``testing/crash_trial.py``, ``trials/crash.py``) arms one point
 per life of the server and also kills it from outside at random moments.
 
 Written by hand: fault-injection libraries for Python patch functions from the test

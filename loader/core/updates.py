@@ -30,7 +30,7 @@ class FileRef:
 
 @dataclass(frozen=True, slots=True)
 class SpilledRows:
-    """An update's rows while they live in a spill segment (``loader.spill.segments``).
+    """An update's rows while they live in a spill segment (``loader.pending.spill.segments``).
 
     Rows ``offset .. offset+rows`` of the Parquet file at ``path``, which holds
     ``segment_rows`` rows of consecutive updates of one table, in order.

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from loader.config import TableConfig
-from loader.durable_files import write_atomic
-from loader.schema import TableSchema
+from loader.core.durable_files import write_atomic
+from loader.core.schema import TableSchema
 from schedulers.freshness import TableAccount
 
 

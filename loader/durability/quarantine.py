@@ -39,9 +39,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loader.durable_files import fsync_directory, write_atomic
-from loader.spill.segments import read_spilled
-from loader.updates import Batch, FileFormat, FileRef
+from loader.core.durable_files import fsync_directory, write_atomic
+from loader.core.updates import Batch, FileFormat, FileRef
+from loader.pending.spill.segments import read_spilled
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from loader.sinks.base import app_id
-from loader.updates import Update
-from loader.wal import WalRecord
+from loader.core.updates import Update
+from loader.durability.wal import WalRecord
+from loader.loading.sinks.base import app_id
 
 
 def committed_seq(path: Path, table: str) -> int:
@@ -43,7 +43,7 @@ class RecoveryPlan:
     each pending update goes straight to the pending store, which spills as it must."""
 
     committed: dict[str, int]
-    #: Sequence numbers of quarantined batches (loader/quarantine.py): neither pending nor
+    #: Sequence numbers of quarantined batches (loader/durability/quarantine.py): neither pending nor
     #: stale (their landing files belong to the quarantine entry).
     quarantined: dict[str, set[int]] = field(default_factory=dict)
     #: Updates of tables missing from the catalog, kept until the table is registered again.

@@ -7,7 +7,7 @@ Layout of the WAL directory::
     wal-00000000000000012345.log           record; records are numbered from 0 for the
                                            life of the directory
 
-The byte format of segments and records is documented in ``loader.wal_format``: a
+The byte format of segments and records is documented in ``loader.durability.wal_format``: a
 24-byte header per segment, then frames ``[u32 length][u32 crc32(payload)][payload]``,
 payload = u32 header length + JSON header + Arrow IPC stream of the rows.
 
@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 
-from loader import failpoints
 from loader.config import Durability
-from loader.wal_format import (
+from loader.core import failpoints
+from loader.durability.wal_format import (
     SEGMENT_HEADER_SIZE,
     SegmentScan,
     WalCorruptError,

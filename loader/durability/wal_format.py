@@ -1,6 +1,6 @@
 """On-disk encoding of the write-ahead log: segment headers, frames and records.
 
-Kept apart from ``loader.wal`` (threads, fsync, truncation) so the format can be read,
+Kept apart from ``loader.durability.wal`` (threads, fsync, truncation) so the format can be read,
 tested and dumped by tools without starting a writer.
 
 Segment file ``wal-<first record index, 20 digits>.log``::
@@ -44,7 +44,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from loader.updates import FileFormat, FileRef, Update
+from loader.core.updates import FileFormat, FileRef, Update
 
 MAGIC = b"LDRWAL\r\n"
 VERSION = 1

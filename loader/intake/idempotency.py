@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loader.durable_files import write_atomic
-from loader.errors import BadRequest, Conflict
-from loader.wal_format import WalRecord
+from loader.core.durable_files import write_atomic
+from loader.core.errors import BadRequest, Conflict
+from loader.durability.wal_format import WalRecord
 
 DEFAULT_TTL_SECONDS = 24 * 3600.0
 _SNAPSHOT_VERSION = 1

@@ -27,12 +27,12 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from loader.durable_files import fsync_directory
-from loader.errors import BadRequest, Conflict, Invalid, ServiceError, TooLarge, Unavailable
-from loader.quarantine import ENVIRONMENTAL_ERRNOS
-from loader.rows import check_partition_values, quote
-from loader.schema import TableSchema
-from loader.updates import FileFormat, FileRef
+from loader.core.durable_files import fsync_directory
+from loader.core.errors import BadRequest, Conflict, Invalid, ServiceError, TooLarge, Unavailable
+from loader.core.schema import TableSchema
+from loader.core.updates import FileFormat, FileRef
+from loader.durability.quarantine import ENVIRONMENTAL_ERRNOS
+from loader.intake.rows import check_partition_values, quote
 
 #: Largest landing file taken by default (``max_landing_file_bytes`` in the configuration).
 DEFAULT_MAX_FILE_BYTES = 16 << 30

@@ -17,11 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from loader.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
-from loader.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
-from loader.schema import ColumnType, TableSchema, check_name
-from loader.updates import Update
-from loader.wal_format import MAX_PAYLOAD
+from loader.core.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
+from loader.core.schema import ColumnType, TableSchema, check_name
+from loader.core.updates import Update
+from loader.durability.wal_format import MAX_PAYLOAD
+from loader.intake.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-lines")
 

@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loader.errors import Invalid
-from loader.schema import ColumnType, TableSchema
+from loader.core.errors import Invalid
+from loader.core.schema import ColumnType, TableSchema
 
 _INT_RANGE = {ColumnType.int32: (-(2**31), 2**31 - 1), ColumnType.int64: (-(2**63), 2**63 - 1)}
 _FLOAT32_MAX = 3.4028234663852886e38

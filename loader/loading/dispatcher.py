@@ -18,11 +18,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from loader.estimates import CostEstimate
-from loader.observed import ObservedRecord
-from loader.pending import PendingStore
-from loader.quarantine import environmental
-from loader.updates import Batch, LoadResult, Update
+from loader.core.updates import Batch, LoadResult, Update
+from loader.durability.quarantine import environmental
+from loader.loading.estimates import CostEstimate
+from loader.loading.observed import ObservedRecord
+from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
 from schedulers.model import TableSpec, TableState
@@ -362,7 +362,7 @@ class Dispatcher:
     def _set_aside(
         self, worker: int, running: tuple[int, int, int, float], batch: Batch, error: BaseException, attempts: int
     ) -> None:
-        """Quarantine a batch that keeps failing (loader/quarantine.py): its payload is
+        """Quarantine a batch that keeps failing (loader/durability/quarantine.py): its payload is
         written aside on the same worker, which stays busy until that is durable."""
         assert self._quarantine is not None and self._loop is not None
         self._running[worker] = running

@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loader.errors import Invalid, NotFound
+from loader.core.errors import Invalid, NotFound
 from schedulers.model import BatchRecord
 
 if TYPE_CHECKING:
-    from loader.dispatcher import Dispatcher
+    from loader.loading.dispatcher import Dispatcher
 
 #: Default caps (``observed_trace_max_updates``, ``observed_schedule_max_batches``).
 DEFAULT_MAX_UPDATES = 1_000_000

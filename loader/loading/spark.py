@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
 
-from loader.java import JavaError, check_java
+from loader.loading.java import JavaError, check_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,7 +67,7 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Landing Parquet from pandas holds TIMESTAMP(NANOS), which Spark reads only as
-        # longs; loader/sinks/frame.py converts those columns to microseconds.
+        # longs; loader/loading/sinks/frame.py converts those columns to microseconds.
         "spark.sql.legacy.parquet.nanosAsLong": "true",
         # No _SUCCESS marker files in the staging directories.
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",

@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from loader.dispatcher import Dispatcher
-from loader.pending import PendingStore
-from loader.spill.model import DiskOp
+from loader.loading.dispatcher import Dispatcher
+from loader.pending.spill.model import DiskOp
+from loader.pending.store import PendingStore
 
 STRETCH_BUCKETS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)

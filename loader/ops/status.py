@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from loader.intake import iso
+from loader.intake.requests import iso
 
 if TYPE_CHECKING:
     from loader.service import LoaderService

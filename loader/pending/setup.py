@@ -8,11 +8,11 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from loader.config import Settings
-from loader.pending import PendingStore
-from loader.spill.disk_cost import DiskCost, measure
-from loader.spill.model import DiskOp
-from loader.spill.registry import make_spill_policy
-from loader.spill.segments import SegmentFiles
+from loader.pending.spill.disk_cost import DiskCost, measure
+from loader.pending.spill.model import DiskOp
+from loader.pending.spill.registry import make_spill_policy
+from loader.pending.spill.segments import SegmentFiles
+from loader.pending.store import PendingStore
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Pending updates per table, waiting to be loaded: memory up to a budget, then spill segments.
 
-One FIFO queue per table, all sharing one memory budget M (``loader.spill.model``); the
-configured spilling policy (``loader.spill.*``) decides which contiguous runs go to disk
+One FIFO queue per table, all sharing one memory budget M (``loader.pending.spill.model``); the
+configured spilling policy (``loader.pending.spill.*``) decides which contiguous runs go to disk
 and come back. The dispatcher takes a whole queue as one batch: its memory runs travel
 as Arrow tables, its spilled runs as references that the load job reads in place (one
 read each). A batch with a limit (``Policy.batch_limit``) is consumed the paper's way,
@@ -20,11 +20,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loader.spill.buffered_head import BufferedHead
-from loader.spill.disk_cost import DiskCost
-from loader.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
-from loader.spill.segments import SegmentFiles
-from loader.updates import Update
+from loader.core.updates import Update
+from loader.pending.spill.buffered_head import BufferedHead
+from loader.pending.spill.disk_cost import DiskCost
+from loader.pending.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
+from loader.pending.spill.segments import SegmentFiles
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class PendingStore:
         #: Payload bytes admitted (``admit``) whose WAL write is under way: not in the store
         #: yet, but coming. Admission counts them, or every request that arrives during one
         #: slow fsync would be weighed against the same stale totals and the disk budget
-        #: overrun by all of them (tests/test_overload.py).
+        #: overrun by all of them (tests/system/test_overload.py).
         self.admitted = 0
 
     def _op(self, op: DiskOp) -> None:

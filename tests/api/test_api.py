@@ -1,4 +1,4 @@
-"""The HTTP contract of the service, with a Spark-free sink (tests/fakes.py) so it runs fast.
+"""The HTTP contract of the service, with a Spark-free sink (testing/fakes.py) so it runs fast.
 
 Asserts what producers and operators rely on: statuses, that bad input changes nothing,
 idempotency, auth, and rows in the Delta tables exactly once.
@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from loader.service import LoaderService
-from tests.fakes import ArrowSink
-from tests.service_harness import CLICKS, OPERATOR, ORDERS_ONLY, PRODUCER, Harness, make_settings
+from testing.fakes import ArrowSink
+from testing.service_harness import CLICKS, OPERATOR, ORDERS_ONLY, PRODUCER, Harness, make_settings
 
 
 def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

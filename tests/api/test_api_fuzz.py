@@ -3,12 +3,12 @@
 Each operation is fuzzed as the operator, a producer, a producer limited to ``orders``
 and a caller without a token, with data that fits the document and data that does not.
 No response may be a 5xx, every response must match the document (status code, content
-type, headers, body schema), and invalid data must be refused (tests/api_fuzzing.py).
+type, headers, body schema), and invalid data must be refused (testing/api_fuzzing.py).
 Afterwards every update the fuzzer got acknowledged must have loaded.
 
 The service runs under uvicorn in a thread (one event loop, as in production) with the
 Spark-free sink. A few examples per operation and role keep this under a minute; the
-long run is ``.venv/bin/python -m benchmarks.api_fuzz``.
+long run is ``.venv/bin/python -m trials.api_fuzz``.
 
 The other tests pin what fuzzing found, each where it was fixed.
 """
@@ -23,8 +23,8 @@ import pytest
 import requests
 
 from loader.service import LoaderService
-from tests.api_fuzzing import CI_EXAMPLES, ROLES, Tally, fuzz_operation, load_schema, modes_for, operations, settle
-from tests.service_harness import OPERATOR, Harness, serve_in_thread
+from testing.api_fuzzing import CI_EXAMPLES, ROLES, Tally, fuzz_operation, load_schema, modes_for, operations, settle
+from testing.service_harness import OPERATOR, Harness, serve_in_thread
 
 SCHEMA = load_schema()
 OPERATIONS = operations(SCHEMA)

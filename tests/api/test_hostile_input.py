@@ -1,6 +1,6 @@
 """Hostile and malformed requests: the exact status, a clear error, and nothing changed.
 
-The case table lives in tests/hostile_cases.py (shared with benchmarks/hostile_input.py,
+The case table lives in testing/hostile_cases.py (shared with trials/hostile_input.py,
 which writes the RELIABILITY.md section). Each case runs against a fresh Spark-free
 service; "nothing changed" covers sequence counters, pending updates, Delta log versions,
 the WAL, the Idempotency-Key store, the landing directory, a directory outside it and
@@ -20,14 +20,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import landing as landing_module
-from loader.errors import BadRequest, Conflict, Invalid, TooLarge, Unavailable
-from loader.intake import has_lone_surrogate_escape
-from loader.landing import accept_files
-from loader.schema import TableSchema
-from tests.hostile_cases import CASES, ORD, case_ids
-from tests.hostile_runner import Case, Env, differences, run_case, snapshot
-from tests.service_harness import Harness
+from loader.core.errors import BadRequest, Conflict, Invalid, TooLarge, Unavailable
+from loader.core.schema import TableSchema
+from loader.intake import landing as landing_module
+from loader.intake.landing import accept_files
+from loader.intake.requests import has_lone_surrogate_escape
+from testing.hostile_cases import CASES, ORD, case_ids
+from testing.hostile_runner import Case, Env, differences, run_case, snapshot
+from testing.service_harness import Harness
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_ids())
@@ -156,7 +156,7 @@ def test_a_file_above_the_size_limit_is_refused_before_copying(tmp_path: Path) -
 
 def test_a_file_growing_while_copied_is_copied_as_measured(tmp_path: Path) -> None:
     """The size checked against the limit is the size copied: appending later changes nothing."""
-    from loader.landing import _copy
+    from loader.intake.landing import _copy
 
     source, target = tmp_path / "src", tmp_path / "dst"
     source.write_bytes(b"x" * 1000)
@@ -194,7 +194,7 @@ def test_a_file_changing_while_it_is_copied_is_refused(
 
 
 def test_the_copy_by_reads_fallback_copies_as_measured(tmp_path: Path) -> None:
-    from loader.landing import _copy_by_reads
+    from loader.intake.landing import _copy_by_reads
 
     source, target = tmp_path / "src", tmp_path / "dst"
     source.write_bytes(bytes(range(256)) * 10_000)

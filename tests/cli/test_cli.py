@@ -1,4 +1,4 @@
-"""The ``loader`` command line (``loader.cli.app``) through typer's CliRunner."""
+"""The ``loader`` command line (``cli.simulation.app``) through typer's CliRunner."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ pytest.importorskip("typer")
 pytest.importorskip("rich")
 from typer.testing import CliRunner  # noqa: E402
 
-from loader.cli import app  # noqa: E402
+from cli.simulation import app  # noqa: E402
 from schedulers.freshness import evaluate_schedule  # noqa: E402
 from schedulers.generators import GENERATORS  # noqa: E402
 from schedulers.registry import POLICIES  # noqa: E402
@@ -351,7 +351,7 @@ def test_trace_path_that_is_a_directory_exits_2(tmp_path: Path) -> None:
 
 
 def test_huge_integer_release_exits_2(tmp_path: Path) -> None:
-    # BUG (reported, see tests/test_traces.py): OverflowError escapes the trace checks.
+    # BUG (reported, see tests/schedulers/test_traces.py): OverflowError escapes the trace checks.
     path = write(tmp_path / "big.jsonl", [TABLE, '{"type": "update", "table": "t", "release": 1' + "0" * 400 + "}"])
     result = invoke("simulate", "--trace", path, "--policy", "myopic", "--workers", "1")
     assert result.exit_code == 2, repr(result.exception)

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from loader.cli import app
+from cli.simulation import app
 from loader.service import LoaderService
-from tests.service_harness import PRODUCER, serve_in_thread
+from testing.service_harness import PRODUCER, serve_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,11 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from loader.config import Role, Settings, load_settings
+from loader.loading.sinks.probe import MISSING_JARS
 from loader.service import LoaderService
-from loader.sinks.probe import MISSING_JARS
-from tests.fakes import ArrowSink
+from testing.fakes import ArrowSink
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 CONTAINER_CONFIG = ROOT / "deploy" / "loader.docker.toml"

@@ -1,6 +1,6 @@
 """The operators' view: Prometheus config and alert rules, Grafana provisioning and dashboard.
 
-Against a real Prometheus (tests/prometheus_server.py) scraping a loader that runs a workload
+Against a real Prometheus (testing/prometheus_server.py) scraping a loader that runs a workload
 on loopback, every PromQL expression of the dashboard and of deploy/prometheus/alerts.yml must
 return data; promtool must accept the config and the rules, and its rule unit tests show the
 alerts fire when they should; the dashboard JSON must be well formed and consistent with the
@@ -26,11 +26,11 @@ import httpx
 import pytest
 import yaml
 
-from tests.prom import sample_value
-from tests.prometheus_server import PrometheusServer, binaries
-from tests.service_harness import OPERATOR, ORDERS_ONLY, PRODUCER, serve_in_thread
+from testing.prom import sample_value
+from testing.prometheus_server import PrometheusServer, binaries
+from testing.service_harness import OPERATOR, ORDERS_ONLY, PRODUCER, serve_in_thread
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 ALERTS = PROMETHEUS_DIR / "alerts.yml"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loader.cli import app
+from cli.simulation import app
 from loader.config import ConfigError, Durability, load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "loader.example.toml"
 
 

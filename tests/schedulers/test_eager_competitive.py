@@ -17,7 +17,7 @@ from schedulers import generators
 from schedulers.model import Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
-from tests.invariants import check_schedule
+from testing.invariants import check_schedule
 
 TABLES, WORKERS, SEED = 20, 2, 1
 UTILIZATIONS = (0.4, 0.1, 0.02, 0.004)  # alpha ~ utilization * WORKERS / TABLES

@@ -15,7 +15,7 @@ from schedulers import generators
 from schedulers.model import Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import SimulationResult, simulate
-from tests.invariants import (
+from testing.invariants import (
     Groups,
     check_eager,
     check_group_binding,

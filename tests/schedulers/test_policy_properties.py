@@ -1,5 +1,5 @@
 """Every policy, on random small traces and on seeded generator workloads, produces a valid
-schedule of the model (tests/invariants.py): each update loaded once and in order, full
+schedule of the model (testing/invariants.py): each update loaded once and in order, full
 batches, one batch per table at a time, at most P at once, exact processing times,
 staleness >= LOW with the simulator agreeing with ``evaluate_schedule``; eager policies
 never idle a worker while a table is available; MYOPIC picks the oldest pending release.
@@ -20,7 +20,7 @@ from schedulers.freshness import evaluate_schedule
 from schedulers.model import BatchRecord, TableSpec, Trace
 from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import simulate
-from tests.invariants import (
+from testing.invariants import (
     EAGER_POLICIES,
     check_coverage,
     check_durations,

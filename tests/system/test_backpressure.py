@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from loader.durability.wal import WalLockedError
 from loader.service import LoaderService
-from loader.wal import WalLockedError
-from tests.prom import sample_value
-from tests.service_harness import OPERATOR, Harness
+from testing.prom import sample_value
+from testing.service_harness import OPERATOR, Harness
 
 ROWS_PER_REQUEST = 200
 

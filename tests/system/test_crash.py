@@ -1,7 +1,7 @@
 """Kill -9 at every step where durability or exactly-once is decided, and restart.
 
-The short version of the crash-consistency trial (tests/crash_trial.py; the long one is
-``benchmarks/crash_trials.py``): one data directory lives through one SIGKILL of each
+The short version of the crash-consistency trial (testing/crash_trial.py; the long one is
+``trials/crash.py``): one data directory lives through one SIGKILL of each
 kind, with producers submitting all along and retrying what was left unanswered. In the
 end each Delta table, read back with deltalake and DuckDB, holds every acknowledged
 update exactly once. The WAL's own failpoints are also checked alone, without a server.
@@ -19,9 +19,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from loader.updates import Update
-from loader.wal import WalRecord, WriteAheadLog
-from tests.crash_trial import EXTERNAL_RECOVERY, CrashTrial
+from loader.core.updates import Update
+from loader.durability.wal import WalRecord, WriteAheadLog
+from testing.crash_trial import EXTERNAL_RECOVERY, CrashTrial
 
 #: The lives of the server, each ended by this kill (seeded counts and delays).
 KILLS = (
@@ -68,8 +68,8 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(trial: CrashTrial) -
 WAL_WRITER = """
 import sys
 import pyarrow as pa
-from loader.updates import Update
-from loader.wal import WalRecord, WriteAheadLog
+from loader.core.updates import Update
+from loader.durability.wal import WalRecord, WriteAheadLog
 
 wal = WriteAheadLog(sys.argv[1]).open()
 rows = pa.table({"id": list(range(50))})

@@ -20,11 +20,11 @@ import pytest
 from deltalake import DeltaTable
 
 from loader.config import Settings
-from loader.schema import TableSchema
-from loader.sinks import make_sink
-from loader.sinks.base import app_id
-from tests.service_harness import OPERATOR, Harness
-from tests.tables import canonical, read_delta, read_duckdb, read_spark
+from loader.core.schema import TableSchema
+from loader.loading.sinks import make_sink
+from loader.loading.sinks.base import app_id
+from testing.service_harness import OPERATOR, Harness
+from testing.tables import canonical, read_delta, read_duckdb, read_spark
 
 pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow

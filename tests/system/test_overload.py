@@ -1,5 +1,5 @@
 """Overload: intake driven far above what the workers load, then relieved (the short version
-of ``benchmarks/overload.py``), and the admission race it found.
+of ``trials/overload/``, engine in ``testing/overload.py``), and the admission race it found.
 
 The trial runs ``loader serve`` with real Spark, an open-loop load generator of numbered
 updates, a small memory budget and a disk budget the overload reaches in seconds. What it
@@ -7,8 +7,8 @@ asserts is behaviour, not speed: 503 + Retry-After once the disk budget is reach
 payload in memory never above the budget, spill segments never above the disk budget (one
 chunk of tolerance: an admitted update may trigger a whole chunk's write), intake accepting
 again after the load drops, no 5xx other than 503, every acknowledged row in Delta exactly
-once and no refused one. tests/test_backpressure.py covers one paused table through the
-in-process API; tests/test_spill_e2e.py a single burst's RSS and its replay after a kill.
+once and no refused one. tests/system/test_backpressure.py covers one paused table through the
+in-process API; tests/system/test_spill_e2e.py a single burst's RSS and its replay after a kill.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from loader.errors import ServiceError, Unavailable
-from loader.intake import UpdateRequest
+from loader.core.errors import ServiceError, Unavailable
+from loader.intake.requests import UpdateRequest
 from loader.service import LoaderService
-from tests.service_harness import make_settings
+from testing.service_harness import make_settings
 
 ROWS_PER_UPDATE = 200
 
@@ -142,12 +142,12 @@ def _run(coro: Any) -> Any:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_overload_answers_503_within_the_budgets_recovers_and_loses_nothing() -> None:
-    from benchmarks import _overload_report as report
-    from benchmarks.overload import ci_plan, run_trial
+    from testing import overload
+    from testing.overload import ci_plan, run_trial
 
     plan = ci_plan()
     trial = run_trial(plan)
-    out = report.analyse(trial)
+    out = overload.analyse(trial)
     f, promises = out["figures"], out["promises"]
     tail = trial["log_tail"]
     # Backpressure: the disk budget was reached and intake answered 503 with Retry-After.
@@ -161,8 +161,8 @@ def test_overload_answers_503_within_the_budgets_recovers_and_loses_nothing() ->
     # Disk: segments, those being loaded included, within the budget and one spill chunk.
     assert f["peak_disk_accounted"] <= plan.disk_budget + f["chunk_bytes"]
     # After the load drops, intake accepts again: the last seconds' requests are all 202.
-    last = [r for r in trial["records"] if r[report.SCHEDULED] >= plan.total_seconds - 3.0]
-    assert last and all(r[report.STATUS] == 202 for r in last), [r[report.STATUS] for r in last]
+    last = [r for r in trial["records"] if r[overload.SCHEDULED] >= plan.total_seconds - 3.0]
+    assert last and all(r[overload.STATUS] == 202 for r in last), [r[overload.STATUS] for r in last]
     assert trial["drained"], tail
     # No 5xx but the 503s, no 4xx, every request answered.
     assert not f["other_5xx"] and not f["4xx"] and f["unanswered"] == 0

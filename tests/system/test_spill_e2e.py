@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.prom import sample_value
-from tests.server_process import ServerProcess, free_port, write_config
-from tests.tables import read_delta
+from testing.prom import sample_value
+from testing.server_process import ServerProcess, free_port, write_config
+from testing.tables import read_delta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -1,6 +1,6 @@
-"""Delta writers behind the Sink protocol (loader/sinks/base.py) and the factory choosing one.
+"""Delta writers behind the Sink protocol (loader/loading/sinks/base.py) and the factory choosing one.
 
-Importing this package stays cheap (``loader.sinks.base`` is imported by the service
+Importing this package stays cheap (``loader.loading.sinks.base`` is imported by the service
 without Spark); the Spark-backed sinks are imported when a sink is made.
 """
 
@@ -9,24 +9,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loader.sinks.base import Sink, app_id
+from loader.loading.sinks.base import Sink, app_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from loader.sinks.probe import WriterKind
+    from loader.loading.sinks.probe import WriterKind
 
 __all__ = ["Sink", "app_id", "make_sink"]
 
 
 def make_sink(kind: WriterKind, warehouse: Path, spark: SparkSession) -> Sink:
     """The sink for ``writer = kind``; DeltaJarsMissing if delta-spark cannot run here."""
-    from loader.sinks.probe import choose_writer
+    from loader.loading.sinks.probe import choose_writer
 
     if choose_writer(kind, spark) == "delta-spark":
-        from loader.sinks.delta_spark import DeltaSparkSink
+        from loader.loading.sinks.delta_spark import DeltaSparkSink
 
         return DeltaSparkSink(Path(warehouse), spark)
-    from loader.sinks.delta_rs import DeltaRsSink
+    from loader.loading.sinks.delta_rs import DeltaRsSink
 
     return DeltaRsSink(Path(warehouse), spark)

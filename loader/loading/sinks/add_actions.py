@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
-from loader.schema import ColumnType, TableSchema
+from loader.core.schema import ColumnType, TableSchema
 
 #: Spark's directory name for a null (or empty-string) partition value.
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"

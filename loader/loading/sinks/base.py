@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from loader.schema import TableSchema
-from loader.updates import Batch, LoadResult
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult
 
 
 def app_id(table: str) -> str:

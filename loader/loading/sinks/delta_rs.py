@@ -24,13 +24,13 @@ from pathlib import Path, PurePosixPath
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
-from loader import failpoints
-from loader.schema import TableSchema
-from loader.sinks.add_actions import file_stats, log_path, partition_values
-from loader.sinks.base import app_id
-from loader.sinks.delta_table import DeltaSinkBase, unloaded_part
-from loader.sinks.frame import build_batch_frame
-from loader.updates import Batch, LoadResult
+from loader.core import failpoints
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult
+from loader.loading.sinks.add_actions import file_stats, log_path, partition_values
+from loader.loading.sinks.base import app_id
+from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
+from loader.loading.sinks.frame import build_batch_frame
 
 log = logging.getLogger(__name__)
 

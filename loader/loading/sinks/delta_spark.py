@@ -13,13 +13,13 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loader import failpoints
-from loader.schema import TableSchema
-from loader.sinks.base import app_id
-from loader.sinks.delta_table import DeltaSinkBase, unloaded_part
-from loader.sinks.frame import build_batch_frame
-from loader.sinks.probe import choose_writer
-from loader.updates import Batch, LoadResult
+from loader.core import failpoints
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult
+from loader.loading.sinks.base import app_id
+from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
+from loader.loading.sinks.frame import build_batch_frame
+from loader.loading.sinks.probe import choose_writer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -14,10 +14,10 @@ from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
 
-from loader.schema import TableSchema
-from loader.sinks.base import app_id
-from loader.spark import use_pool
-from loader.updates import Batch
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch
+from loader.loading.sinks.base import app_id
+from loader.loading.spark import use_pool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

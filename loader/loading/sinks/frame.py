@@ -2,7 +2,7 @@
 
 Both writer paths append exactly this frame, so a table reads the same whichever wrote
 it. Files are read with the table's explicit schema (never inferred, so no extra Spark
-job) and matched to columns by name, as intake validated them (loader/landing.py).
+job) and matched to columns by name, as intake validated them (loader/intake/landing.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from loader.schema import TableSchema
-from loader.updates import Batch, FileFormat, FileRef, SpilledRows
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, FileFormat, FileRef, SpilledRows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from loader.spark import delta_jvm_available
+from loader.loading.spark import delta_jvm_available
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from loader.spill.model import Item, Queue, QueueCache, SpillPolicy
+from loader.pending.spill.model import Item, Queue, QueueCache, SpillPolicy
 
 
 class BufferedHead(SpillPolicy):

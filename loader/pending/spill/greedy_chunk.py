@@ -9,7 +9,7 @@ is acyclic; 4-competitive (Theorem 3.2).
 
 Corollary 3.1's hybrid: Half when T > M/2 (Half is 4-competitive there, Theorem 3.3),
 GreedyChunk otherwise. c0 and c1 are measured on the spill disk at start-up
-(``loader.spill.disk_cost``) or taken from configuration.
+(``loader.pending.spill.disk_cost``) or taken from configuration.
 
 Several queues (section 4.4, details deferred by the paper): on overflow the block is
 taken from the queue with the most bytes in memory.
@@ -17,9 +17,9 @@ taken from the queue with the most bytes in memory.
 
 from __future__ import annotations
 
-from loader.spill.buffered_head import _by_memory
-from loader.spill.half import Half
-from loader.spill.model import Item, Queue, SpillPolicy
+from loader.pending.spill.buffered_head import _by_memory
+from loader.pending.spill.half import Half
+from loader.pending.spill.model import Item, Queue, SpillPolicy
 
 
 class GreedyChunk(SpillPolicy):

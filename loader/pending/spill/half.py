@@ -20,7 +20,7 @@ guarantee from the paper, which is why ``buffered-head`` is the default.
 
 from __future__ import annotations
 
-from loader.spill.model import Item, Queue, SpillPolicy
+from loader.pending.spill.model import Item, Queue, SpillPolicy
 
 
 class Half(SpillPolicy):

@@ -12,7 +12,7 @@ For the benchmark only; the service does not offer it.
 
 from __future__ import annotations
 
-from loader.spill.model import Item, Queue, SpillPolicy
+from loader.pending.spill.model import Item, Queue, SpillPolicy
 
 
 class Lru(SpillPolicy):

@@ -9,10 +9,10 @@ in the extended one.
 
 This module holds the state and the bookkeeping only: which items are where, what every
 operation moved, and the acyclicity record (each item written and read at most once for
-the acyclic policies). It does no I/O: the live store (``loader.pending``) passes a
+the acyclic policies). It does no I/O: the live store (``loader.pending.store``) passes a
 :class:`SegmentIO` that writes and reads real files, the tests and the benchmark pass
 :class:`NullIO`. The rule deciding *what* to write and read lives in one policy module
-each (``loader/spill/{half,buffered_head,greedy_chunk,lru}.py``).
+each (``loader/pending/spill/{half,buffered_head,greedy_chunk,lru}.py``).
 
 Sizes are bytes and items may differ in size (the paper's tuples are uniform); with all
 sizes 1 the model is exactly the paper's.

@@ -2,8 +2,8 @@
 
 Motwani and Thomas (section 1.1) compare online spilling policies with an optimal offline
 algorithm that knows the whole arrival and consumption sequence. Both functions here take
-the same :class:`~loader.spill.model.Step` list the tests and the benchmark feed to
-:class:`~loader.spill.model.QueueCache`, with unit-size tuples, in the paper's unit-cost model
+the same :class:`~loader.pending.spill.model.Step` list the tests and the benchmark feed to
+:class:`~loader.pending.spill.model.QueueCache`, with unit-size tuples, in the paper's unit-cost model
 or its extended cost model (section 3: an operation moving t tuples costs c0 + c1·t):
 
 - a clock tick is: the step's arrivals enter memory (memory may exceed M for a moment),
@@ -38,7 +38,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from loader.spill.model import Step
+from loader.pending.spill.model import Step
 
 Leftover = Literal["take_all", "free"]
 
@@ -102,7 +102,7 @@ def _ticks(steps: Iterable[Step]) -> list[_Tick]:
 # make f(S, S') operations and move each differing tuple exactly once, so they reach both
 # minima at the same time. Moves that S and S' do not show (a tuple written and read back in
 # one tick, or across several ticks: cyclic schedules) are covered, since the program takes
-# the minimum over every mask at every tick. tests/test_spill_competitive.py checks the
+# the minimum over every mask at every tick. tests/loader/pending/spill/test_competitive.py checks the
 # optimum against a search over single operations, in both cost models.
 #
 # min over S of cost[S] + c0 f(S, S') + c1 |S xor S'| for every S' is computed one bit position

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from loader.spill.buffered_head import BufferedHead
-from loader.spill.greedy_chunk import GreedyChunk, hybrid
-from loader.spill.half import Half
-from loader.spill.lru import Lru
-from loader.spill.model import SpillPolicy
+from loader.pending.spill.buffered_head import BufferedHead
+from loader.pending.spill.greedy_chunk import GreedyChunk, hybrid
+from loader.pending.spill.half import Half
+from loader.pending.spill.lru import Lru
+from loader.pending.spill.model import SpillPolicy
 
 #: What the service accepts (``lru`` is the benchmark's baseline only).
 SERVICE_POLICIES = ("buffered-head", "half", "greedy-chunk", "hybrid")

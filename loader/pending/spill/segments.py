@@ -1,10 +1,10 @@
 """Spill segment files: one Parquet file per disk operation (a contiguous run of one table's queue).
 
 Parquet, written with the table's own Arrow schema exactly as a load's in-memory rows
-are handed to Spark (``loader.sinks.frame``), so a load job reads a whole segment in
+are handed to Spark (``loader.loading.sinks.frame``), so a load job reads a whole segment in
 place: the rows never come back through the driver. Uncompressed, without dictionaries
 or statistics: a spill is on the path of a burst, and encoding, not the disk, bounds its
-rate (BENCHMARKS.md, ``benchmarks/spill.py``).
+rate (BENCHMARKS.md, ``benchmarks/spill/``).
 
 Not a durability mechanism: nothing is fsynced and the directory is emptied at start-up;
 the write-ahead log holds every acknowledged update until it is in Delta, and recovery
@@ -24,9 +24,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loader import failpoints
-from loader.spill.model import Item
-from loader.updates import SpilledRows, Update
+from loader.core import failpoints
+from loader.core.updates import SpilledRows, Update
+from loader.pending.spill.model import Item
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 acknowledged is lost: the operator retries it (loaded exactly once, also across restarts)
 or discards it. Failures of the environment (disk full) are retried, never quarantined.
 
-Spark-free (tests/fakes.py); the Spark path is covered by tests/test_spark_failures.py.
+Spark-free (testing/fakes.py); the Spark path is covered by tests/loader/loading/test_spark_failures.py.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader import quarantine as quarantine_module
-from loader import wal as wal_module
-from loader.schema import TableSchema
-from loader.updates import Batch, LoadResult
-from tests.fakes import ArrowSink
-from tests.prom import sample_value
-from tests.service_harness import OPERATOR, PRODUCER, Harness
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult
+from loader.durability import quarantine as quarantine_module
+from loader.durability import wal as wal_module
+from testing.fakes import ArrowSink
+from testing.prom import sample_value
+from testing.service_harness import OPERATOR, PRODUCER, Harness
 
 FAST_RETRY = {"loading": {"retry_base_seconds": 0.01, "retry_max_seconds": 0.05, "max_attempts": 3}}
 

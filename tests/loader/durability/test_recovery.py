@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loader.catalog import Catalog
-from loader.recovery import plan_recovery
-from loader.updates import Update
-from loader.wal import WalRecord, WriteAheadLog
-from tests.fakes import ArrowSink
-from tests.service_harness import OPERATOR, Harness
+from loader.core.updates import Update
+from loader.durability.catalog import Catalog
+from loader.durability.recovery import plan_recovery
+from loader.durability.wal import WalRecord, WriteAheadLog
+from testing.fakes import ArrowSink
+from testing.service_harness import OPERATOR, Harness
 
 EVENTS = {"name": "events", "schema": {"columns": [{"name": "a", "type": "int64"}]}}
 AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR}"}

@@ -2,7 +2,7 @@
 at any byte while damage elsewhere is an error, truncation deletes only committed sealed
 segments, and every record acknowledged before a SIGKILL is replayed.
 
-``python tests/test_wal.py`` runs the throughput/latency measurement instead (not a test).
+``python tests/loader/durability/test_wal.py`` runs the throughput/latency measurement instead (not a test).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.updates import FileFormat, FileRef, Update
-from loader.wal import (
+from loader.core.updates import FileFormat, FileRef, Update
+from loader.durability.wal import (
     Durability,
     WalClosedError,
     WalCorruptError,
@@ -33,9 +33,9 @@ from loader.wal import (
     WalRecord,
     WriteAheadLog,
 )
-from loader.wal_format import SEGMENT_HEADER_SIZE, WalError, iter_frames, scan_segment
+from loader.durability.wal_format import SEGMENT_HEADER_SIZE, WalError, iter_frames, scan_segment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -303,7 +303,7 @@ def test_a_failed_fsync_fails_the_group_and_every_later_append_until_healed(
 
 def _fail_write(monkeypatch: pytest.MonkeyPatch, nth: int) -> None:
     """The ``nth`` write from now (segment headers count) writes half its bytes, then the disk is full."""
-    import loader.wal as wal_module
+    import loader.durability.wal as wal_module
 
     real_write = wal_module._write_all
     writes = 0
@@ -671,7 +671,7 @@ def test_a_second_open_of_the_same_directory_is_refused(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-c",
-                "import sys\nfrom loader.wal import WriteAheadLog, WalLockedError\n"
+                "import sys\nfrom loader.durability.wal import WriteAheadLog, WalLockedError\n"
                 "try:\n    WriteAheadLog(sys.argv[1]).open()\nexcept WalLockedError as e:\n    print('locked:', e)\n",
                 str(tmp_path),
             ],
@@ -691,8 +691,8 @@ def test_a_second_open_of_the_same_directory_is_refused(tmp_path: Path) -> None:
 CHILD = """
 import asyncio, sys
 import pyarrow as pa
-from loader.updates import Update
-from loader.wal import WalRecord, WriteAheadLog
+from loader.core.updates import Update
+from loader.durability.wal import WalRecord, WriteAheadLog
 
 async def main(directory):
     wal = WriteAheadLog(directory).open()

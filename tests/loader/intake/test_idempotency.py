@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from loader.errors import Conflict
-from loader.idempotency import IdempotencyConflict, IdempotencyStore, request_hash
-from loader.updates import Update
-from loader.wal import WalRecord, WriteAheadLog
+from loader.core.errors import Conflict
+from loader.core.updates import Update
+from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.intake.idempotency import IdempotencyConflict, IdempotencyStore, request_hash
 
 
 class Clock:
@@ -256,9 +256,9 @@ def test_a_request_cancelled_during_its_wal_write_still_stores_its_answer(tmp_pa
     """Review finding: a request cancelled (client gone) while its WAL append ran had its
     updates written and loaded, but its answer was never stored under its key: the
     producer's retry with that key submitted the updates a second time."""
-    from loader.intake import UpdateRequest
+    from loader.intake.requests import UpdateRequest
     from loader.service import LoaderService
-    from tests.service_harness import make_settings
+    from testing.service_harness import make_settings
 
     async def scenario() -> None:
         service = LoaderService(make_settings(tmp_path / "data"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loader.errors import BadRequest, Invalid, Unsupported
-from loader.intake import parse_multi, parse_single
+from loader.core.errors import BadRequest, Invalid, Unsupported
+from loader.intake.requests import parse_multi, parse_single
 
 
 def test_json_rows_and_data_until() -> None:
@@ -65,8 +65,8 @@ def test_multi() -> None:
 
 
 def test_plan_updates_is_all_or_nothing_and_never_future() -> None:
-    from loader.errors import Invalid
-    from loader.intake import TableSequence, ValidUpdate, plan_updates
+    from loader.core.errors import Invalid
+    from loader.intake.requests import TableSequence, ValidUpdate, plan_updates
 
     tables = {"t": TableSequence(next_seq=5, last_release=100.0, committed_seq=4)}
     updates, touched = plan_updates(

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.errors import Invalid
-from loader.rows import rows_to_arrow
-from loader.schema import TableSchema
+from loader.core.errors import Invalid
+from loader.core.schema import TableSchema
+from loader.intake.rows import rows_to_arrow
 
 SCHEMA = TableSchema.model_validate(
     {

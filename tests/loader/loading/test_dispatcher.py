@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from loader.dispatcher import Dispatcher, FailedBatch, FinishedBatch
-from loader.estimates import CostEstimate
-from loader.pending import PendingStore
-from loader.updates import Batch, LoadResult, Update
+from loader.core.updates import Batch, LoadResult, Update
+from loader.loading.dispatcher import Dispatcher, FailedBatch, FinishedBatch
+from loader.loading.estimates import CostEstimate
+from loader.pending.store import PendingStore
 from schedulers.model import TableSpec
 from schedulers.registry import POLICIES, make_policy
 

@@ -25,16 +25,16 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from loader.landing import read_landing_file
-from loader.schema import TableSchema
-from loader.sinks import make_sink
-from loader.sinks.base import app_id
-from loader.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
-from loader.sinks.delta_spark import DeltaSparkSink
-from loader.sinks.probe import DeltaJarsMissing
-from loader.spark import delta_jvm_available, use_pool
-from loader.updates import Batch, FileFormat, FileRef, Update
-from tests.tables import read_delta, read_duckdb, read_spark
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, FileFormat, FileRef, Update
+from loader.intake.landing import read_landing_file
+from loader.loading.sinks import make_sink
+from loader.loading.sinks.base import app_id
+from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
+from loader.loading.sinks.delta_spark import DeltaSparkSink
+from loader.loading.sinks.probe import DeltaJarsMissing
+from loader.loading.spark import delta_jvm_available, use_pool
+from testing.tables import read_delta, read_duckdb, read_spark
 
 # The session-scoped `spark` fixture (one JVM for the whole run).
 pytest_plugins = ["tests.spark_fixtures"]
@@ -490,9 +490,9 @@ def test_spilled_segments_are_read_in_place_whole_or_in_part_after_a_partial_com
 ) -> None:
     """A batch of memory rows plus spill segments lands whole; when part of it was committed
     before a restart, only the rest of a segment is loaded (read through the driver)."""
-    from loader.pending import PendingStore
-    from loader.spill.registry import make_spill_policy
-    from loader.spill.segments import SegmentFiles
+    from loader.pending.spill.registry import make_spill_policy
+    from loader.pending.spill.segments import SegmentFiles
+    from loader.pending.store import PendingStore
 
     rng = random.Random(11)
     sink.ensure_table("orders", ORDERS)

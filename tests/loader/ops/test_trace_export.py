@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from loader.cli import app
-from loader.client import LoaderClient
-from loader.observed import ObservedRecord, ObservedTable
-from loader.plots import build_run
+from cli.client import LoaderClient
+from cli.plots import build_run
+from cli.simulation import app
+from loader.loading.observed import ObservedRecord, ObservedTable
 from loader.service import LoaderService
 from schedulers.freshness import evaluate_schedule
 from schedulers.model import BatchRecord, Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
 from schedulers.traces import parse_trace, read_schedule, read_trace
-from tests.service_harness import OPERATOR, PRODUCER, Harness, serve_in_thread
+from testing.service_harness import OPERATOR, PRODUCER, Harness, serve_in_thread
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TABLES = ("orders", "clicks")

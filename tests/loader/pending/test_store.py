@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from loader.pending import PendingStore, SpillFull
-from loader.spill.registry import make_spill_policy
-from loader.spill.segments import SegmentFiles, read_spilled
-from loader.updates import Update
+from loader.core.updates import Update
+from loader.pending.spill.registry import make_spill_policy
+from loader.pending.spill.segments import SegmentFiles, read_spilled
+from loader.pending.store import PendingStore, SpillFull
 
 SCHEMA = pa.schema([("id", pa.int64()), ("note", pa.string())])
 
@@ -110,7 +110,7 @@ def test_intake_is_refused_when_the_spill_disk_budget_is_reached(tmp_path: Path)
 def test_a_failed_spill_keeps_the_update_and_closes_intake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import loader.spill.segments as segments_module
+    import loader.pending.spill.segments as segments_module
 
     size = update(1).resident_bytes
     s = store(tmp_path, budget=2 * size)
@@ -172,7 +172,7 @@ def test_segments_of_a_batch_being_loaded_count_against_the_disk_budget(tmp_path
 def test_a_failed_batch_put_back_onto_a_full_disk_stays_queued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import loader.spill.segments as segments_module
+    import loader.pending.spill.segments as segments_module
 
     size = update(1).resident_bytes
     s = store(tmp_path, budget=3 * size)

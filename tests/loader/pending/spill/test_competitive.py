@@ -1,4 +1,4 @@
-"""Competitive ratios of the spilling policies against the exact offline optimum (loader/spill/offline.py).
+"""Competitive ratios of the spilling policies against the exact offline optimum (loader/pending/spill/offline.py).
 
 Motwani and Thomas, "Caching Queues in Memory Buffers": Half is 2-competitive for one queue
 in the unit-cost model (Theorem 2.1) and no online algorithm does better (Theorem 2.2);
@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader.spill.greedy_chunk import GreedyChunk
-from loader.spill.model import QueueCache, SpillPolicy, Step
-from loader.spill.offline import Leftover, offline_optimum, window_lower_bound
-from loader.spill.registry import make_spill_policy
+from loader.pending.spill.greedy_chunk import GreedyChunk
+from loader.pending.spill.model import QueueCache, SpillPolicy, Step
+from loader.pending.spill.offline import Leftover, offline_optimum, window_lower_bound
+from loader.pending.spill.registry import make_spill_policy
 
 #: Unconsumed tuples at one tick in the generated workloads: the exact optimum is 2**CAP states.
 CAP = 14

@@ -36,11 +36,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader.spill.buffered_head import BufferedHead
-from loader.spill.greedy_chunk import GreedyChunk
-from loader.spill.lru import Lru
-from loader.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
-from loader.spill.registry import ALL_POLICIES, make_spill_policy
+from loader.pending.spill.buffered_head import BufferedHead
+from loader.pending.spill.greedy_chunk import GreedyChunk
+from loader.pending.spill.lru import Lru
+from loader.pending.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
+from loader.pending.spill.registry import ALL_POLICIES, make_spill_policy
 
 ACYCLIC_EVENTS = re.compile(r"(WL*R?)?")  # W write, L read in place by a load, R read back by the driver
 CYCLIC_EVENTS = re.compile(r"(WL*R)*(WL*)?")
@@ -126,7 +126,7 @@ def run(w: Workload) -> QueueCache:
             assert got == [reference[q].popleft() for _ in range(min(n, len(reference[q])))]
             delivered[q].extend(got)
         elif call == "take_all":
-            if q in in_flight:  # one batch per queue in flight, as loader/pending.py has it
+            if q in in_flight:  # one batch per queue in flight, as loader/pending/store.py has it
                 continue
             runs = cache.take_all(q)
             keys = [i.key for r in runs for i in r.items]
