@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loader.config import TableConfig
 from loader.core.schema import TableSchema
+from loader.core.tables import TableConfig
 from schedulers.registry import POLICIES
 
 

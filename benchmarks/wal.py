@@ -20,8 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from loader.core.updates import Update
-from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.core.updates import Update, WalRecord
+from loader.durability.wal import WriteAheadLog
 from testing.report import (
     RESULTS_DIR,
     command_line,

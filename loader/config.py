@@ -16,21 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from loader.core.schema import TableSchema, check_name
+from loader.core.tables import TableConfig
+from loader.durability.wal import Durability
 from schedulers.registry import POLICIES
-
-
-class Durability(str, Enum):
-    """When an update counts as acknowledged.
-
-    - ``fsync`` (default): the WAL record is fsynced before the 202; survives power loss.
-    - ``flush``: written to the OS before the 202 but not fsynced; survives a crash of the
-      service process, not of the machine. Several times more requests per second on
-      slow disks.
-    """
-
-    fsync = "fsync"
-    flush = "flush"
 
 
 class Role(str, Enum):
@@ -46,25 +34,6 @@ class TokenConfig(BaseModel):
     #: Producer tokens may be limited to these tables; None = every table.
     tables: list[str] | None = None
     name: str = "client"
-
-
-class TableConfig(BaseModel):
-    """A warehouse table as an operator declares it (config file or the admin API)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    schema_: TableSchema = Field(alias="schema")
-    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
-    period_hint: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
-    #: Initial processing-time estimates (replaced by measurements after a few batches).
-    alpha: float = Field(default=0.01, ge=0.0, allow_inf_nan=False)
-    overhead: float = Field(default=0.3, ge=0.0, allow_inf_nan=False)
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, value: str) -> str:
-        return check_name(value, "table name")
 
 
 class SparkConfig(BaseModel):

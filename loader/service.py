@@ -25,14 +25,16 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from loader.config import ConfigError, Settings, TableConfig
+from loader.config import ConfigError, Settings
 from loader.core import failpoints
 from loader.core.errors import Conflict, Invalid, NotFound, Unavailable, WalWriteFailed
-from loader.core.updates import Batch, LoadResult, Update
+from loader.core.tables import TableConfig
+from loader.core.updates import Batch, LoadResult, Update, WalRecord
 from loader.durability.catalog import Catalog, CatalogEntry
 from loader.durability.quarantine import QuarantineEntry, QuarantineStore
-from loader.durability.recovery import RecoveryPlan, committed_seq
-from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.durability.recovery import RecoveryPlan
+from loader.durability.transactions import committed_seq
+from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
 from loader.intake.landing import accept_files
 from loader.intake.requests import TableSequence, UpdateRequest, ValidUpdate, iso, plan_updates

@@ -42,8 +42,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from loader.core.failpoints import POINTS
+from loader.durability.transactions import app_id
 from loader.durability.wal_format import parse_segment_name, scan_segment
-from loader.loading.sinks.base import app_id
 from loader.loading.sinks.delta_rs import STAGING_PREFIX
 from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config

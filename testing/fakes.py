@@ -15,10 +15,9 @@ from deltalake.exceptions import TableNotFoundError
 
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
+from loader.durability.transactions import app_id
 from loader.intake.landing import read_landing_file
-from loader.loading.sinks.base import app_id
 from loader.loading.sinks.delta_table import schema_differences, unloaded_part
-from loader.pending.spill.segments import read_spilled
 
 
 class ArrowSink:
@@ -53,7 +52,7 @@ class ArrowSink:
         if todo is None:
             return LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
         batch = todo
-        parts = list(batch.row_tables) + [read_spilled(ref).cast(schema.arrow()) for ref in batch.spilled]
+        parts = list(batch.row_tables) + [ref.read().cast(schema.arrow()) for ref in batch.spilled]
         parts += [read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files]
         data = pa.concat_tables(parts)
         write_deltalake(

@@ -17,7 +17,7 @@ from api.schemas import (
     error_responses,
     ok_response,
 )
-from loader.config import TableConfig
+from loader.core.tables import TableConfig
 from schedulers.registry import POLICIES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])

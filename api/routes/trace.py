@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import Operator, Service
 from api.schemas import OPERATOR_ONLY, error_responses
-from loader.loading.observed import export_schedule, export_trace
+from loader.ops.exports import export_schedule, export_trace
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

@@ -1,15 +1,41 @@
-"""Small files that must survive a crash whole: written to a unique temporary name,
+"""Files and the disks under them, as every stage meets them.
+
+Small files that must survive a crash whole are written to a unique temporary name,
 fsynced, renamed over the target, and the directory fsynced so the rename itself is
-durable. A reader sees the old file or the new one, never a mix; concurrent writers
-never share a temporary file.
+durable: a reader sees the old file or the new one, never a mix, and concurrent writers
+never share a temporary file. A disk that is full or read-only is a fault of the
+environment, not of the data being written (``environmental``): the WAL closes intake
+until it heals, a load is retried rather than quarantined, a landing copy is a 503.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import threading
 import uuid
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ENVIRONMENTAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+#: How Java and Hadoop word the same conditions (a Spark job's error is a Py4J/JVM message).
+ENVIRONMENTAL_WORDS = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+def environmental(error: BaseException) -> bool:
+    """True for a failure of the disk rather than of the batch: retried, never quarantined."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in ENVIRONMENTAL_ERRNOS:
+            return True
+        if any(word in str(current) for word in ENVIRONMENTAL_WORDS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def fsync_directory(path: Path) -> None:
@@ -33,3 +59,14 @@ def write_atomic(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def remove_files(paths: list[str]) -> None:
+    """Best effort: a file left behind wastes space; failing a committed load would not."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not remove %s: %s", path, exc)

@@ -7,10 +7,17 @@ travel through the API or the driver's memory.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: The largest record the write-ahead log holds (its frames' limit, loader/durability/wal_format.py);
+#: intake keeps a request's rows well below it.
+MAX_RECORD_BYTES = 1 << 30
 
 
 class FileFormat(str, Enum):
@@ -41,6 +48,11 @@ class SpilledRows:
     rows: int
     segment_rows: int
     nbytes: int
+
+    def read(self) -> pa.Table:
+        """The update's rows out of its segment (the driver's path; a load job reads whole
+        segments itself, loader/loading/sinks/frame.py)."""
+        return pq.read_table(self.path).slice(self.offset, self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +91,22 @@ class Update:
         if self.spilled is not None:
             return self.spilled.rows
         return self.rows.num_rows if self.rows is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class WalRecord:
+    """One acknowledged update plus what the idempotency store needs to rebuild itself.
+
+    ``response`` is the body the client was sent (replayed for a retry with the same
+    Idempotency-Key); ``created_at`` starts the key's retention period. Both round-trip
+    exactly (JSON floats are written with ``repr``).
+    """
+
+    update: Update
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    response: dict[str, Any] | None = None
+    created_at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True, slots=True)

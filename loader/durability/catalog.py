@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loader.config import TableConfig
 from loader.core.durable_files import write_atomic
 from loader.core.schema import TableSchema
+from loader.core.tables import TableConfig
 from schedulers.freshness import TableAccount
 
 

@@ -20,12 +20,12 @@ until then the WAL may still hold the original records, and a restart must not l
 them again. ``RecoveryPlan`` skips every sequence number named by an entry.
 
 Failures of the environment (disk full, read-only file system, quota) are not the
-batch's fault and never quarantine it: ``environmental`` tells them apart.
+batch's fault and never quarantine it: ``loader.core.durable_files.environmental`` tells
+them apart.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -41,27 +41,8 @@ import pyarrow.parquet as pq
 
 from loader.core.durable_files import fsync_directory, write_atomic
 from loader.core.updates import Batch, FileFormat, FileRef
-from loader.pending.spill.segments import read_spilled
 
 log = logging.getLogger(__name__)
-
-ENVIRONMENTAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-#: How Java and Hadoop word the same conditions (a Spark job's error is a Py4J/JVM message).
-ENVIRONMENTAL_WORDS = ("No space left on device", "Read-only file system", "Disk quota exceeded")
-
-
-def environmental(error: BaseException) -> bool:
-    """True for a failure of the disk rather than of the batch: retried, never quarantined."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in ENVIRONMENTAL_ERRNOS:
-            return True
-        if any(word in str(current) for word in ENVIRONMENTAL_WORDS):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 @dataclass
@@ -182,7 +163,7 @@ class QuarantineStore:
             for update in batch.updates:
                 parts = [update.rows] if update.rows is not None else []
                 if update.spilled is not None:
-                    parts.append(read_spilled(update.spilled))
+                    parts.append(update.spilled.read())
                 item = QuarantinedUpdate(update.seq, update.release, files=[asdict(f) for f in update.files])
                 if parts:
                     rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]

@@ -20,21 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
-
-from loader.core.updates import Update
-from loader.durability.wal import WalRecord
-from loader.loading.sinks.base import app_id
-
-
-def committed_seq(path: Path, table: str) -> int:
-    """The table's Delta application-transaction version: every update <= it is loaded."""
-    try:
-        version = DeltaTable(str(path)).transaction_version(app_id(table))
-    except TableNotFoundError:
-        return 0
-    return version or 0
+from loader.core.updates import Update, WalRecord
+from loader.durability.transactions import committed_seq
 
 
 @dataclass

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from loader.core.updates import FileFormat, FileRef, Update
+from loader.core.updates import MAX_RECORD_BYTES, FileFormat, FileRef, Update, WalRecord
 
 MAGIC = b"LDRWAL\r\n"
 VERSION = 1
@@ -56,7 +55,7 @@ _U32 = struct.Struct("<I")
 #: Smallest valid payload: the header-length word plus "{}".
 MIN_PAYLOAD = _U32.size + 2
 #: Largest payload a frame may carry; bigger lengths are damage, not records.
-MAX_PAYLOAD = 1 << 30
+MAX_PAYLOAD = MAX_RECORD_BYTES
 SEGMENT_PREFIX, SEGMENT_SUFFIX = "wal-", ".log"
 
 
@@ -77,22 +76,6 @@ class WalCorruptError(WalError):
         self.path = Path(path)
         self.offset = offset
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class WalRecord:
-    """One acknowledged update plus what the idempotency store needs to rebuild itself.
-
-    ``response`` is the body the client was sent (replayed for a retry with the same
-    Idempotency-Key); ``created_at`` starts the key's retention period. Both round-trip
-    exactly (JSON floats are written with ``repr``).
-    """
-
-    update: Update
-    idempotency_key: str | None = None
-    request_hash: str | None = None
-    response: dict[str, Any] | None = None
-    created_at: float = field(default_factory=time.time)
 
 
 def segment_name(first_index: int) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 
 from loader.core.durable_files import write_atomic
 from loader.core.errors import BadRequest, Conflict
-from loader.durability.wal_format import WalRecord
+from loader.core.updates import WalRecord
 
 DEFAULT_TTL_SECONDS = 24 * 3600.0
 _SNAPSHOT_VERSION = 1

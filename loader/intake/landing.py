@@ -27,11 +27,10 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from loader.core.durable_files import fsync_directory
+from loader.core.durable_files import ENVIRONMENTAL_ERRNOS, fsync_directory
 from loader.core.errors import BadRequest, Conflict, Invalid, ServiceError, TooLarge, Unavailable
 from loader.core.schema import TableSchema
 from loader.core.updates import FileFormat, FileRef
-from loader.durability.quarantine import ENVIRONMENTAL_ERRNOS
 from loader.intake.rows import check_partition_values, quote
 
 #: Largest landing file taken by default (``max_landing_file_bytes`` in the configuration).

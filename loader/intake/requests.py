@@ -19,8 +19,7 @@ import pyarrow as pa
 
 from loader.core.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
 from loader.core.schema import ColumnType, TableSchema, check_name
-from loader.core.updates import Update
-from loader.durability.wal_format import MAX_PAYLOAD
+from loader.core.updates import MAX_RECORD_BYTES, Update
 from loader.intake.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-lines")
@@ -257,7 +256,7 @@ EXPANSION = 4
 
 def check_expansion(requests: list[UpdateRequest], schemas: dict[str, TableSchema], max_body_bytes: int) -> None:
     """413 before any row is converted when a request's rows would take too much memory."""
-    limit = min(EXPANSION * max_body_bytes, MAX_PAYLOAD // 2)
+    limit = min(EXPANSION * max_body_bytes, MAX_RECORD_BYTES // 2)
     total = 0
     for request in requests:
         if request.rows is None:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from loader.core.durable_files import environmental
 from loader.core.updates import Batch, LoadResult, Update
-from loader.durability.quarantine import environmental
 from loader.loading.estimates import CostEstimate
 from loader.loading.observed import ObservedRecord
 from loader.pending.store import PendingStore

@@ -32,19 +32,13 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loader.core.errors import Invalid, NotFound
 from schedulers.model import BatchRecord
-
-if TYPE_CHECKING:
-    from loader.loading.dispatcher import Dispatcher
 
 #: Default caps (``observed_trace_max_updates``, ``observed_schedule_max_batches``).
 DEFAULT_MAX_UPDATES = 1_000_000
@@ -362,60 +356,3 @@ class ObservedRecord:
             dropped=sum(self._batch_dropped[tid] for tid in names),
             capacity=ring.capacity,
         )
-
-
-# -- what the admin routes call ---------------------------------------------------------------
-def parse_tables(dispatcher: Dispatcher, tables: str | None) -> list[int]:
-    """Table ids of a comma-separated list of names (every table, in registration order, when None)."""
-    if tables is None:
-        return list(range(len(dispatcher.states)))
-    names = [name.strip() for name in tables.split(",")]
-    if not all(names):
-        raise Invalid("tables: give table names separated by commas, e.g. tables=orders,clicks")
-    unknown = [name for name in names if name not in dispatcher.index]
-    if unknown:
-        raise NotFound(f"table {unknown[0]!r} does not exist; GET /v1/tables lists the tables", table=unknown[0])
-    return sorted({dispatcher.index[name] for name in names})
-
-
-def export_trace(
-    dispatcher: Dispatcher,
-    tables: str | None = None,
-    since_seconds: float | None = None,
-    clock: Callable[[], float] = time.time,
-) -> TraceSnapshot:
-    """The observed arrivals of ``tables`` in the last ``since_seconds`` (all recorded when
-    None), with each table's current alpha/overhead estimates, weight and period hint."""
-    tids = parse_tables(dispatcher, tables)
-    specs = [
-        ObservedTable(
-            name=state.name,
-            alpha=state.alpha,
-            overhead=state.overhead,
-            weight=state.weight,
-            period=state.period_hint,
-        )
-        for state in (dispatcher.states[tid] for tid in tids)
-    ]
-    since = None if since_seconds is None else clock() - since_seconds
-    snapshot = dispatcher.observed.snapshot_trace(specs, tids, since)
-    snapshot.policy, snapshot.workers = dispatcher.policy.name, dispatcher.workers
-    return snapshot
-
-
-def export_schedule(
-    dispatcher: Dispatcher,
-    tables: str | None = None,
-    since_seconds: float | None = None,
-    origin: float | None = None,
-    clock: Callable[[], float] = time.time,
-) -> ScheduleSnapshot:
-    """Recorded batches in the schedule format; ``origin`` (epoch seconds) defaults to the
-    one the trace export of the same ``tables`` and ``since_seconds`` uses now, so pass the
-    trace's ``X-Trace-Origin`` to pair the two exactly."""
-    if origin is None:
-        origin = export_trace(dispatcher, tables, since_seconds, clock).origin
-    tids = parse_tables(dispatcher, tables)
-    since = None if since_seconds is None else clock() - since_seconds
-    names = {tid: dispatcher.states[tid].name for tid in tids}
-    return dispatcher.observed.snapshot_schedule(names, origin, since)

@@ -8,7 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.simulation import app
-from loader.config import ConfigError, Durability, load_settings
+from loader.config import ConfigError, load_settings
+from loader.durability.wal import Durability
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "loader.example.toml"

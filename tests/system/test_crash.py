@@ -19,8 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from loader.core.updates import Update
-from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.core.updates import Update, WalRecord
+from loader.durability.wal import WriteAheadLog
 from testing.crash_trial import EXTERNAL_RECOVERY, CrashTrial
 
 #: The lives of the server, each ended by this kill (seeded counts and delays).
@@ -68,8 +68,8 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(trial: CrashTrial) -
 WAL_WRITER = """
 import sys
 import pyarrow as pa
-from loader.core.updates import Update
-from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.core.updates import Update, WalRecord
+from loader.durability.wal import WriteAheadLog
 
 wal = WriteAheadLog(sys.argv[1]).open()
 rows = pa.table({"id": list(range(50))})

@@ -21,8 +21,8 @@ from deltalake import DeltaTable
 
 from loader.config import Settings
 from loader.core.schema import TableSchema
+from loader.durability.transactions import app_id
 from loader.loading.sinks import make_sink
-from loader.loading.sinks.base import app_id
 from testing.service_harness import OPERATOR, Harness
 from testing.tables import canonical, read_delta, read_duckdb, read_spark
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loader.loading.sinks.base import Sink, app_id
+from loader.loading.sinks.base import Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from loader.loading.sinks.probe import WriterKind
 
-__all__ = ["Sink", "app_id", "make_sink"]
+__all__ = ["Sink", "make_sink"]
 
 
 def make_sink(kind: WriterKind, warehouse: Path, spark: SparkSession) -> Sink:

@@ -13,11 +13,6 @@ from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
 
 
-def app_id(table: str) -> str:
-    """Delta application-transaction id of a table's loader (one writer per table)."""
-    return f"warehouse-loader:{table}"
-
-
 class Sink(Protocol):
     #: "delta-rs" (Spark-written Parquet, deltalake commit) or "delta-spark" (native).
     name: str
@@ -31,7 +26,8 @@ class Sink(Protocol):
         """Last sequence number committed for ``table`` (its app transaction version), 0 if none."""
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
-        """Append the batch as one Delta commit carrying (app_id(table), batch.last_seq).
+        """Append the batch as one Delta commit carrying (app_id(table), batch.last_seq)
+        (loader/durability/transactions.py).
 
         If the table's transaction version is already >= batch.last_seq the batch was
         committed before a crash: write nothing and return ``skipped=True``.

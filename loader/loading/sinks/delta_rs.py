@@ -27,8 +27,8 @@ from deltalake.transaction import AddAction, RemoveAction
 from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
+from loader.durability.transactions import app_id
 from loader.loading.sinks.add_actions import file_stats, log_path, partition_values
-from loader.loading.sinks.base import app_id
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
-from loader.loading.sinks.base import app_id
+from loader.durability.transactions import app_id
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.probe import choose_writer

@@ -16,7 +16,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch
-from loader.loading.sinks.base import app_id
+from loader.durability.transactions import app_id
 from loader.loading.spark import use_pool
 
 if TYPE_CHECKING:

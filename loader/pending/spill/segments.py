@@ -33,11 +33,6 @@ log = logging.getLogger(__name__)
 SEGMENT_NAME = re.compile(r"[0-9]{12}\.parquet")
 
 
-def read_spilled(ref: SpilledRows) -> pa.Table:
-    """One update's rows out of its segment (the driver's path; a load job reads whole segments itself)."""
-    return pq.read_table(ref.path).slice(ref.offset, ref.rows)
-
-
 class SegmentFiles:
     """The live ``SegmentIO``: item values are ``Update`` objects, rows in memory or spilled."""
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loader.core.updates import Update
+from loader.core.updates import Update, WalRecord
 from loader.durability.catalog import Catalog
 from loader.durability.recovery import plan_recovery
-from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.durability.wal import WriteAheadLog
 from testing.fakes import ArrowSink
 from testing.service_harness import OPERATOR, Harness
 

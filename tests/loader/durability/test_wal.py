@@ -23,14 +23,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.core.updates import FileFormat, FileRef, Update
+from loader.core.updates import FileFormat, FileRef, Update, WalRecord
 from loader.durability.wal import (
     Durability,
     WalClosedError,
     WalCorruptError,
     WalFailedError,
     WalLockedError,
-    WalRecord,
     WriteAheadLog,
 )
 from loader.durability.wal_format import SEGMENT_HEADER_SIZE, WalError, iter_frames, scan_segment
@@ -692,7 +691,8 @@ CHILD = """
 import asyncio, sys
 import pyarrow as pa
 from loader.core.updates import Update
-from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.core.updates import WalRecord
+from loader.durability.wal import WriteAheadLog
 
 async def main(directory):
     wal = WriteAheadLog(directory).open()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from loader.core.errors import Conflict
-from loader.core.updates import Update
-from loader.durability.wal import WalRecord, WriteAheadLog
+from loader.core.updates import Update, WalRecord
+from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyConflict, IdempotencyStore, request_hash
 
 

@@ -27,9 +27,9 @@ from deltalake import DeltaTable
 
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, Update
+from loader.durability.transactions import app_id
 from loader.intake.landing import read_landing_file
 from loader.loading.sinks import make_sink
-from loader.loading.sinks.base import app_id
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
 from loader.loading.sinks.delta_spark import DeltaSparkSink
 from loader.loading.sinks.probe import DeltaJarsMissing

@@ -9,7 +9,7 @@ import pytest
 
 from loader.core.updates import Update
 from loader.pending.spill.registry import make_spill_policy
-from loader.pending.spill.segments import SegmentFiles, read_spilled
+from loader.pending.spill.segments import SegmentFiles
 from loader.pending.store import PendingStore, SpillFull
 
 SCHEMA = pa.schema([("id", pa.int64()), ("note", pa.string())])
@@ -23,7 +23,7 @@ def update(seq: int, rows: int = 100, table: str = "t") -> Update:
 def ids_of(updates: tuple[Update, ...]) -> list[int]:
     out: list[int] = []
     for u in updates:
-        data = u.rows if u.rows is not None else read_spilled(u.spilled)  # type: ignore[arg-type]
+        data = u.rows if u.rows is not None else u.spilled.read()  # type: ignore[union-attr]
         out.extend(data.column("id").to_pylist())
     return out
 
