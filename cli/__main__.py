@@ -1,5 +1,5 @@
-"""``python -m loader``: the same CLI as ``.venv/bin/loader`` (handy in tests and containers)."""
+"""``python -m cli``: the same command line as ``.venv/bin/loader`` (handy in tests and containers)."""
 
-from cli.simulation import app
+from cli.app import main
 
-app()
+main()

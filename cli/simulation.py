@@ -1,8 +1,8 @@
-"""The ``loader`` command line (typer).
+"""The scheduling simulator's commands: ``simulate``, ``compare``, ``gen-trace``, ``sample``, ``report``.
 
-``simulate``, ``compare``, ``gen-trace``, ``sample`` and ``report`` are the operator's
-"what if" tools (here); ``serve``, ``demo`` (what ``scripts/run`` starts), ``submit`` and
-``export-trace`` drive the live service (``cli.service``).
+The operator's "what if" tools: replay a trace (generated, bundled, or exported from a
+running service by ``loader export-trace``) through the same policy objects the service
+runs, and compare, plot or report on the outcome.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from cli.console import console, err_console, fail
 from cli.report import comparison_table, print_result
 from schedulers import generators
 from schedulers.model import Trace
@@ -25,16 +25,7 @@ from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import SimulationError, SimulationResult, simulate
 from schedulers.traces import TraceError, read_schedule, read_trace, write_schedule, write_trace
 
-app = typer.Typer(
-    name="loader",
-    help="Real-time warehouse loader: the loading service, its client, and the scheduling simulator.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-# Pipes and CI logs get a width that fits the comparison table instead of rich's 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 132)
-err_console = Console(stderr=True)
+commands = typer.Typer()
 
 PolicyName = Enum("PolicyName", {name: name for name in POLICIES}, type=str)  # type: ignore[misc]
 Generator = Enum("Generator", {name: name for name in generators.GENERATORS}, type=str)  # type: ignore[misc]
@@ -49,12 +40,6 @@ IntervalOption = Annotated[
         help="Trigger period (s) for the interval policy; default: each table's period hint, else 10 s.",
     ),
 ]
-
-
-def fail(message: str) -> typer.Exit:
-    # soft_wrap: a path in the message stays on one line (copyable), whatever the width
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 def _load(path: Path) -> Trace:
@@ -95,7 +80,7 @@ def _run(
         close()
 
 
-@app.command("simulate")
+@commands.command("simulate")
 def simulate_command(
     trace: TraceOption,
     policy: Annotated[PolicyName, typer.Option("--policy", help="Scheduling policy.")],  # type: ignore[valid-type]
@@ -132,7 +117,7 @@ def _compare(data: Trace, workers: int, interval: float | None, progress: bool) 
     return [_run(data, name, workers, interval, schedule=False, progress=progress) for name in POLICIES]
 
 
-@app.command("compare")
+@commands.command("compare")
 def compare_command(
     trace: TraceOption,
     workers: WorkersOption,
@@ -154,7 +139,7 @@ def compare_command(
         )
 
 
-@app.command("gen-trace")
+@commands.command("gen-trace")
 def gen_trace_command(
     kind: Annotated[Generator, typer.Argument(help="Workload shape.")],  # type: ignore[valid-type]
     out: Annotated[Path, typer.Option("--out", help="Trace file to write.")],
@@ -186,7 +171,7 @@ def gen_trace_command(
     err_console.print(f"wrote {out}: {len(data.tables)} tables, {data.n_updates:,} updates")
 
 
-@app.command("report")
+@commands.command("report")
 def report_command(
     trace: TraceOption,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Directory for the PNGs (created if missing).")],
@@ -245,7 +230,7 @@ def sample_trace_path() -> Path:
     return Path(str(resources.files("schedulers") / "workloads" / "sample.jsonl"))
 
 
-@app.command("sample")
+@commands.command("sample")
 def sample_command(workers: WorkersOption = 4) -> None:
     """Simulate the bundled sample workload under every policy and compare them."""
     path = sample_trace_path()
@@ -260,14 +245,3 @@ def sample_command(workers: WorkersOption = 4) -> None:
         "LOW is a lower bound on any schedule's staleness; a ratio near 1 is close to optimal. "
         "Try: loader simulate --trace FILE --policy myopic --workers 4 --plot staleness.png"
     )
-
-
-import cli.service  # noqa: E402,F401  (registers serve, demo, submit, export-trace)
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

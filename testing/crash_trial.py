@@ -80,7 +80,7 @@ def crash_config(workdir: Path, port: int) -> Path:
             "data_dir": str(workdir / "data"),
             "workers": 2,
             "policy": "myopic",
-            "wal_segment_bytes": 1 << 18,
+            "wal": {"segment_bytes": 1 << 18},
             "spark": {"master": "local[2]"},
             "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 5, "vacuum_seconds": 0},
             "spill": {"memory_budget_bytes": 65536},
@@ -537,9 +537,11 @@ class CrashTrial:
                     self.failures.append(f"acknowledged updates not loaded after {timeout:.0f} s: {status}")
                     break
                 time.sleep(0.1)
-        self.server.terminate()  # uvicorn re-raises SIGTERM after its graceful shutdown
+        code = self.server.terminate()
         if CLEAN_STOP_LINE not in self.server.log_text():
             self.failures.append(f"the last stop was not clean:\n{self.server.log_tail()}")
+        if code != 0:  # service managers read anything else as a failure
+            self.failures.append(f"a clean stop on SIGTERM exited with status {code}, not 0")
         return self.verify(status)
 
     def last_acked_seq(self) -> dict[str, int]:

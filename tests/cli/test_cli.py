@@ -11,7 +11,7 @@ pytest.importorskip("typer")
 pytest.importorskip("rich")
 from typer.testing import CliRunner  # noqa: E402
 
-from cli.simulation import app  # noqa: E402
+from cli.app import app  # noqa: E402
 from schedulers.freshness import evaluate_schedule  # noqa: E402
 from schedulers.generators import GENERATORS  # noqa: E402
 from schedulers.registry import POLICIES  # noqa: E402

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cli.simulation import app
+from cli.app import app
 from loader.service import LoaderService
 from testing.service_harness import PRODUCER, serve_in_thread
 

@@ -1,0 +1,120 @@
+"""Commands against a running service: ``submit`` (a producer's update) and ``export-trace``
+(what the service saw, for the simulator)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.console import ConfigOption, err_console, fail, settings_or_fail
+from loader.config import Role
+
+commands = typer.Typer()
+
+
+@commands.command("submit")
+def submit_command(
+    table: Annotated[str, typer.Argument(help="Table to submit to.")],
+    file: Annotated[
+        Path, typer.Argument(help="NDJSON rows (sent in the body), or a .parquet/.csv in the landing directory.")
+    ],
+    url: Annotated[str, typer.Option(help="Service URL.")] = "http://127.0.0.1:8000",
+    token: Annotated[
+        str | None, typer.Option(envvar="LOADER_TOKEN", help="Bearer token (default: the generated producer token).")
+    ] = None,
+    config: ConfigOption = None,
+    key: Annotated[str | None, typer.Option("--idempotency-key", help="Makes a retried submission safe.")] = None,
+) -> None:
+    """Submit one update to a running service and print its acknowledgement."""
+    import json
+
+    import httpx
+
+    from cli.client import ClientError, LoaderClient, token_for
+
+    if not file.is_file():
+        raise fail(f"{file} is not a file")
+    try:
+        token = token or token_for(settings_or_fail(config), Role.producer)
+    except RuntimeError as exc:
+        raise fail(str(exc)) from None
+    client = LoaderClient(url, token)
+    try:
+        print(json.dumps(client.submit_file(table, file, key=key)))
+    except ClientError as exc:
+        raise fail(str(exc)) from None
+    except (OSError, httpx.TransportError) as exc:
+        raise fail(f"cannot reach {url}: {exc}; is `loader serve` running there?") from None
+    finally:
+        client.close()
+
+
+@commands.command("export-trace")
+def export_trace_command(
+    out: Annotated[Path, typer.Option("--out", help="Trace file to write (JSON Lines, the simulator's format).")],
+    schedule_out: Annotated[
+        Path | None, typer.Option("--schedule-out", help="Also write the recorded batches here (schedule format).")
+    ] = None,
+    url: Annotated[str, typer.Option(help="Service URL.")] = "http://127.0.0.1:8000",
+    token: Annotated[
+        str | None, typer.Option(envvar="LOADER_TOKEN", help="Bearer token (default: the generated operator token).")
+    ] = None,
+    config: ConfigOption = None,
+    since: Annotated[float | None, typer.Option("--since", min=0.0, help="Only the last this many seconds.")] = None,
+    tables: Annotated[str | None, typer.Option("--tables", help="Comma-separated table names (default: all).")] = None,
+) -> None:
+    """Export what a running service observed (arrivals, measured alpha/overhead, batches) for
+    `loader simulate`, `loader compare` and `loader report`."""
+    import datetime as dt
+
+    import httpx
+
+    from cli.client import ClientError, LoaderClient, token_for
+
+    for target in (out, schedule_out):
+        if target is not None and not target.parent.is_dir():
+            raise fail(f"cannot write {target}: directory {target.parent} does not exist; create it first")
+    if since is not None and since <= 0:
+        raise fail("--since must be a positive number of seconds")
+    try:
+        token = token or token_for(settings_or_fail(config), Role.operator)
+    except RuntimeError as exc:
+        raise fail(str(exc)) from None
+    client = LoaderClient(url, token)
+    params: dict[str, object] = {"since": since, "tables": tables}
+    try:
+        trace = client.download("/v1/admin/trace", params, out)
+        origin = trace.get("x-trace-origin")
+        when = dt.datetime.fromtimestamp(float(origin), tz=dt.UTC).isoformat(timespec="seconds") if origin else "?"
+        dropped = int(trace.get("x-trace-dropped", "0"))
+        err_console.print(
+            f"wrote {out}: {int(trace.get('x-trace-updates', '0')):,} updates; time 0 is {when} "
+            f"(Unix {origin})" + (f"; {dropped:,} older releases were dropped by the ring" if dropped else ""),
+            soft_wrap=True,
+        )
+        if schedule_out is not None:
+            schedule = client.download("/v1/admin/schedule", {**params, "origin": origin}, schedule_out)
+            lost = int(schedule.get("x-schedule-dropped", "0"))
+            err_console.print(
+                f"wrote {schedule_out}: {int(schedule.get('x-schedule-batches', '0')):,} batches"
+                + (f"; {lost:,} older batches were dropped by the ring" if lost else ""),
+                soft_wrap=True,
+            )
+    except ClientError as exc:
+        raise fail(str(exc)) from None
+    except httpx.TransportError as exc:
+        raise fail(f"cannot reach {url}: {exc}; is `loader serve` running there?") from None
+    except OSError as exc:
+        raise fail(f"cannot write the export: {exc}") from None
+    finally:
+        client.close()
+    policy, workers = trace.get("x-loader-policy", "myopic"), trace.get("x-loader-workers", "2")
+    policy = policy.split("+")[0]  # "myopic+chain": the Chain mode wraps the policy
+    report = f"--schedule {schedule_out}" if schedule_out is not None else f"--policy {policy} --workers {workers}"
+    err_console.print(
+        f"the service runs {policy} on {workers} workers; next: loader compare --trace {out} --workers {workers}, "
+        f"loader report --trace {out} {report} --out-dir plots",
+        soft_wrap=True,
+    )
