@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from http import HTTPStatus
 from typing import Any
 
@@ -24,7 +24,7 @@ from api.schemas import ErrorModel, error_responses
 from loader.config import Settings
 from loader.core.errors import ServiceError, Unavailable
 from loader.ops.metrics import Metrics
-from loader.service import LoaderService
+from loader.service import LoaderService, SinkFactory
 
 
 class RequestMetrics:
@@ -170,21 +170,28 @@ def _document_validation_errors(schema: dict[str, Any]) -> None:
     components.setdefault("ErrorModel", ErrorModel.model_json_schema(ref_template="#/components/schemas/{model}"))
 
 
-def create_app(settings: Settings, service: LoaderService | None = None, *, load: bool = True) -> FastAPI:
-    service = service or LoaderService(settings)
+def create_app(
+    settings: Settings,
+    *,
+    load: bool = True,
+    metrics: Metrics | None = None,
+    sink_factory: SinkFactory | None = None,
+) -> FastAPI:
+    """The HTTP face of one service: it is started with the app and stopped with it
+    (``LoaderService.start`` on the lifespan's exit stack); ``app.state.service`` once started.
+
+    ``load=False`` keeps Spark and loading off (intake only); ``sink_factory`` replaces the
+    Spark-backed Delta writer (tests).
+    """
+    metrics = metrics or Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await service.start(load=load)
-        from loader.ops.maintenance import Maintenance
-
-        maintenance = Maintenance(service)
-        maintenance.start()
-        try:
+        async with AsyncExitStack() as exit_stack:
+            app.state.service = await LoaderService.start(
+                settings, exit_stack, load=load, metrics=metrics, sink_factory=sink_factory
+            )
             yield
-        finally:
-            await maintenance.stop()
-            await service.stop()
 
     app = FastAPI(
         title="warehouse-loader",
@@ -192,11 +199,11 @@ def create_app(settings: Settings, service: LoaderService | None = None, *, load
         description="Real-time warehouse loader: durable feed intake, freshness-optimal scheduling, Delta Lake loads.",
         lifespan=lifespan,
     )
-    app.state.service = service
     app.state.authenticator = Authenticator.from_settings(settings)
+    app.state.settings = settings
     for module in (feeds, tables, admin, quarantine, trace, health):
         app.include_router(module.router)
-    app.add_middleware(RequestMetrics, metrics=service.metrics)
+    app.add_middleware(RequestMetrics, metrics=metrics)
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:

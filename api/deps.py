@@ -32,7 +32,7 @@ async def get_operator(principal: Annotated[Principal, Depends(get_principal)]) 
 
 async def read_body(request: Request) -> bytes:
     """The body, refused with 413 as soon as it passes the configured limit (never buffered whole)."""
-    limit = request.app.state.service.settings.max_body_bytes
+    limit = request.app.state.settings.intake.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None:
         try:

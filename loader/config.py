@@ -4,10 +4,16 @@ Sources, later ones winning: built-in defaults < the TOML file (``loader serve -
 < environment variables ``LOADER_<FIELD>`` with ``__`` between nested fields
 (``LOADER_SPARK__MASTER=spark://host:7077``). ``deploy/loader.example.toml`` documents
 each setting.
+
+Settings come in one section per stage where a stage has several (``[intake]``, ``[wal]``,
+``[spill]``, ``[loading]``, ...). The wiring (loader/service.py) hands each stage its
+values; no stage reads this module. Names of earlier releases still work as aliases:
+``ALIASES`` maps them, in the file, as keyword arguments and as ``LOADER_<NAME>``.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from enum import Enum
 from pathlib import Path
@@ -34,6 +40,31 @@ class TokenConfig(BaseModel):
     #: Producer tokens may be limited to these tables; None = every table.
     tables: list[str] | None = None
     name: str = "client"
+
+
+class IntakeConfig(BaseModel):
+    """What a request may hold before anything is accepted (loader/intake)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Larger bodies get 413; big feeds belong in the landing directory.
+    max_body_bytes: int = Field(default=16 << 20, ge=1024)
+    #: Largest file a {"files": [...]} update may name (refused with 413 above it, before copying).
+    max_landing_file_bytes: int = Field(default=16 << 30, ge=1)
+    #: Updates whose data_until lies further than this in the future are refused.
+    max_clock_skew_seconds: float = Field(default=5.0, ge=0)
+
+
+class WalConfig(BaseModel):
+    """The write-ahead log (loader/durability/wal.py): where, how durable, how it is cut."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Default: <data_dir>/wal.
+    dir: Path | None = None
+    durability: Durability = Durability.fsync
+    #: A segment is closed past this size; whole segments are deleted once Delta holds them.
+    segment_bytes: int = Field(default=64 << 20, ge=1 << 16)
 
 
 class SparkConfig(BaseModel):
@@ -134,21 +165,12 @@ class Settings(BaseSettings):
     warehouse_dir: Path | None = None
     #: Only files under this directory may be named in {"files": [...]} (default: <data_dir>/landing).
     landing_dir: Path | None = None
-    wal_dir: Path | None = None
 
     workers: int = Field(default=2, ge=1, le=256)
     policy: str = "myopic"
     #: Extra constructor arguments of the policy (e.g. {period = 5.0} for interval).
     policy_params: dict[str, Any] = Field(default_factory=dict)
     writer: Literal["auto", "delta-rs", "delta-spark"] = "auto"
-
-    durability: Durability = Durability.fsync
-    wal_segment_bytes: int = Field(default=64 << 20, ge=1 << 16)
-    max_body_bytes: int = Field(default=16 << 20, ge=1024)
-    #: Largest file a {"files": [...]} update may name (refused with 413 above it, before copying).
-    max_landing_file_bytes: int = Field(default=16 << 30, ge=1)
-    #: Updates whose data_until lies further than this in the future are refused.
-    max_clock_skew_seconds: float = Field(default=5.0, ge=0)
 
     #: Observed releases kept for ``GET /v1/admin/trace`` (a ring, oldest dropped first;
     #: 12 bytes each: 12 MB at the default). 0 turns the record off.
@@ -159,11 +181,19 @@ class Settings(BaseSettings):
     #: Bearer tokens. Empty: tokens are generated at start-up into <data_dir>/tokens.json.
     auth_tokens: list[TokenConfig] = Field(default_factory=list)
     tables: list[TableConfig] = Field(default_factory=list)
+    intake: IntakeConfig = Field(default_factory=IntakeConfig)
+    wal: WalConfig = Field(default_factory=WalConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     spill: SpillConfig = Field(default_factory=SpillConfig)
     pressure: PressureConfig = Field(default_factory=PressureConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     loading: LoadingConfig = Field(default_factory=LoadingConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        """Flat names of earlier releases given straight to ``Settings(...)``."""
+        return nest_aliases(data) if isinstance(data, dict) else data
 
     @field_validator("policy")
     @classmethod
@@ -212,7 +242,7 @@ class Settings(BaseSettings):
 
     @property
     def wal_path(self) -> Path:
-        return self.wal_dir or self.data_dir / "wal"
+        return self.wal.dir or self.data_dir / "wal"
 
     @property
     def spill_path(self) -> Path:
@@ -231,8 +261,55 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment beats the file (passed as init kwargs), so deployments override it.
-        return (env_settings, init_settings)
+        # Environment beats the file (passed as init kwargs), so deployments override it; the
+        # flat names of earlier releases (LOADER_DURABILITY, ...) count as environment too.
+        return (env_settings, AliasEnvironment(settings_cls), init_settings)
+
+
+#: Settings of earlier releases -> (section, name) they now have. Accepted wherever settings
+#: come from: in the TOML file, as keyword arguments, and as ``LOADER_<OLD NAME>`` variables.
+ALIASES: dict[str, tuple[str, str]] = {
+    "max_body_bytes": ("intake", "max_body_bytes"),
+    "max_landing_file_bytes": ("intake", "max_landing_file_bytes"),
+    "max_clock_skew_seconds": ("intake", "max_clock_skew_seconds"),
+    "wal_dir": ("wal", "dir"),
+    "durability": ("wal", "durability"),
+    "wal_segment_bytes": ("wal", "segment_bytes"),
+}
+
+
+def nest_aliases(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each old flat name moved into its section; both at once is an error
+    (which one was meant is not clear)."""
+    if not any(name in data for name in ALIASES):
+        return data
+    data = dict(data)
+    for old, (section, name) in ALIASES.items():
+        if old not in data:
+            continue
+        value = data.pop(old)
+        given = data.get(section)
+        nested = dict(given) if isinstance(given, dict) else given.model_dump() if isinstance(given, BaseModel) else {}
+        if name in nested:
+            raise ValueError(f"{old} and {section}.{name} are the same setting; give it once, as {section}.{name}")
+        nested[name] = value
+        data[section] = nested
+    return data
+
+
+class AliasEnvironment(PydanticBaseSettingsSource):
+    """``LOADER_<OLD NAME>`` variables (``LOADER_DURABILITY=flush``), nested into their sections."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # the whole mapping comes from __call__
+
+    def __call__(self) -> dict[str, Any]:
+        found = {}
+        for old in ALIASES:
+            value = os.environ.get(f"LOADER_{old.upper()}")
+            if value is not None:
+                found[old] = value
+        return nest_aliases(found)
 
 
 class ConfigError(ValueError):
@@ -251,11 +328,22 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
             raise ConfigError(f"cannot read config file {path}: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    where = f"config file {path}" if path else "configuration"
+    try:
+        data = nest_aliases(data)
+    except ValueError as exc:
+        raise ConfigError(f"{where} is invalid: {exc}") from None
+    for key, value in overrides.items():  # (command-line options: they win over the file)
+        if value is None:
+            continue
+        if key in ALIASES:
+            section, name = ALIASES[key]
+            data[section] = {**data.get(section, {}), name: value}
+        else:
+            data[key] = value
     try:
         return Settings(**data)
     except ValidationError as exc:
-        where = f"config file {path}" if path else "configuration"
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
         )

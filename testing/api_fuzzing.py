@@ -373,7 +373,7 @@ def settle(url: str, service: LoaderService, session: requests.Session, timeout:
     def statuses() -> list[dict[str, Any]]:
         return session.get(f"{url}/v1/tables", headers=auth, timeout=30).json()["tables"]
 
-    for table in list(service.tables):
+    for table in list(service.intake.tables):
         session.post(f"{url}/v1/admin/tables/{table}/resume", headers=auth, timeout=30).raise_for_status()
     deadline = time.monotonic() + timeout
     while not all(s["pending_updates"] == 0 and not s["running"] for s in statuses()):
@@ -381,11 +381,10 @@ def settle(url: str, service: LoaderService, session: requests.Session, timeout:
             break
         time.sleep(0.05)
     final = statuses()
-    assert service.quarantine is not None
     return Settled(
         tables=len(final),
         acknowledged=sum(s["last_sequence"] for s in final),
         loaded=sum(s["last_loaded_sequence"] for s in final),
         failed_loads=sum(s["failures"] for s in final),
-        quarantined=len(list(service.quarantine.active())),
+        quarantined=len(service.quarantine.entries()),
     )

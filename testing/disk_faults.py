@@ -112,7 +112,7 @@ def wait_ready(h: Harness, timeout: float = 30.0) -> float:
 def wal_full(tmp_path: Path) -> dict[str, Any]:
     with tmpfs(tmp_path / "walfs", "2m") as walfs:
         data = tmp_path / "data"
-        settings = {"wal_dir": walfs / "wal", "wal_segment_bytes": 65536}
+        settings = {"wal": {"dir": walfs / "wal", "segment_bytes": 65536}}
         with Harness(data, **settings) as h:
             producer = Producer(h)
             for _ in range(5):

@@ -31,7 +31,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loader.ops.status import table_status
 from testing.service_harness import OPERATOR, PRODUCER, Harness
 
 #: Small enough that the over-limit cases cost little; the same code path as 16 MiB.
@@ -176,7 +175,7 @@ def _seeded_data_dir() -> Path:
     if _TEMPLATE is None:
         root = Path(tempfile.mkdtemp(prefix="hostile-template-"))
         atexit.register(shutil.rmtree, root, True)
-        with Harness(root / "data", max_body_bytes=MAX_BODY_BYTES) as h:
+        with Harness(root / "data", intake={"max_body_bytes": MAX_BODY_BYTES}) as h:
             _seed(h)
         _TEMPLATE = root / "data"
     return _TEMPLATE
@@ -192,7 +191,7 @@ def _busy(h: Harness) -> bool:
 
     def read() -> bool:
         return any(
-            service.dispatcher.pending.count(name) or service.dispatcher.state(name).running for name in service.tables
+            service.pending.count(name) or service.dispatcher.state(name).running for name in service.intake.tables
         )
 
     return _on_loop(h, read)
@@ -250,7 +249,7 @@ def snapshot(env: Env) -> dict[str, Any]:
     h = env.harness
     service = h.service
     state: dict[str, Any] = {}
-    statuses = _on_loop(h, lambda: {name: table_status(service, name) for name in service.tables})
+    statuses = _on_loop(h, lambda: {name: service.status.table(name) for name in service.intake.tables})
     for name in sorted(statuses):
         status = statuses[name]
         for key in ("last_sequence", "last_loaded_sequence", "pending_updates", "pending_bytes", "delta_version"):
@@ -262,7 +261,7 @@ def snapshot(env: Env) -> dict[str, Any]:
     state["Idempotency-Keys"] = len(service.idempotency)
     state["landing files"] = _tree(env.landing)
     state["files outside landing"] = _tree(env.outside)
-    state["owned files"] = _tree(service.owned_files_dir, files_only=True)
+    state["owned files"] = _tree(service.intake.owned_dir, files_only=True)
     return state
 
 
@@ -330,7 +329,7 @@ def _judge(case: Case, status: int, payload: Any, headers: Any) -> tuple[str, li
 def run_case(case: Case, workdir: Path) -> Outcome:
     """The case against a fresh service under ``workdir`` (which must not exist yet)."""
     shutil.copytree(_seeded_data_dir(), workdir / "data", symlinks=True)
-    with Harness(workdir / "data", max_body_bytes=MAX_BODY_BYTES) as h:
+    with Harness(workdir / "data", intake={"max_body_bytes": MAX_BODY_BYTES}) as h:
         env = Env(h, h.settings.landing_path, workdir / "outside")
         _make_files(env.landing, env.outside)
         if case.prepare is not None:

@@ -70,11 +70,12 @@ class Harness:
     ) -> None:
         self.settings = make_settings(data_dir, **settings)
         self.sink = sink(self.settings) if sink else ArrowSink(self.settings.warehouse_path, fail)
-        self.service = LoaderService(self.settings, sink_factory=lambda _: self.sink)
-        self.client = TestClient(create_app(self.settings, self.service))
+        self.client = TestClient(create_app(self.settings, sink_factory=lambda _: self.sink))
 
     def __enter__(self) -> Harness:
         self.client.__enter__()
+        #: The running service (``LoaderService.start`` ran in the app's lifespan).
+        self.service: LoaderService = self.client.app.state.service
         self.wait(lambda: self.service.ready)
         return self
 
@@ -115,15 +116,20 @@ def serve_in_thread(data_dir: Path, **settings: Any) -> Iterator[tuple[str, Load
     from testing.server_process import free_port
 
     config = make_settings(data_dir, **settings)
-    service = LoaderService(config, sink_factory=lambda s: ArrowSink(s.warehouse_path))
+    app = create_app(config, sink_factory=lambda s: ArrowSink(s.warehouse_path))
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(config, service), host="127.0.0.1", port=port, log_level="error"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
+
+    def started() -> bool:
+        service = getattr(app.state, "service", None)
+        return server.started and service is not None and service.ready
+
     try:
-        Harness.wait(lambda: (server.started and service.ready) or not thread.is_alive(), 30)
+        Harness.wait(lambda: started() or not thread.is_alive(), 30)
         assert thread.is_alive(), "the server thread died while starting"
-        yield f"http://127.0.0.1:{port}", service
+        yield f"http://127.0.0.1:{port}", app.state.service
     finally:
         server.should_exit = True
         thread.join(30)

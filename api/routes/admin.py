@@ -37,7 +37,7 @@ STATUS = "The table's status after the change."
 )
 async def register_table(table: TableConfig, service: Service, operator: Operator) -> dict[str, Any]:
     await service.register_table(table)
-    return service.table_status(table.name)
+    return service.status.table(table.name)
 
 
 @router.put(
@@ -48,7 +48,7 @@ async def register_table(table: TableConfig, service: Service, operator: Operato
 )
 async def set_weight(table: str, body: WeightBody, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_weight(table, body.weight)
-    return service.table_status(table)
+    return service.status.table(table)
 
 
 @router.post(
@@ -59,7 +59,7 @@ async def set_weight(table: str, body: WeightBody, service: Service, operator: O
 )
 async def pause(table: str, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_paused(table, True)
-    return service.table_status(table)
+    return service.status.table(table)
 
 
 @router.post(
@@ -70,7 +70,7 @@ async def pause(table: str, service: Service, operator: Operator) -> dict[str, A
 )
 async def resume(table: str, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_paused(table, False)
-    return service.table_status(table)
+    return service.status.table(table)
 
 
 @router.get(
@@ -80,7 +80,7 @@ async def resume(table: str, service: Service, operator: Operator) -> dict[str, 
     summary="The pending store: memory budget, spilled bytes, disk operations",
 )
 async def get_pending(service: Service, operator: Operator) -> dict[str, Any]:
-    return service.dispatcher.pending.describe()
+    return service.pending.describe()
 
 
 @router.get(

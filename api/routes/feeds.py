@@ -1,9 +1,12 @@
 """Producers' endpoints: submit updates (acknowledged once durable in the WAL).
 
-These two routes are the service's hot path, so they read the token, headers, query and
-body from the request themselves instead of through FastAPI's dependency and parameter
-machinery, which profiles showed to be about a third of a small request's cost. Their
-parameters are still documented in the OpenAPI document (``openapi_extra``).
+HTTP only: each route authenticates the caller, hands intake what it read (one call,
+``loader/intake/submission.py``, which owns every domain step and their order) and maps
+the answer to a 202. These two routes are the service's hot path, so they read the token,
+headers, query and body from the request themselves instead of through FastAPI's
+dependency and parameter machinery, which profiles showed to be about a third of a small
+request's cost. Their parameters are still documented in the OpenAPI document
+(``openapi_extra``).
 """
 
 from __future__ import annotations
@@ -11,12 +14,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from api.auth import Authenticator, Principal
+from api.auth import Authenticator
 from api.deps import read_body
 from api.schemas import AcksModel, MultiUpdateBody, UpdateBody, body_doc, error_responses
-from loader.intake.idempotency import MAX_KEY_LENGTH, check_key, request_hash
-from loader.intake.requests import check_expansion, check_table_name, parse_multi, parse_single
-from loader.service import LoaderService
+from loader.intake.idempotency import MAX_KEY_LENGTH
+from loader.intake.submission import Intake, SubmitRequest
 
 router = APIRouter(prefix="/v1", tags=["feeds"])
 
@@ -44,11 +46,21 @@ REPLAYED = {
 }
 
 
-def _caller(request: Request) -> tuple[LoaderService, Principal, str | None]:
+def _read(request: Request, **extra: str | None) -> tuple[Intake, SubmitRequest]:
+    """Authenticate the caller (401) and gather what intake needs of the request."""
     state = request.app.state
-    principal = state.authenticator.authenticate(request.headers.get("authorization"))
-    key = check_key(request.headers.get("idempotency-key"))
-    return state.service, principal, key
+    caller = state.authenticator.authenticate(request.headers.get("authorization"))
+    headers = request.headers
+    submitted = SubmitRequest(
+        path=request.url.path,
+        query=str(request.url.query),
+        content_type=headers.get("content-type"),
+        idempotency_key=headers.get("idempotency-key"),
+        read_body=lambda: read_body(request),
+        permit=lambda table: Authenticator.require_submit(caller, table),
+        **extra,
+    )
+    return state.service.intake, submitted
 
 
 def _answer(response: dict, replayed: bool) -> JSONResponse:
@@ -65,17 +77,8 @@ def _answer(response: dict, replayed: bool) -> JSONResponse:
     summary="Submit one update of one table",
 )
 async def submit_update(table: str, request: Request) -> JSONResponse:
-    service, caller, key = _caller(request)
-    check_table_name(table)  # 404 quoting no more than a few characters of a hostile name
-    Authenticator.require_submit(caller, table)
-    entry = service.entry(table)  # 404 before reading the body
-    body = await read_body(request)
-    data_until = request.query_params.get("data_until")
-    parsed = parse_single(body, request.headers.get("content-type"), table, data_until)
-    check_expansion([parsed], {table: entry.schema}, service.settings.max_body_bytes)
-    digest = request_hash("POST", request.url.path, str(request.url.query), body)
-    response, replayed = await service.submit_once(key, digest, lambda: service.validate([parsed]))
-    return _answer(response, replayed)
+    intake, submitted = _read(request, data_until=request.query_params.get("data_until"))
+    return _answer(*await intake.submit_one(table, submitted))
 
 
 @router.post(
@@ -90,14 +93,5 @@ async def submit_update(table: str, request: Request) -> JSONResponse:
     summary="Submit several updates of several tables in one request",
 )
 async def submit_updates(request: Request) -> JSONResponse:
-    service, caller, key = _caller(request)
-    body = await read_body(request)
-    parsed = parse_multi(body, request.headers.get("content-type"))
-    schemas = {}
-    for item in parsed:
-        Authenticator.require_submit(caller, item.table)
-        schemas[item.table] = service.entry(item.table).schema
-    check_expansion(parsed, schemas, service.settings.max_body_bytes)
-    digest = request_hash("POST", request.url.path, body)
-    response, replayed = await service.submit_once(key, digest, lambda: service.validate(parsed))
-    return _answer(response, replayed)
+    intake, submitted = _read(request)
+    return _answer(*await intake.submit_many(submitted))

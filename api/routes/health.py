@@ -41,10 +41,10 @@ async def healthz(service: Service) -> JSONResponse:
 )
 async def readyz(service: Service, caller: Caller) -> JSONResponse:
     # Not ready while intake is closed by the WAL's disk: a balancer should send producers elsewhere.
-    ready = service.ready and service.wal_fault is None
+    ready = service.ready and service.intake.wal_fault is None
     body: dict[str, Any] = {
         "ready": ready,
-        "accepting": service.accepting and service.wal_fault is None,
+        "accepting": service.intake.accepting and service.intake.wal_fault is None,
         "recovered_updates": service.recovered_updates,
         "writer": service.sink.name if service.sink is not None else None,
         "detail": service.failure,

@@ -18,9 +18,7 @@ router = APIRouter(prefix="/v1/admin/quarantine", tags=["admin"])
     summary="Quarantined batches: their tables, updates, rows and the error that kept failing",
 )
 async def list_quarantine(service: Service, operator: Operator) -> dict[str, Any]:
-    assert service.quarantine is not None
-    entries = sorted(service.quarantine.active(), key=lambda e: (e.table, e.first_seq))
-    return {"batches": [e.summary() for e in entries]}
+    return {"batches": [e.summary() for e in service.quarantine.entries()]}
 
 
 @router.post(
@@ -30,7 +28,7 @@ async def list_quarantine(service: Service, operator: Operator) -> dict[str, Any
     summary="Load a quarantined batch again: its updates are submitted anew (new sequence numbers)",
 )
 async def retry(table: str, first_sequence: int, service: Service, operator: Operator) -> dict[str, Any]:
-    return await service.retry_quarantined(table, first_sequence)
+    return await service.quarantine.retry(table, first_sequence)
 
 
 @router.delete(
@@ -39,4 +37,4 @@ async def retry(table: str, first_sequence: int, service: Service, operator: Ope
     summary="Discard a quarantined batch: its updates are never loaded",
 )
 async def discard(table: str, first_sequence: int, service: Service, operator: Operator) -> dict[str, Any]:
-    return await service.discard_quarantined(table, first_sequence)
+    return await service.quarantine.discard(table, first_sequence)

@@ -9,7 +9,6 @@ from fastapi import APIRouter
 from api.auth import Authenticator
 from api.deps import Caller, Service
 from api.schemas import AUTHENTICATED, TablesModel, TableStatusModel, error_responses, ok_response
-from loader.ops.status import all_table_statuses
 
 router = APIRouter(prefix="/v1", tags=["tables"])
 
@@ -22,7 +21,7 @@ router = APIRouter(prefix="/v1", tags=["tables"])
 )
 async def list_tables(service: Service, caller: Caller) -> dict[str, Any]:
     """A producer token limited to some tables sees only those."""
-    return {"tables": [t for t in all_table_statuses(service) if caller.may_read(t["name"])]}
+    return {"tables": [t for t in service.status.all() if caller.may_read(t["name"])]}
 
 
 @router.get(
@@ -33,4 +32,4 @@ async def list_tables(service: Service, caller: Caller) -> dict[str, Any]:
 )
 async def get_table(table: str, service: Service, caller: Caller) -> dict[str, Any]:
     Authenticator.require_read(caller, table)
-    return service.table_status(table)
+    return service.status.table(table)

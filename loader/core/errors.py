@@ -61,3 +61,8 @@ class Unavailable(ServiceError):
 class WalWriteFailed(Unavailable):
     """The WAL write of an update failed after it was queued: it is not accepted, but a crash
     before the log is healed may still replay it (so files it names must stay)."""
+
+
+def unknown_table(table: str) -> NotFound:
+    """The 404 for a well-formed name that no registered table has."""
+    return NotFound(f"table {table!r} does not exist; register it with POST /v1/admin/tables", table=table)

@@ -9,13 +9,16 @@ over-, never under-stated until its next load).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loader.core.durable_files import write_atomic
+from loader.core.errors import unknown_table
 from loader.core.schema import TableSchema
 from loader.core.tables import TableConfig
 from schedulers.freshness import TableAccount
@@ -68,10 +71,20 @@ class CatalogEntry:
 
 @dataclass
 class Catalog:
+    """Every registered table's entry and the policy an operator chose, in one JSON file.
+
+    The entries are changed on the event loop (operator actions, finished loads), which
+    marks the catalog ``changed``; ``save_changes`` writes it (every second, and after each
+    operator action), one write at a time.
+    """
+
     path: Path
     entries: dict[str, CatalogEntry] = field(default_factory=dict)
     policy: str | None = None
     policy_params: dict[str, Any] = field(default_factory=dict)
+    #: Something changed since the last write.
+    dirty: bool = field(default=False, compare=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     @classmethod
     def open(cls, path: Path) -> Catalog:
@@ -102,11 +115,40 @@ class Catalog:
     def save(self, data: bytes | None = None) -> None:
         write_atomic(self.path, self.encode() if data is None else data)
 
+    def changed(self) -> None:
+        self.dirty = True
+
+    async def save_changes(self, refresh: Callable[[], None] = lambda: None) -> None:
+        """Persist the catalog if something changed; one write at a time, snapshot taken here.
+
+        ``refresh`` brings the entries up to date first (the freshness accounts). The bytes
+        are built on the event loop (which owns the entries), written on a thread; a failed
+        write leaves the catalog changed, so the next call tries again.
+        """
+        async with self._lock:
+            if not self.dirty:
+                return
+            self.dirty = False
+            refresh()
+            data = self.encode()
+            try:
+                await asyncio.to_thread(self.save, data)
+            except BaseException:
+                self.dirty = True
+                raise
+
     def __contains__(self, name: str) -> bool:
         return name in self.entries
 
     def __getitem__(self, name: str) -> CatalogEntry:
         return self.entries[name]
+
+    def entry(self, name: str) -> CatalogEntry:
+        """The table's entry; the API's 404 when no such table is registered."""
+        entry = self.entries.get(name)
+        if entry is None:
+            raise unknown_table(name)
+        return entry
 
     def add(self, entry: CatalogEntry) -> None:
         self.entries[entry.name] = entry

@@ -401,3 +401,17 @@ def _check_copy(path: Path, fmt: FileFormat, schema: TableSchema, arrow: pa.Sche
             table=table,
             file=raw[:200],
         ) from None
+
+
+def sweep_copies(owned_dir: Path, keep: set[str]) -> int:
+    """Remove copies of landing files that no update refers to: left by a crash between
+    the copy and the WAL append, or before a failed WAL group was healed, or by a
+    quarantine retry cut short. Call it before intake opens, so no copy is being made."""
+    keep = {os.path.realpath(path) for path in keep}
+    removed = 0
+    for table_dir in owned_dir.glob("*/"):
+        for path in table_dir.iterdir():
+            if path.is_file() and os.path.realpath(path) not in keep:
+                path.unlink(missing_ok=True)
+                removed += 1
+    return removed

@@ -5,7 +5,8 @@ on a pool of P threads (one per worker) and report back with ``call_soon_threads
 The driver contract of ``schedulers.base.Policy`` is honoured exactly as in
 ``schedulers.simulator``: notify on every release, start and finish, then offer free
 workers to ``choose`` in increasing index, starting each chosen batch before asking
-the next worker.
+the next worker. Around each batch it asks one ``loader.abc.BatchHandler`` (the service)
+to load it, to set it aside, and to hear how it ended.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from loader.abc import BatchHandler, FailedBatch, FinishedBatch, QuarantinedBatch
 from loader.core.durable_files import environmental
 from loader.core.updates import Batch, LoadResult, Update
 from loader.loading.estimates import CostEstimate
@@ -29,61 +31,32 @@ from schedulers.model import TableSpec, TableState
 
 log = logging.getLogger(__name__)
 
-#: (worker, batch) -> result; runs on a worker thread.
-LoadFunction = Callable[[int, Batch], LoadResult]
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedBatch:
-    """What the service learns when a batch is loaded (for metrics and the catalog)."""
-
-    table: str
-    worker: int
-    batch: Batch
-    result: LoadResult
-    started: float
-    finished: float
-    stretches: list[float]
-    length: float
-
-
-@dataclass(frozen=True, slots=True)
-class QuarantinedBatch:
-    table: str
-    batch: Batch
-    error: BaseException
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class FailedBatch:
-    table: str
-    worker: int
-    batch: Batch
-    error: BaseException
-    retry_in: float
-
 
 class Dispatcher:
+    """Decides, on the wall clock, which table each free worker loads next, and runs it.
+
+    It owns the policy's view (one ``schedulers.model.TableState`` per table), the
+    freshness ledger the metrics and the API read, the per-table cost estimates, and a pool
+    of P worker threads. A batch is all of a table's pending updates (up to the policy's
+    limit), taken from the pending store when a worker starts it; a failed batch goes back
+    whole and its table waits with exponential back-off; one that fails ``max_attempts``
+    times (0: never) for a reason that is not the disk's is handed to
+    ``handler.set_aside`` (quarantine), so the table's later updates load.
+    """
+
     def __init__(
         self,
         policy: Policy,
         workers: int,
         pending: PendingStore,
-        load: LoadFunction,
+        handler: BatchHandler,
         *,
-        on_finished: Callable[[FinishedBatch], None] = lambda _: None,
-        on_failed: Callable[[FailedBatch], None] = lambda _: None,
         clock: Callable[[], float] = time.time,
         max_retry_delay: float = 60.0,
         retry_base: float = 0.5,
         max_attempts: int = 0,
-        quarantine: Callable[[Batch, BaseException, int], None] | None = None,
-        on_quarantined: Callable[[QuarantinedBatch], None] = lambda _: None,
         observed: ObservedRecord | None = None,
     ) -> None:
-        """``quarantine(batch, error, attempts)`` runs on a worker thread once a batch has
-        failed ``max_attempts`` times (0: never) for a reason that is not environmental."""
         self.states: list[TableState] = []
         self.index: dict[str, int] = {}
         self.estimates: list[CostEstimate] = []
@@ -91,15 +64,11 @@ class Dispatcher:
         self.pending = pending
         self.workers = workers
         self.policy = policy
-        self._load = load
-        self._on_finished = on_finished
-        self._on_failed = on_failed
+        self._handler = handler
         self._clock = clock
         self._max_retry_delay = max_retry_delay
         self._retry_base = retry_base
         self._max_attempts = max_attempts
-        self._quarantine = quarantine
-        self._on_quarantined = on_quarantined
         self._free = list(range(workers))
         self._running: dict[int, tuple[int, int, int, float]] = {}  # worker -> tid, lo, hi, start
         self._user_paused: set[int] = set()
@@ -272,7 +241,7 @@ class Dispatcher:
         self.policy.notify(tid, now)
         batch = Batch(state.name, updates)
         assert self._loop is not None
-        future = self._loop.run_in_executor(self._executor, self._load, worker, batch)
+        future = self._loop.run_in_executor(self._executor, self._handler.load, worker, batch)
         future.add_done_callback(lambda f, w=worker, b=batch: self._finished(w, b, f))
         return True
 
@@ -285,7 +254,7 @@ class Dispatcher:
             self._failures[tid] = self._failures.get(tid, 0) + 1
             if not environmental(error):  # a full or read-only disk is not the batch's fault
                 strikes = self._strikes[tid] = self._strikes.get(tid, 0) + 1
-                if self._quarantine is not None and 0 < self._max_attempts <= strikes:
+                if 0 < self._max_attempts <= strikes:
                     self._set_aside(worker, (tid, lo, hi, started), batch, error, strikes)
                     return
         state.running = False
@@ -307,9 +276,11 @@ class Dispatcher:
                 finished=now,
                 stretches=batch_stretches(now, previous, rel[lo:hi]),
                 length=length,
+                alpha=state.alpha,
+                overhead=state.overhead,
             )
             self._forget_loaded(tid)
-            self._safe(self._on_finished, finished)
+            self._safe(self._handler.loaded, finished)
         else:
             self._retry_later(worker, tid, lo, batch, error)
         self._settled(tid, now)
@@ -351,7 +322,7 @@ class Dispatcher:
         self.hold(state.name)
         assert self._loop is not None
         self._loop.call_later(delay, self.release_hold, state.name)
-        self._safe(self._on_failed, FailedBatch(state.name, worker, batch, error, delay))
+        self._safe(self._handler.failed, FailedBatch(state.name, worker, batch, error, delay))
 
     def _settled(self, tid: int, now: float) -> None:
         if not self._running:
@@ -364,7 +335,7 @@ class Dispatcher:
     ) -> None:
         """Quarantine a batch that keeps failing (loader/durability/quarantine.py): its payload is
         written aside on the same worker, which stays busy until that is durable."""
-        assert self._quarantine is not None and self._loop is not None
+        assert self._loop is not None
         self._running[worker] = running
         log.error(
             "loading %s (updates %d..%d) failed %d times: %s; quarantining the batch so later updates load",
@@ -374,7 +345,7 @@ class Dispatcher:
             attempts,
             error,
         )
-        future = self._loop.run_in_executor(self._executor, self._quarantine, batch, error, attempts)
+        future = self._loop.run_in_executor(self._executor, self._handler.set_aside, batch, error, attempts)
         future.add_done_callback(lambda f: self._set_aside_done(worker, batch, error, attempts, f))
 
     def _set_aside_done(
@@ -389,7 +360,7 @@ class Dispatcher:
         if failure is None:
             self._consume(tid, lo, hi, now)
             self._forget_loaded(tid)
-            self._safe(self._on_quarantined, QuarantinedBatch(state.name, batch, error, attempts))
+            self._safe(self._handler.quarantined, QuarantinedBatch(state.name, batch, error, attempts))
         else:
             log.error(
                 "could not quarantine %s updates %d..%d: %s", state.name, batch.first_seq, batch.last_seq, failure

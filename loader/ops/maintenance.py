@@ -7,7 +7,8 @@
 - every ``vacuum_seconds``: vacuum files no longer referenced and older than the retention.
 
 Compaction and vacuum hold the table (no new batch starts) while they run, so they never
-race a load of the same table; other tables keep loading.
+race a load of the same table; other tables keep loading. The service starts this after
+intake opens and stops it first when it shuts down (``loader/service.py``).
 """
 
 from __future__ import annotations
@@ -15,28 +16,67 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from deltalake import DeltaTable
 
-from loader.service import WAL_HEAL_SECONDS, LoaderService
+from loader.durability.quarantine import QuarantineStore
+from loader.durability.wal import WriteAheadLog
+from loader.intake.idempotency import IdempotencyStore
+from loader.intake.submission import WAL_HEAL_SECONDS, Intake
+from loader.loading.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """How often each job runs (``[maintenance]`` settings); 0 turns compaction or vacuum off."""
+
+    wal_truncate_seconds: float
+    compact_seconds: float
+    vacuum_seconds: float
+    vacuum_retention_hours: int
+
+
 class Maintenance:
-    def __init__(self, service: LoaderService) -> None:
-        self.service = service
+    """The service's timers: what keeps the catalog, the WAL, the disks and the tables in shape."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        *,
+        save_catalog: Callable[[], Awaitable[None]],
+        intake: Intake,
+        dispatcher: Dispatcher,
+        wal: WriteAheadLog,
+        idempotency: IdempotencyStore,
+        idempotency_path: Path,
+        quarantine: QuarantineStore,
+        warehouse: Path,
+        ready: Callable[[], bool],
+    ) -> None:
+        self.schedule = schedule
+        self.save_catalog = save_catalog
+        self.intake = intake
+        self.dispatcher = dispatcher
+        self.wal = wal
+        self.idempotency = idempotency
+        self.idempotency_path = idempotency_path
+        self.quarantine = quarantine
+        self.warehouse = warehouse
+        self.ready = ready
         self.scheduler = AsyncIOScheduler(timezone="UTC")
         self._running: set[asyncio.Task[None]] = set()
-        m = service.settings.maintenance
-        self._every(1.0, service.save_catalog, "catalog")
-        self._every(WAL_HEAL_SECONDS, service.heal_faults, "heal-faults")
-        self._every(m.wal_truncate_seconds, service.truncate_wal, "wal-truncate")
-        if m.compact_seconds:
-            self._every(m.compact_seconds, self.compact_all, "compact")
-        if m.vacuum_seconds:
-            self._every(m.vacuum_seconds, self.vacuum_all, "vacuum")
+        self._every(1.0, save_catalog, "catalog")
+        self._every(WAL_HEAL_SECONDS, self.heal_faults, "heal-faults")
+        self._every(schedule.wal_truncate_seconds, self.truncate_wal, "wal-truncate")
+        if schedule.compact_seconds:
+            self._every(schedule.compact_seconds, self.compact_all, "compact")
+        if schedule.vacuum_seconds:
+            self._every(schedule.vacuum_seconds, self.vacuum_all, "vacuum")
 
     def _every(self, seconds: float, job: Callable[[], Awaitable[object]], name: str) -> None:
         async def tracked() -> None:
@@ -60,16 +100,35 @@ class Maintenance:
             await asyncio.wait(set(self._running), timeout=60)
         self.scheduler.shutdown(wait=False)
 
+    # -- the jobs -----------------------------------------------------------------------------
+    async def heal_faults(self) -> None:
+        """Reopen intake once the WAL's disk takes writes again, and spill what an earlier
+        failed spill left in memory over the budget."""
+        await self.intake.heal()
+        pending = self.dispatcher.pending
+        if pending.spill_error is not None:
+            pending.retry_spill()
+            self.dispatcher.sync_resident()
+
+    async def truncate_wal(self) -> int:
+        """Delete WAL segments whose updates are all in Delta (keys first saved elsewhere)."""
+        self.idempotency.expire()
+        committed = {name: runtime.committed_seq for name, runtime in self.intake.tables.items()}
+        # The catalog first: once segments are gone it is what remembers the newest releases.
+        await self.save_catalog()
+        await asyncio.to_thread(self.idempotency.save, self.idempotency_path)
+        await asyncio.to_thread(self.quarantine.prune, committed)
+        return await asyncio.to_thread(self.wal.truncate, committed)
+
     async def _with_table_held(self, table: str, work: Callable[[DeltaTable], object]) -> None:
-        service = self.service
-        dispatcher = service.dispatcher
-        if dispatcher is None or not service.ready:
+        dispatcher = self.dispatcher
+        if not self.ready():
             return
         dispatcher.hold(table)
         try:
             while dispatcher.is_running(table):
                 await asyncio.sleep(0.05)
-            path = service.settings.warehouse_path / table
+            path = self.warehouse / table
             await asyncio.to_thread(lambda: work(DeltaTable(str(path))))
         except Exception:
             log.exception("maintenance of table %s failed", table)
@@ -77,12 +136,12 @@ class Maintenance:
             dispatcher.release_hold(table)
 
     async def compact_all(self) -> None:
-        for table in list(self.service.tables):
+        for table in list(self.intake.tables):
             await self._with_table_held(table, lambda dt: dt.optimize.compact())
 
     async def vacuum_all(self) -> None:
-        hours = self.service.settings.maintenance.vacuum_retention_hours
-        for table in list(self.service.tables):
+        hours = self.schedule.vacuum_retention_hours
+        for table in list(self.intake.tables):
             await self._with_table_held(
                 table, lambda dt: dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
             )

@@ -28,12 +28,12 @@ FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 
 
 class FreshnessCollector(Collector):
-    def __init__(self, dispatcher: Callable[[], Dispatcher | None], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, dispatcher: Dispatcher, clock: Callable[[], float] = time.time) -> None:
         self._dispatcher = dispatcher
         self._clock = clock
 
     def collect(self) -> Iterator[Metric]:
-        d = self._dispatcher()
+        d = self._dispatcher
         upto = GaugeMetricFamily(
             "loader_table_current_upto_timestamp_seconds",
             "Release time (Unix seconds) of the newest update loaded into the table.",
@@ -74,29 +74,34 @@ class FreshnessCollector(Collector):
             labels=["table"],
         )
         weight = GaugeMetricFamily("loader_table_weight", "Priority weight of the table.", labels=["table"])
-        if d is not None:
-            now = self._clock()
-            ledger = d.ledger
-            for tid, state in enumerate(d.states):
-                labels = [state.name]
-                upto.add_metric(labels, ledger.current_upto(tid))
-                staleness.add_metric(labels, ledger.staleness_at(tid, now))
-                integral.add_metric(labels, ledger.staleness_integral_at(tid, now))
-                low.add_metric(labels, ledger.low_bound(tid))
-                stretch.add_metric(labels, ledger.max_stretch(tid))
-                pending.add_metric(labels, state.pending_count)
-                pending_bytes.add_metric(labels, d.pending.bytes(state.name))
-                resident.add_metric(labels, d.pending.resident_bytes(state.name))
-                spilled.add_metric(labels, d.pending.spilled_bytes(state.name))
-                alpha.add_metric(labels, state.alpha)
-                overhead.add_metric(labels, state.overhead)
-                weight.add_metric(labels, state.weight)
+        now = self._clock()
+        ledger = d.ledger
+        for tid, state in enumerate(d.states):
+            labels = [state.name]
+            upto.add_metric(labels, ledger.current_upto(tid))
+            staleness.add_metric(labels, ledger.staleness_at(tid, now))
+            integral.add_metric(labels, ledger.staleness_integral_at(tid, now))
+            low.add_metric(labels, ledger.low_bound(tid))
+            stretch.add_metric(labels, ledger.max_stretch(tid))
+            pending.add_metric(labels, state.pending_count)
+            pending_bytes.add_metric(labels, d.pending.bytes(state.name))
+            resident.add_metric(labels, d.pending.resident_bytes(state.name))
+            spilled.add_metric(labels, d.pending.spilled_bytes(state.name))
+            alpha.add_metric(labels, state.alpha)
+            overhead.add_metric(labels, state.overhead)
+            weight.add_metric(labels, state.weight)
         yield from (upto, staleness, integral, low, stretch, pending, pending_bytes, resident, spilled)
         yield from (alpha, overhead, weight)
 
 
 class Metrics:
-    """All metric objects of one service instance, on its own registry (tests stay isolated)."""
+    """All metric objects of one service instance, on its own registry (tests stay isolated).
+
+    The stages report events through the ``on_*`` hooks (the ports ``IntakeMetrics`` and
+    ``QuarantineMetrics`` of loader/abc.py, the WAL's fsync hook, the spill store's disk
+    operations); freshness and the pending store are read at scrape time once ``attach``
+    has been given the dispatcher.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -200,21 +205,17 @@ class Metrics:
         for reason in ("spill_full", "wal_fault"):
             self.intake_refused.labels(reason)
 
-    def attach(self, dispatcher: Callable[[], Dispatcher | None]) -> None:
+    def attach(self, dispatcher: Dispatcher) -> None:
+        """Read freshness, workers and the pending store from ``dispatcher`` at scrape time."""
         self.registry.register(FreshnessCollector(dispatcher))
-        self.workers_busy.set_function(lambda: d.busy_workers if (d := dispatcher()) is not None else 0)
-
-        def store(read: Callable[[PendingStore], float]) -> Callable[[], float]:
-            return lambda: read(d.pending) if (d := dispatcher()) is not None else 0
-
-        self.pending_resident.set_function(store(lambda p: p.resident))
-        self.pending_spilled.set_function(store(lambda p: p.spilled))
-        self.pending_in_flight.set_function(store(lambda p: p.inflight_bytes))
-        self.memory_budget.set_function(store(lambda p: p.cache.budget))
-        self.spill_disk_budget.set_function(store(lambda p: p.disk_budget or 0))
-        self.pressure_mode.set_function(
-            lambda: float(getattr(d.policy, "pressure", False)) if (d := dispatcher()) is not None else 0
-        )
+        self.workers_busy.set_function(lambda: dispatcher.busy_workers)
+        pending: PendingStore = dispatcher.pending
+        self.pending_resident.set_function(lambda: pending.resident)
+        self.pending_spilled.set_function(lambda: pending.spilled)
+        self.pending_in_flight.set_function(lambda: pending.inflight_bytes)
+        self.memory_budget.set_function(lambda: pending.cache.budget)
+        self.spill_disk_budget.set_function(lambda: pending.disk_budget or 0)
+        self.pressure_mode.set_function(lambda: float(getattr(dispatcher.policy, "pressure", False)))
 
     def on_spill_op(self, op: DiskOp) -> None:
         kind = "write" if op.kind == "write" else ("read_in_place" if op.reader == "loader" else "read_back")
@@ -244,3 +245,20 @@ class Metrics:
     def on_fsync(self, seconds: float, records: int, nbytes: int) -> None:
         self.wal_fsync.observe(seconds)
         self.wal_records_per_fsync.observe(records)
+
+    # -- intake (loader.abc.IntakeMetrics) ------------------------------------------------------
+    def on_received(self, table: str) -> None:
+        self.updates_received.labels(table).inc()
+
+    def on_refused(self, reason: str) -> None:
+        self.intake_refused.labels(reason).inc()
+
+    def on_intake_fault(self, closed: bool) -> None:
+        self.intake_fault.set(1 if closed else 0)
+
+    # -- quarantine (loader.abc.QuarantineMetrics) ----------------------------------------------
+    def on_quarantine_resolved(self, table: str, action: str, updates: int) -> None:
+        self.quarantine_resolved.labels(table, action).inc(updates)
+
+    def on_quarantined_now(self, table: str, updates: int) -> None:
+        self.quarantined.labels(table).set(updates)

@@ -1,13 +1,17 @@
-"""The service's pending store, built from configuration (policy, budgets, disk costs, files)."""
+"""The pending store as configured: spilling policy, budgets, disk costs, segment files.
+
+Takes the ``[spill]`` settings as values (the wiring in loader/service.py reads them), so
+this stage knows nothing of the configuration file.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 
-from loader.config import Settings
 from loader.pending.spill.disk_cost import DiskCost, measure
 from loader.pending.spill.model import DiskOp
 from loader.pending.spill.registry import make_spill_policy
@@ -16,15 +20,17 @@ from loader.pending.store import PendingStore
 
 log = logging.getLogger(__name__)
 
+#: Policies of the extended cost model (c0 + c1 * bytes per disk operation).
+COSTED_POLICIES = ("greedy-chunk", "hybrid")
 
-def disk_cost(settings: Settings) -> DiskCost | None:
-    """Configured c0/c1, else measured when the policy needs them (greedy-chunk, hybrid)."""
-    spill = settings.spill
-    if spill.c0_seconds is not None and spill.c1_seconds_per_byte is not None:
-        return DiskCost(spill.c0_seconds, spill.c1_seconds_per_byte)
-    if spill.policy not in ("greedy-chunk", "hybrid"):
+
+def disk_cost(policy: str, directory: Path, configured: DiskCost | None) -> DiskCost | None:
+    """Configured c0/c1, else measured on ``directory`` when the policy needs them."""
+    if configured is not None:
+        return configured
+    if policy not in COSTED_POLICIES:
         return None
-    cost = measure(settings.spill_path)
+    cost = measure(directory)
     log.info(
         "spill disk measured: c0 = %.2f ms per operation, %.0f MB/s, so T = c0/c1 = %.0f KiB",
         cost.c0 * 1e3,
@@ -35,16 +41,26 @@ def disk_cost(settings: Settings) -> DiskCost | None:
 
 
 def build_pending_store(
-    settings: Settings, schema_of: Callable[[str], pa.Schema], on_op: Callable[[DiskOp], None] | None = None
+    directory: Path,
+    schema_of: Callable[[str], pa.Schema],
+    *,
+    policy: str,
+    memory_budget: int,
+    disk_budget: int,
+    cost: DiskCost | None = None,
+    on_op: Callable[[DiskOp], None] | None = None,
 ) -> PendingStore:
-    """Empty the spill directory (segments are rebuilt from the WAL) and make the store."""
-    spill = settings.spill
-    segments = SegmentFiles(settings.spill_path, schema_of)
+    """Empty the spill directory (segments are rebuilt from the WAL) and make the store.
+
+    Call it only with the WAL's lock held: a second instance must not empty the directory
+    of a running one.
+    """
+    segments = SegmentFiles(directory, schema_of)
     removed = segments.reset()
     if removed:
         log.info("removed %d spill files of an earlier run; the WAL replay rebuilds what is pending", removed)
-    cost = disk_cost(settings)
-    policy = make_spill_policy(spill.policy, spill.memory_budget_bytes, *((cost.c0, cost.c1) if cost else ()))
-    store = PendingStore(policy, spill.memory_budget_bytes, segments, disk_budget=spill.disk_budget_bytes, on_op=on_op)
+    cost = disk_cost(policy, directory, cost)
+    spill_policy = make_spill_policy(policy, memory_budget, *((cost.c0, cost.c1) if cost else ()))
+    store = PendingStore(spill_policy, memory_budget, segments, disk_budget=disk_budget, on_op=on_op)
     store.disk_cost = cost
     return store

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loader.abc import SpillFull
 from loader.core.updates import Update
 from loader.pending.spill.buffered_head import BufferedHead
 from loader.pending.spill.disk_cost import DiskCost
@@ -27,10 +28,6 @@ from loader.pending.spill.model import DiskOp, Item, QueueCache, Run, SpillPolic
 from loader.pending.spill.segments import SegmentFiles
 
 log = logging.getLogger(__name__)
-
-
-class SpillFull(Exception):
-    """Intake must refuse: the spill disk budget is reached (or spilling failed)."""
 
 
 @dataclass
@@ -41,6 +38,15 @@ class InFlight:
 
 
 class PendingStore:
+    """Every table's acknowledged, not yet loaded updates, in one memory budget M.
+
+    One FIFO queue per table in a ``QueueCache`` (the paper's model, pure), whose spilling
+    policy moves contiguous runs to and from Parquet segments (``SegmentFiles``). Intake
+    asks it for room first (``admit``: ``SpillFull`` once the disk budget is reached); the
+    dispatcher appends each durable update, takes a table's queue as one batch, and reports
+    the batch loaded (its segments are deleted) or failed (it goes back to the head).
+    """
+
     def __init__(
         self,
         policy: SpillPolicy | None = None,

@@ -18,7 +18,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from loader.service import LoaderService
 from testing.fakes import ArrowSink
 from testing.service_harness import CLICKS, OPERATOR, ORDERS_ONLY, PRODUCER, Harness, make_settings
 
@@ -113,9 +112,8 @@ def test_bad_input_is_refused_and_changes_nothing(
 
 
 def test_body_too_large_is_413(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path / "d", max_body_bytes=2048)
-    service = LoaderService(settings, sink_factory=lambda s: ArrowSink(s.warehouse_path))
-    with TestClient(create_app(settings, service)) as client:
+    settings = make_settings(tmp_path / "d", intake={"max_body_bytes": 2048})
+    with TestClient(create_app(settings, sink_factory=lambda s: ArrowSink(s.warehouse_path))) as client:
         rows = [{"url": "x" * 100, "n": 1}] * 50
         r = client.post(
             "/v1/tables/clicks/updates", json={"rows": rows}, headers={"Authorization": f"Bearer {PRODUCER}"}
@@ -212,7 +210,7 @@ def test_landing_files_are_loaded(harness: Harness) -> None:
     assert r.status_code == 422
     harness.wait_loaded("orders", 1)
     assert sorted(r["order_id"] for r in harness.rows("orders")) == [1, 2, 3, 4]
-    assert not any(harness.service.owned_files_dir.rglob("*.*"))  # owned copies removed after the load
+    assert not any(harness.service.intake.owned_dir.rglob("*.*"))  # owned copies removed after the load
 
 
 def test_metrics_after_a_load(harness: Harness) -> None:
@@ -269,8 +267,7 @@ def test_intake_opens_before_spark_and_readyz_waits_for_it(tmp_path: Path) -> No
         return ArrowSink(settings.warehouse_path)
 
     settings = make_settings(tmp_path / "d")
-    service = LoaderService(settings, sink_factory=slow_sink)
-    with TestClient(create_app(settings, service)) as client:
+    with TestClient(create_app(settings, sink_factory=slow_sink)) as client:
         auth = {"Authorization": f"Bearer {OPERATOR}"}
         r = client.get("/readyz", headers=auth)
         assert r.status_code == 503 and r.json()["accepting"] is True and r.json()["writer"] is None

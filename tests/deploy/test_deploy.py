@@ -28,7 +28,6 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from loader.config import Role, Settings, load_settings
 from loader.loading.sinks.probe import MISSING_JARS
-from loader.service import LoaderService
 from testing.fakes import ArrowSink
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -323,12 +322,11 @@ def test_tokens_from_compose_work_against_the_service(
 ) -> None:
     """The health check needs no token; Prometheus' token reads /metrics and can submit nothing."""
     settings = loader_settings(compose, monkeypatch, data_dir=tmp_path)
-    service = LoaderService(settings, sink_factory=lambda s: ArrowSink(s.warehouse_path))
     bearer = {
         name: {"Authorization": f"Bearer {SAMPLE_ENV[f'LOADER_{name.upper()}_TOKEN']}"}
         for name in ("operator", "producer", "metrics")
     }
-    with TestClient(create_app(settings, service)) as client:
+    with TestClient(create_app(settings, sink_factory=lambda s: ArrowSink(s.warehouse_path))) as client:
         assert client.get("/healthz").status_code == 200
         assert client.get("/metrics").status_code == 401
         assert client.get("/metrics", headers=bearer["metrics"]).status_code == 200

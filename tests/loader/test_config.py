@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.simulation import app
+from cli.app import app
 from loader.config import ConfigError, load_settings
 from loader.durability.wal import Durability
 
@@ -17,7 +17,7 @@ EXAMPLE = ROOT / "deploy" / "loader.example.toml"
 
 def test_the_shipped_example_is_valid() -> None:
     settings = load_settings(EXAMPLE)
-    assert settings.durability is Durability.fsync and settings.policy == "myopic"
+    assert settings.wal.durability is Durability.fsync and settings.policy == "myopic"
     orders = settings.tables[0]
     assert orders.name == "orders" and list(orders.schema_.partition_by) == ["country"]
     assert {t.role.value for t in settings.auth_tokens} == {"operator", "producer"}
@@ -40,7 +40,33 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.workers == 6
     assert settings.spark.master == "spark://spark-master:7077"
     assert settings.spark.conf  # the file's other spark settings stay
-    assert settings.durability is Durability.flush
+    assert settings.wal.durability is Durability.flush
+
+
+def test_settings_of_earlier_releases_still_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flat names before [intake] and [wal] existed are aliases, in the file, as keyword
+    arguments and as LOADER_<NAME>; the new spelling of the environment wins over the old."""
+    path = tmp_path / "old.toml"
+    path.write_text(
+        'durability = "flush"\nwal_segment_bytes = 131072\nwal_dir = "w"\nmax_body_bytes = 4096\n'
+        "max_landing_file_bytes = 10\nmax_clock_skew_seconds = 1.5\n",
+        encoding="utf-8",
+    )
+    settings = load_settings(path)
+    assert (settings.wal.durability, settings.wal.segment_bytes, settings.wal_path) == (
+        Durability.flush,
+        131072,
+        Path("w"),
+    )
+    assert (settings.intake.max_body_bytes, settings.intake.max_landing_file_bytes) == (4096, 10)
+    assert settings.intake.max_clock_skew_seconds == 1.5
+    assert load_settings(None, max_body_bytes=2048, wal_dir=tmp_path).intake.max_body_bytes == 2048
+    monkeypatch.setenv("LOADER_DURABILITY", "fsync")
+    monkeypatch.setenv("LOADER_MAX_BODY_BYTES", "8192")
+    settings = load_settings(path)
+    assert settings.wal.durability is Durability.fsync and settings.intake.max_body_bytes == 8192  # env beats file
+    monkeypatch.setenv("LOADER_WAL__DURABILITY", "flush")
+    assert load_settings(path).wal.durability is Durability.flush
 
 
 @pytest.mark.parametrize(
@@ -49,7 +75,10 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ("wokers = 4\n", "wokers"),
         ('policy = "fastest"\n', "unknown policy 'fastest'"),
         ("workers = 0\n", "workers"),
-        ('durability = "maybe"\n', "durability"),
+        ('durability = "maybe"\n', "wal.durability"),
+        ('[wal]\ndurability = "maybe"\n', "wal.durability"),
+        ('durability = "flush"\n[wal]\ndurability = "fsync"\n', "give it once, as wal.durability"),
+        ("[intake]\nmax_body_bytes = 10\n", "intake.max_body_bytes"),
         ("workers = [\n", "not valid TOML"),
         ('[spill]\npolicy = "lru"\n', "spill.policy"),
         ('data_dir = "d"\n[spill]\ndir = "d"\n', "overlaps data_dir"),

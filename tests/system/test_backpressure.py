@@ -85,9 +85,13 @@ def test_a_second_instance_on_the_same_data_refuses_before_touching_the_spill_se
             )
         segments = sorted((tmp_path / "data" / "spill").rglob("*.parquet"))
         assert segments
-        second = LoaderService(h.settings)
+
+        async def second_instance() -> None:
+            async with LoaderService.running(h.settings, load=False):
+                pass
+
         with pytest.raises(WalLockedError):
-            asyncio.run(second.start(load=False))
+            asyncio.run(second_instance())
         assert sorted((tmp_path / "data" / "spill").rglob("*.parquet")) == segments
         assert h.post("/v1/admin/tables/clicks/resume", token=OPERATOR).status_code == 200
         h.wait_loaded("clicks", h.status("clicks")["last_sequence"])

@@ -47,7 +47,7 @@ def test_copies_of_landing_files_refused_by_a_failing_wal_are_removed_once_it_is
         landing = h.settings.landing_path
         landing.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table({"url": ["/x"], "n": pa.array([1], pa.int32())}), landing / "c.parquet")
-        owned = h.service.owned_files_dir / "clicks"
+        owned = h.service.intake.owned_dir / "clicks"
 
         def broken(*args: object) -> None:
             raise OSError(errno.EIO, "Input/output error")
@@ -80,36 +80,31 @@ def test_a_wal_failing_again_while_it_is_healed_keeps_intake_closed(
     from testing.service_harness import make_settings
 
     async def scenario() -> None:
-        service = LoaderService(make_settings(tmp_path / "data"))
-        await service.start(load=False)
-        try:
-            assert service.wal is not None
+        async with LoaderService.running(make_settings(tmp_path / "data"), load=False) as service:
             with monkeypatch.context() as patch:
                 patch.setattr(wal_module, "_write_all", _broken)
                 with pytest.raises(WalWriteFailed):
-                    await service.submit(service.validate([UpdateRequest("clicks", rows(0), None, None)]))
+                    await service.intake.submit(service.intake.validate([UpdateRequest("clicks", rows(0), None, None)]))
             before, during = tmp_path / "before-heal", tmp_path / "during-heal"
             before.touch()
             during.touch()
-            service._refused_copies.append(str(before))
+            service.intake._refused_copies.append(str(before))
             real_heal = service.wal.heal
 
             def heal_then_fail_again() -> bool:
                 healed = real_heal()
-                service._refused_copies.append(str(during))  # the in-flight request's copy
+                service.intake._refused_copies.append(str(during))  # the in-flight request's copy
                 service.wal._error = OSError(errno.EIO, "Input/output error")  # its group failed
                 return healed
 
             service.wal.heal = heal_then_fail_again  # type: ignore[method-assign]
-            await service.heal_faults()
-            assert service.wal_fault is not None, "intake reopened on a WAL that failed again"
+            await service.maintenance.heal_faults()
+            assert service.intake.wal_fault is not None, "intake reopened on a WAL that failed again"
             assert not before.exists() and during.exists()
             service.wal.heal = real_heal  # type: ignore[method-assign]
             service.wal._error = None
-            await service.heal_faults()
-            assert service.wal_fault is None and not during.exists()
-        finally:
-            await service.stop()
+            await service.maintenance.heal_faults()
+            assert service.intake.wal_fault is None and not during.exists()
 
     asyncio.run(scenario())
 

@@ -38,10 +38,9 @@ async def _gated_burst(data_dir: Path, requests: int) -> dict[str, Any]:
     settings = make_settings(
         data_dir, spill={"memory_budget_bytes": budget, "disk_budget_bytes": 4 * budget, "retry_after_seconds": 3}
     )
-    service = LoaderService(settings)
-    await service.start(load=False)  # nothing is loaded: every accepted byte stays pending
-    try:
-        assert service.wal is not None and service.dispatcher is not None
+    async with LoaderService.running(
+        settings, load=False
+    ) as service:  # nothing is loaded: every accepted byte stays pending
         gate, waiting = asyncio.Event(), []
         real_append = service.wal.append
 
@@ -53,7 +52,9 @@ async def _gated_burst(data_dir: Path, requests: int) -> dict[str, Any]:
         service.wal.append = slow_append  # type: ignore[method-assign]
         tasks = [
             asyncio.ensure_future(
-                service.submit(service.validate([UpdateRequest("clicks", rows(k * ROWS_PER_UPDATE), None, None)]))
+                service.intake.submit(
+                    service.intake.validate([UpdateRequest("clicks", rows(k * ROWS_PER_UPDATE), None, None)])
+                )
             )
             for k in range(requests)
         ]
@@ -61,7 +62,7 @@ async def _gated_burst(data_dir: Path, requests: int) -> dict[str, Any]:
             await asyncio.sleep(0)
         gate.set()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-        pending = service.dispatcher.pending
+        pending = service.pending
         return {
             "outcomes": outcomes,
             "spilled": pending.spilled,
@@ -71,8 +72,6 @@ async def _gated_burst(data_dir: Path, requests: int) -> dict[str, Any]:
             "disk_budget": 4 * budget,
             "count": pending.count("clicks"),
         }
-    finally:
-        await service.stop()
 
 
 def test_requests_admitted_during_one_slow_wal_write_cannot_overrun_the_disk_budget(tmp_path: Path) -> None:
@@ -92,16 +91,13 @@ def test_requests_admitted_during_one_slow_wal_write_cannot_overrun_the_disk_bud
 def test_an_admitted_request_refused_later_releases_its_reservation(tmp_path: Path) -> None:
     async def scenario() -> int:
         settings = make_settings(tmp_path / "data", spill={"memory_budget_bytes": 64 << 10})
-        service = LoaderService(settings)
-        await service.start(load=False)
-        try:
-            assert service.dispatcher is not None
+        async with LoaderService.running(settings, load=False) as service:
             far_future = 4102444800.0  # 2100: beyond the clock skew allowed, refused after admission
             with pytest.raises(ServiceError):
-                await service.submit(service.validate([UpdateRequest("clicks", rows(0), None, far_future)]))
-            return service.dispatcher.pending.admitted
-        finally:
-            await service.stop()
+                await service.intake.submit(
+                    service.intake.validate([UpdateRequest("clicks", rows(0), None, far_future)])
+                )
+            return service.pending.admitted
 
     assert _run(scenario()) == 0
 
@@ -112,25 +108,20 @@ def test_a_failure_while_queueing_an_appended_update_still_releases_its_reservat
 
     async def scenario() -> int:
         settings = make_settings(tmp_path / "data")
-        service = LoaderService(settings)
-        await service.start(load=False)
-        try:
-            assert service.dispatcher is not None
-            drain = service._drain
+        async with LoaderService.running(settings, load=False) as service:
+            drain = service.intake._drain
             failures: list[str] = []
 
             def failing(table: str) -> None:
                 failures.append(table)
                 raise RuntimeError("injected")
 
-            service._drain = failing  # type: ignore[method-assign]
-            await service.submit(service.validate([UpdateRequest("clicks", rows(0), None, None)]))
+            service.intake._drain = failing  # type: ignore[method-assign]
+            await service.intake.submit(service.intake.validate([UpdateRequest("clicks", rows(0), None, None)]))
             await asyncio.sleep(0)  # the append's done-callback has run
-            service._drain = drain  # type: ignore[method-assign]
+            service.intake._drain = drain  # type: ignore[method-assign]
             assert failures == ["clicks"]
-            return service.dispatcher.pending.admitted
-        finally:
-            await service.stop()
+            return service.pending.admitted
 
     assert _run(scenario()) == 0
 
@@ -184,14 +175,12 @@ def test_a_request_cancelled_while_its_files_are_taken_leaves_no_copy(tmp_path: 
 
     async def scenario() -> list[Path]:
         settings = make_settings(tmp_path / "data")
-        service = LoaderService(settings)
-        await service.start(load=False)
-        try:
+        async with LoaderService.running(settings, load=False) as service:
             pq.write_table(
                 pa.table({"url": ["/a"], "n": pa.array([1], pa.int32())}), settings.landing_path / "f.parquet"
             )
             gate, entered, copied = threading.Event(), threading.Event(), threading.Event()
-            take = service._take_files
+            take = service.intake._take_files
 
             def slow_take(valid: Any) -> list[str]:
                 entered.set()
@@ -201,24 +190,22 @@ def test_a_request_cancelled_while_its_files_are_taken_leaves_no_copy(tmp_path: 
                 finally:
                     copied.set()
 
-            service._take_files = slow_take  # type: ignore[method-assign]
-            valid = service.validate([UpdateRequest("clicks", None, ["f.parquet"], None)])
-            request = asyncio.ensure_future(service.submit(valid))
+            service.intake._take_files = slow_take  # type: ignore[method-assign]
+            valid = service.intake.validate([UpdateRequest("clicks", None, ["f.parquet"], None)])
+            request = asyncio.ensure_future(service.intake.submit(valid))
             await asyncio.to_thread(entered.wait, 30)
             request.cancel()  # the client went away mid-copy
             with pytest.raises(asyncio.CancelledError):
                 await request
             gate.set()
             await asyncio.to_thread(copied.wait, 30)
-            owned = service.owned_files_dir
+            owned = service.intake.owned_dir
             deadline = asyncio.get_running_loop().time() + 30
             while any(p.is_file() for p in owned.rglob("*")):  # the clean-up runs on the loop, just after
                 assert asyncio.get_running_loop().time() < deadline, list(owned.rglob("*"))
                 await asyncio.sleep(0.01)
-            assert service.dispatcher.pending.admitted == 0
-            assert service.tables["clicks"].next_seq == 1, "a cancelled request must not take a sequence number"
+            assert service.pending.admitted == 0
+            assert service.intake.tables["clicks"].next_seq == 1, "a cancelled request must not take a sequence number"
             return [p for p in owned.rglob("*") if p.is_file()]
-        finally:
-            await service.stop()
 
     assert _run(scenario()) == []

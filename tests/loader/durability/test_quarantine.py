@@ -140,7 +140,7 @@ def test_a_retry_cut_off_before_it_was_noted_is_not_loaded_twice(
         h.wait(lambda: len(quarantined(h)) == 1)
         h.sink.poison = False
         # The retry reaches the WAL, then noting it fails (as a crash there would leave it).
-        monkeypatch.setattr(h.service.quarantine, "resolve", _raise_oserror)
+        monkeypatch.setattr(h.service.quarantine.store, "resolve", _raise_oserror)
         r = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
         assert r.status_code == 202, r.text
         first = r.json()
@@ -221,7 +221,7 @@ def _raise_oserror(*args: object) -> None:
 
 
 def owned_copies(h: Harness) -> list[str]:
-    where = h.service.owned_files_dir / "orders"
+    where = h.service.intake.owned_dir / "orders"
     return sorted(p.name for p in where.iterdir()) if where.exists() else []
 
 
@@ -266,7 +266,7 @@ def test_an_unreadable_quarantined_batch_answers_409_and_stays_listed(tmp_path: 
         poison = submit(h, "orders", [order(-4)])
         h.wait(lambda: len(quarantined(h)) == 1)
         h.sink.poison = False
-        for rows_file in (h.service.quarantine.directory / "orders").rglob("*.parquet"):
+        for rows_file in (h.service.quarantine.store.directory / "orders").rglob("*.parquet"):
             rows_file.write_bytes(b"not parquet")
         r = h.post(f"/v1/admin/quarantine/orders/{poison}/retry", token=OPERATOR)
         assert r.status_code == 409 and "cannot be read back" in r.json()["message"], r.text
@@ -283,7 +283,7 @@ def test_a_failed_add_leaves_no_half_entry(tmp_path: Path, monkeypatch: pytest.M
     """An entry directory left by a failed ``add`` would come back as quarantined after a
     restart, although its batch went back to the queue and loaded."""
     with harness(tmp_path / "data") as h:
-        store = h.service.quarantine
+        store = h.service.quarantine.store
         monkeypatch.setattr(quarantine_module, "write_atomic", _raise_oserror)
         seq = submit(h, "orders", [order(-6)])
         h.wait(lambda: h.sink.attempts >= 4)  # quarantining failed at least once
@@ -301,7 +301,7 @@ def test_a_resolve_that_cannot_be_saved_changes_nothing(tmp_path: Path, monkeypa
         h.wait(lambda: len(quarantined(h)) == 1)
         monkeypatch.setattr(quarantine_module, "write_atomic", _raise_oserror)
         with pytest.raises(OSError):
-            h.service.quarantine.resolve(h.service.quarantine.get("orders", poison), "discarded")
+            h.service.quarantine.store.resolve(h.service.quarantine.store.get("orders", poison), "discarded")
         [entry] = quarantined(h)
         assert entry["resolved"] is None
         monkeypatch.undo()
@@ -328,7 +328,7 @@ def test_a_restart_removes_only_copies_no_update_refers_to(tmp_path: Path) -> No
         r = h.post("/v1/tables/clicks/updates", json={"files": ["c.parquet"]})
         assert r.status_code == 202, r.text
         clicks_seq = r.json()["updates"][0]["sequence"]
-        stray = h.service.owned_files_dir / "clicks" / "left-by-a-crash.parquet"
+        stray = h.service.intake.owned_dir / "clicks" / "left-by-a-crash.parquet"
         stray.write_bytes(b"a copy whose update never reached the WAL")
     with harness(data) as h:
         assert not stray.exists()

@@ -129,7 +129,7 @@ def test_a_refused_update_leaves_no_copied_file_behind(harness: Harness) -> None
     for _ in range(3):
         r = harness.post("/v1/tables/clicks/updates", json={"files": ["f.parquet"], "data_until": 1000})
         assert r.status_code == 422
-    owned = harness.service.owned_files_dir
+    owned = harness.service.intake.owned_dir
     assert not owned.exists() or not any(owned.rglob("*.parquet"))
 
 
@@ -201,5 +201,5 @@ def test_a_multi_update_refused_on_its_second_file_keeps_no_copy_of_the_first(ha
     (landing / "bad.csv").write_text("order_id\nnot-a-number\n", encoding="utf-8")
     body = {"updates": [{"table": "clicks", "files": ["good.parquet"]}, {"table": "orders", "files": ["bad.csv"]}]}
     assert harness.post("/v1/updates", json=body).status_code == 422
-    owned = harness.service.owned_files_dir
+    owned = harness.service.intake.owned_dir
     assert not owned.exists() or not [p for p in owned.rglob("*") if p.is_file()]

@@ -261,10 +261,7 @@ def test_a_request_cancelled_during_its_wal_write_still_stores_its_answer(tmp_pa
     from testing.service_harness import make_settings
 
     async def scenario() -> None:
-        service = LoaderService(make_settings(tmp_path / "data"))
-        await service.start(load=False)
-        try:
-            assert service.wal is not None
+        async with LoaderService.running(make_settings(tmp_path / "data"), load=False) as service:
             gate, entered = asyncio.Event(), asyncio.Event()
             real_append = service.wal.append
 
@@ -277,19 +274,17 @@ def test_a_request_cancelled_during_its_wal_write_still_stores_its_answer(tmp_pa
             rows = [{"url": "/a", "n": 1}]
 
             def valid() -> list:
-                return service.validate([UpdateRequest("clicks", rows, None, None)])
+                return service.intake.validate([UpdateRequest("clicks", rows, None, None)])
 
-            first = asyncio.ensure_future(service.submit_once("key-1", "hash-1", valid))
+            first = asyncio.ensure_future(service.intake.submit_once("key-1", "hash-1", valid))
             await entered.wait()
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
             gate.set()
-            response, replayed = await service.submit_once("key-1", "hash-1", valid)
+            response, replayed = await service.intake.submit_once("key-1", "hash-1", valid)
             assert replayed, "the retry was submitted again instead of getting the first answer"
             assert [u["sequence"] for u in response["updates"]] == [1]
-            assert service.tables["clicks"].next_seq == 2  # one update, numbered once
-        finally:
-            await service.stop()
+            assert service.intake.tables["clicks"].next_seq == 2  # one update, numbered once
 
     asyncio.run(scenario())

@@ -66,7 +66,8 @@ def test_multi() -> None:
 
 def test_plan_updates_is_all_or_nothing_and_never_future() -> None:
     from loader.core.errors import Invalid
-    from loader.intake.requests import TableSequence, ValidUpdate, plan_updates
+    from loader.intake.requests import ValidUpdate
+    from loader.intake.sequencing import TableSequence, plan_updates
 
     tables = {"t": TableSequence(next_seq=5, last_release=100.0, committed_seq=4)}
     updates, touched = plan_updates(

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from loader.abc import FailedBatch, FinishedBatch
 from loader.core.updates import Batch, LoadResult, Update
-from loader.loading.dispatcher import Dispatcher, FailedBatch, FinishedBatch
+from loader.loading.dispatcher import Dispatcher
 from loader.loading.estimates import CostEstimate
 from loader.pending.store import PendingStore
 from schedulers.model import TableSpec
@@ -25,14 +26,30 @@ async def _until(predicate, timeout: float = 10.0) -> None:
 
 
 class Recorder:
+    """The dispatcher's ``BatchHandler``: records what it loads and how each batch ended."""
+
     def __init__(self, fail_first: set[str] = frozenset()) -> None:
         self.batches: list[Batch] = []
         self.running: set[str] = set()
         self.overlap = False
         self.lock = threading.Lock()
         self.fail_first = set(fail_first)
+        self.finished: list[FinishedBatch] = []
+        self.failed_batches: list[FailedBatch] = []
 
-    def __call__(self, worker: int, batch: Batch) -> LoadResult:
+    def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
+        raise AssertionError("nothing is quarantined here")
+
+    def loaded(self, done: FinishedBatch) -> None:
+        self.finished.append(done)
+
+    def failed(self, failed: FailedBatch) -> None:
+        self.failed_batches.append(failed)
+
+    def quarantined(self, batch: object) -> None:
+        raise AssertionError("nothing is quarantined here")
+
+    def load(self, worker: int, batch: Batch) -> LoadResult:
         with self.lock:
             if batch.table in self.running:
                 self.overlap = True
@@ -52,8 +69,8 @@ def test_every_update_loaded_once_in_order(policy: str) -> None:
     async def scenario() -> None:
         rng = random.Random(3)
         recorder = Recorder()
-        finished: list[FinishedBatch] = []
-        d = Dispatcher(make_policy(policy), 3, PendingStore(), recorder, on_finished=finished.append)
+        d = Dispatcher(make_policy(policy), 3, PendingStore(), recorder)
+        finished: list[FinishedBatch] = recorder.finished
         names = [f"t{k}" for k in range(5)]
         for name in names:
             d.add_table(TableSpec(name=name, alpha=0.01, overhead=0.001), origin=time.time() - 1)
@@ -84,10 +101,8 @@ def test_every_update_loaded_once_in_order(policy: str) -> None:
 def test_failed_batch_is_put_back_and_retried() -> None:
     async def scenario() -> None:
         recorder = Recorder(fail_first={"t"})
-        failed: list[FailedBatch] = []
-        d = Dispatcher(
-            make_policy("myopic"), 1, PendingStore(), recorder, on_failed=failed.append, max_retry_delay=0.01
-        )
+        d = Dispatcher(make_policy("myopic"), 1, PendingStore(), recorder, max_retry_delay=0.01)
+        failed: list[FailedBatch] = recorder.failed_batches
         d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
         d.start()
         for seq in (1, 2, 3):

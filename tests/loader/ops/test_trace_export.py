@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from cli.app import app
 from cli.client import LoaderClient
 from cli.plots import build_run
-from cli.simulation import app
 from loader.loading.observed import ObservedRecord, ObservedTable
 from loader.service import LoaderService
 from schedulers.freshness import evaluate_schedule
@@ -241,7 +241,7 @@ def test_export_trace_command_and_report_on_the_run_and_a_simulation(tmp_path: P
                 acked[table].append(ack["release_time"])
         finally:
             client.close()
-        Harness.wait(lambda: all(service.tables[t].committed_seq >= len(acked[t]) for t in TABLES))
+        Harness.wait(lambda: all(service.intake.tables[t].committed_seq >= len(acked[t]) for t in TABLES))
         out, schedule_out = tmp_path / "trace.jsonl", tmp_path / "schedule.jsonl"
         result = runner.invoke(
             app,

@@ -7,10 +7,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from loader.abc import SpillFull
 from loader.core.updates import Update
 from loader.pending.spill.registry import make_spill_policy
 from loader.pending.spill.segments import SegmentFiles
-from loader.pending.store import PendingStore, SpillFull
+from loader.pending.store import PendingStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("note", pa.string())])
 

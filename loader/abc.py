@@ -1,0 +1,140 @@
+"""The seams between stages: how an earlier stage hands work to a later one without importing it.
+
+A module imports only its own stage and earlier ones along the data path (core, intake,
+durability, pending, loading, ops; ``tests/test_architecture.py`` checks it). Where an
+earlier stage must call a later one, it calls one of these Protocols, and the service
+(``loader/service.py``) wires the later stage's object in:
+
+================== ======================================== ==========================================
+port               called by                                implemented by
+================== ======================================== ==========================================
+``UpdateLog``      intake (append, heal)                    ``loader.durability.wal.WriteAheadLog``
+``Admission``      intake (room for a request's rows)       ``loader.pending.store.PendingStore``
+``ReleaseQueue``   intake (a durable update, in order)      ``loader.loading.dispatcher.Dispatcher``
+``IntakeMetrics``  intake                                   ``loader.ops.metrics.Metrics``
+``QuarantineMetrics`` the quarantine desk (durability)     ``loader.ops.metrics.Metrics``
+``BatchHandler``   the dispatcher, around each batch        ``loader.service.LoaderService``
+================== ======================================== ==========================================
+
+The messages and the exception that cross these seams are defined here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from loader.core.updates import Batch, LoadResult, Update, WalRecord
+
+
+class SpillFull(Exception):
+    """Intake must refuse: the spill disk budget is reached (or spilling failed)."""
+
+
+class UpdateLog(Protocol):
+    """Where an update becomes durable; it is acknowledged only after ``append`` returns."""
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The error that stopped appends, until ``heal`` succeeds."""
+
+    async def append(self, records: Sequence[WalRecord]) -> None:
+        """Durable (in the configured sense) when it returns; the records of one call are
+        replayed all or none. Raises once the log has failed, until it is healed."""
+
+    def heal(self) -> bool:
+        """Roll a failed log back to its last good state; True once appends may resume."""
+
+
+class Admission(Protocol):
+    """Room in the pending store for payload that is about to be logged."""
+
+    def admit(self, nbytes: int) -> None:
+        """Count ``nbytes`` as coming, or raise ``SpillFull`` (memory and spill disk are full)."""
+
+    def release(self, nbytes: int) -> None:
+        """The admitted bytes are in the store now, or were refused after all."""
+
+
+class ReleaseQueue(Protocol):
+    """Where durable updates wait for loading, handed over in sequence order per table."""
+
+    def released(self, update: Update) -> None: ...
+
+
+class IntakeMetrics(Protocol):
+    def on_received(self, table: str) -> None:
+        """An update of ``table`` was acknowledged."""
+
+    def on_refused(self, reason: str) -> None:
+        """A request was answered 503 for ``reason`` (``spill_full``, ``wal_fault``)."""
+
+    def on_intake_fault(self, closed: bool) -> None:
+        """Intake closed (or reopened) because of the WAL's disk."""
+
+
+class QuarantineMetrics(Protocol):
+    def on_quarantine_resolved(self, table: str, action: str, updates: int) -> None:
+        """An operator ``retried`` or ``discarded`` a quarantined batch of ``updates`` updates."""
+
+    def on_quarantined_now(self, table: str, updates: int) -> None:
+        """``updates`` acknowledged updates of ``table`` wait in quarantine."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedBatch:
+    """A batch is in Delta: what the service records in the catalog and the metrics."""
+
+    table: str
+    worker: int
+    batch: Batch
+    result: LoadResult
+    started: float
+    finished: float
+    stretches: list[float]
+    length: float
+    #: The table's processing-time estimates after this batch (kept in the catalog).
+    alpha: float
+    overhead: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailedBatch:
+    """A load failed; the batch is back at the head of its queue and retried after ``retry_in``."""
+
+    table: str
+    worker: int
+    batch: Batch
+    error: BaseException
+    retry_in: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedBatch:
+    """A batch that kept failing is durable in quarantine and out of its table's queue."""
+
+    table: str
+    batch: Batch
+    error: BaseException
+    attempts: int
+
+
+class BatchHandler(Protocol):
+    """What the dispatcher asks of the rest of the service around each batch.
+
+    ``load`` and ``set_aside`` run on the batch's worker thread; the three notifications run
+    on the event loop, after the dispatcher's own bookkeeping.
+    """
+
+    def load(self, worker: int, batch: Batch) -> LoadResult:
+        """Run the batch's Spark job and Delta commit (exactly once: loader/durability/transactions.py)."""
+
+    def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
+        """Write a batch that keeps failing durably into quarantine, or raise."""
+
+    def loaded(self, done: FinishedBatch) -> None: ...
+
+    def failed(self, failed: FailedBatch) -> None: ...
+
+    def quarantined(self, batch: QuarantinedBatch) -> None: ...

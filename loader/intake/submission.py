@@ -1,0 +1,387 @@
+"""The intake's front door: one call behind each submit route turns a request into acknowledged updates.
+
+The HTTP layer authenticates the caller and hands over what it read (path, query,
+headers, a way to read the body); intake runs the domain steps in this order, and a
+refusal at any step changes nothing:
+
+1. the Idempotency-Key header (400), the table name (404 for a name no table can have),
+   the caller's permission for the table (403), the table itself (404);
+2. only then the body (413 past ``max_body_bytes``), its parsing (400, 415, 422) and the
+   memory its rows would take as columns (413);
+3. under the Idempotency-Key (a retry gets the first answer): room in the pending store
+   (503 + Retry-After), the rows against the schema (422), landing files copied into
+   owned storage, sequence numbers and release times, the WAL append (503 if the log
+   fails; intake then stays closed until the log is healed), and the 202 answer, which
+   is stored with the key in the same WAL record.
+
+Durable updates go on to the dispatcher strictly in sequence order per table: an append
+that finishes early waits in ``TableSequence.reorder`` for the ones numbered before it.
+The later stages are reached through the ports of ``loader.abc`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loader.abc import Admission, IntakeMetrics, ReleaseQueue, SpillFull, UpdateLog
+from loader.core import failpoints
+from loader.core.durable_files import remove_files
+from loader.core.errors import Unavailable, WalWriteFailed, unknown_table
+from loader.core.schema import TableSchema
+from loader.core.tasks import shielded
+from loader.core.updates import Update, WalRecord
+from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
+from loader.intake.landing import accept_files
+from loader.intake.requests import (
+    UpdateRequest,
+    ValidUpdate,
+    check_expansion,
+    check_table_name,
+    parse_multi,
+    parse_single,
+)
+from loader.intake.rows import rows_to_arrow
+from loader.intake.sequencing import TableSequence, iso, plan_updates
+
+log = logging.getLogger(__name__)
+
+#: How often a failed WAL is tried again (loader/ops/maintenance.py), and the Retry-After of
+#: requests refused meanwhile.
+WAL_HEAL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """A submit request as the HTTP layer read it. The body is read when intake asks for it,
+    after the checks that must not wait for a large body (unknown table, no permission)."""
+
+    path: str
+    query: str
+    content_type: str | None
+    #: The Idempotency-Key header as sent (checked here: 400 when malformed).
+    idempotency_key: str | None
+    read_body: Callable[[], Awaitable[bytes]]
+    #: Raises ``Forbidden`` when the caller may not submit to the table.
+    permit: Callable[[str], None]
+    #: The ``data_until`` query parameter (single-update route only).
+    data_until: str | None = None
+
+
+@dataclass
+class Ack:
+    table: str
+    sequence: int
+    release: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "sequence": self.sequence,
+            "release_time": self.release,
+            "release_time_iso": iso(self.release),
+        }
+
+
+def acks_body(acks: list[Ack]) -> dict[str, Any]:
+    """The 202 body; also stored with the Idempotency-Key and sent again to a retry."""
+    return {"updates": [a.as_json() for a in acks]}
+
+
+class Intake:
+    """Acknowledges updates once the WAL holds them, and hands them on in sequence order.
+
+    Holds each registered table's schema and sequence counters (``TableSequence``), the
+    Idempotency-Key store, and whether intake is open: closed until recovery is done,
+    while the WAL's disk is failing (until ``heal`` rolls the log back and it takes
+    writes again), and from the start of a shutdown.
+    """
+
+    def __init__(
+        self,
+        *,
+        log: UpdateLog,
+        admission: Admission,
+        queue: ReleaseQueue,
+        metrics: IntakeMetrics,
+        idempotency: IdempotencyStore,
+        landing_dir: Path,
+        owned_dir: Path,
+        max_body_bytes: int,
+        max_file_bytes: int,
+        max_clock_skew: float,
+        spill_retry_after: float,
+    ) -> None:
+        self.log = log
+        self.admission = admission
+        self.queue = queue
+        self.metrics = metrics
+        self.idempotency = idempotency
+        self.landing_dir = landing_dir
+        #: Where landing files are copied to (``<owned_dir>/<table>/``) before the 202.
+        self.owned_dir = owned_dir
+        self.max_body_bytes = max_body_bytes
+        self.max_file_bytes = max_file_bytes
+        self.max_clock_skew = max_clock_skew
+        self.spill_retry_after = spill_retry_after
+        self.tables: dict[str, TableSequence] = {}
+        self.schemas: dict[str, TableSchema] = {}
+        self.accepting = False
+        #: Why intake is closed by the WAL's disk (full, read-only); ``heal`` reopens it.
+        self.wal_fault: str | None = None
+        #: Landing-file copies of requests the WAL refused, removed once it is healed.
+        self._refused_copies: list[str] = []
+
+    # -- tables and the gate ---------------------------------------------------------------
+    def add_table(self, name: str, schema: TableSchema, sequence: TableSequence) -> None:
+        self.schemas[name] = schema
+        self.tables[name] = sequence
+
+    def schema(self, table: str) -> TableSchema:
+        schema = self.schemas.get(table)
+        if schema is None:
+            raise unknown_table(table)
+        return schema
+
+    def loaded(self, table: str, last_seq: int) -> int:
+        """Delta holds the table's updates up to ``last_seq``; returns the new committed sequence."""
+        runtime = self.tables[table]
+        runtime.committed_seq = max(runtime.committed_seq, last_seq)
+        return runtime.committed_seq
+
+    def open(self) -> None:
+        self.accepting = True
+
+    def close(self) -> None:
+        self.accepting = False
+
+    # -- the two submit routes ----------------------------------------------------------------
+    async def submit_one(self, table: str, request: SubmitRequest) -> tuple[dict[str, Any], bool]:
+        """``POST /v1/tables/{table}/updates``: the 202 body, and whether it is a stored answer."""
+        key = check_key(request.idempotency_key)
+        check_table_name(table)  # 404 quoting no more than a few characters of a hostile name
+        request.permit(table)
+        schema = self.schema(table)  # 404 before reading the body
+        body = await request.read_body()
+        parsed = parse_single(body, request.content_type, table, request.data_until)
+        check_expansion([parsed], {table: schema}, self.max_body_bytes)
+        digest = request_hash("POST", request.path, request.query, body)
+        return await self.submit_once(key, digest, lambda: self.validate([parsed]))
+
+    async def submit_many(self, request: SubmitRequest) -> tuple[dict[str, Any], bool]:
+        """``POST /v1/updates``: several updates of several tables, accepted all or none."""
+        key = check_key(request.idempotency_key)
+        body = await request.read_body()
+        parsed = parse_multi(body, request.content_type)
+        schemas = {}
+        for item in parsed:
+            request.permit(item.table)
+            schemas[item.table] = self.schema(item.table)
+        check_expansion(parsed, schemas, self.max_body_bytes)
+        digest = request_hash("POST", request.path, body)
+        return await self.submit_once(key, digest, lambda: self.validate(parsed))
+
+    # -- submitting ---------------------------------------------------------------------------
+    def validate(self, requests: list[UpdateRequest]) -> list[ValidUpdate]:
+        """Check every update of a request against its table (no side effects)."""
+        valid: list[ValidUpdate] = []
+        for request in requests:
+            schema = self.schema(request.table)
+            if request.rows is not None:
+                rows = rows_to_arrow(request.rows, schema, request.table)
+                valid.append(ValidUpdate(request.table, request.data_until, rows=rows))
+            else:
+                valid.append(ValidUpdate(request.table, request.data_until, files=tuple(request.files or ())))
+        return valid
+
+    async def submit_once(
+        self,
+        key: str | None,
+        request_hash: str,
+        valid_thunk: Callable[[], list[ValidUpdate]],
+        *,
+        owned_files: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Submit under an Idempotency-Key: a retry gets the first answer (and True), not a second load.
+
+        A retry that arrives while the first attempt is still in flight waits for it
+        (``IdempotencyStore.reserve``); validation runs only when the work is really done.
+        The work runs to its end even when the request is cancelled (``loader.core.tasks``).
+        """
+        return await shielded(self._submit_once(key, request_hash, valid_thunk, owned_files))
+
+    async def _submit_once(
+        self,
+        key: str | None,
+        request_hash: str,
+        valid_thunk: Callable[[], list[ValidUpdate]],
+        owned_files: bool,
+    ) -> tuple[dict[str, Any], bool]:
+        if key is None:
+            return acks_body(await self.submit(valid_thunk(), owned_files=owned_files)), False
+        async with self.idempotency.reserve(key, request_hash) as slot:
+            if slot.response is not None:
+                return slot.response, True
+            response = acks_body(
+                await self.submit(
+                    valid_thunk(), idempotency_key=key, request_hash=request_hash, owned_files=owned_files
+                )
+            )
+            slot.complete(response)
+            return response, False
+
+    async def submit(
+        self,
+        valid: list[ValidUpdate],
+        *,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+        owned_files: bool = False,
+    ) -> list[Ack]:
+        """Number, log and acknowledge validated updates. ``owned_files``: the updates'
+        files are already the service's (a quarantine retry), not landing files to take."""
+        if self.wal_fault is not None:
+            self.metrics.on_refused("wal_fault")
+            raise Unavailable(
+                f"intake is closed: {self.wal_fault}; it reopens by itself once the write-ahead log's disk is "
+                "writable again (GET /readyz shows the fault); retry later",
+                retry_after=WAL_HEAL_SECONDS,
+            )
+        if not self.accepting:
+            raise Unavailable("the service is not accepting updates (starting up or shutting down); retry shortly")
+        admitted = sum(item.resident_bytes for item in valid)
+        try:
+            self.admission.admit(admitted)  # counted as coming until _appended has queued it
+        except SpillFull as exc:
+            self.metrics.on_refused("spill_full")
+            raise Unavailable(
+                f"pending updates fill memory and the spill disk: {exc}; retry after the loader catches up",
+                retry_after=self.spill_retry_after,
+            ) from None
+        try:
+            has_files = not owned_files and any(item.files for item in valid)
+            taken = await self._take_files_shielded(valid) if has_files else []
+            try:
+                updates, planned = plan_updates(valid, self.tables, time.time(), self.max_clock_skew)
+            except BaseException:
+                await asyncio.to_thread(remove_files, taken)  # refused: nothing of it is kept
+                raise
+        except BaseException:
+            self.admission.release(admitted)
+            raise
+        acks = [Ack(u.table, u.seq, u.release) for u in updates]
+        response = acks_body(acks)
+        records = [
+            WalRecord(
+                update=u,
+                idempotency_key=idempotency_key if k == 0 else None,
+                request_hash=request_hash,
+                response=response if k == 0 else None,
+            )
+            for k, u in enumerate(updates)
+        ]
+        append = asyncio.ensure_future(self.log.append(records))
+        append.add_done_callback(lambda done: self._appended(updates, planned, done, admitted))
+        try:
+            # Shielded: a request cancelled mid-append (client gone) still has its updates
+            # written, and ``_appended`` still queues them for loading.
+            await asyncio.shield(append)
+        except Exception:  # (a cancellation is a BaseException and passes through)
+            # A crash before the log is healed may still replay these records: their copies
+            # stay until heal() has rolled the group back for certain.
+            self._refused_copies.extend(taken)
+            raise WalWriteFailed(
+                "the write-ahead log could not be written; the update was not accepted (should the service crash "
+                "before the log is repaired, it may still be loaded): retry it with the same Idempotency-Key once "
+                "GET /readyz answers 200",
+                retry_after=WAL_HEAL_SECONDS,
+            ) from None
+        failpoints.hit("intake.after-wal")
+        return acks
+
+    async def _take_files_shielded(self, valid: list[ValidUpdate]) -> list[str]:
+        """``_take_files`` on a thread; when the request is cancelled meanwhile (client gone),
+        the copies it still makes are removed once it is done, not left behind."""
+        work = asyncio.ensure_future(asyncio.to_thread(self._take_files, valid))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(lambda w: w.cancelled() or w.exception() or remove_files(w.result()))
+            raise
+
+    def _take_files(self, valid: list[ValidUpdate]) -> list[str]:
+        """Validate landing files and copy them into service storage (worker thread); returns
+        the copies. A refused file of a later update removes the earlier updates' copies."""
+        taken: list[str] = []
+        seen: set[tuple[int, int, str]] = set()  # a file named twice for a table is refused
+        try:
+            for item in valid:
+                if item.files:
+                    item.files = accept_files(
+                        list(item.files),
+                        self.landing_dir,
+                        self.owned_dir / item.table,
+                        self.schema(item.table),
+                        item.table,
+                        seen,
+                        self.max_file_bytes,
+                    )
+                    taken.extend(f.path for f in item.files)
+        except BaseException:
+            remove_files(taken)
+            raise
+        return taken
+
+    def _appended(self, updates: list[Update], tables: set[str], done: asyncio.Future[None], admitted: int = 0) -> None:
+        """After the WAL append: queue the updates for loading, or leave gaps if it failed."""
+        failed = done.cancelled() or done.exception() is not None
+        try:
+            for u in updates:
+                self.tables[u.table].reorder[u.seq] = None if failed else u
+                if not failed:
+                    self.metrics.on_received(u.table)
+            for table in tables:
+                self._drain(table)
+        finally:
+            self.admission.release(admitted)  # in the store now (or refused): never leaked
+        if failed and not done.cancelled() and self.wal_fault is None:
+            self.wal_fault = f"the write-ahead log cannot be written ({done.exception()})"
+            self.metrics.on_intake_fault(True)
+            log.error("WAL append failed (%s); intake closed until the log can be written again", done.exception())
+
+    def _drain(self, table: str) -> None:
+        """Hand durable updates to the dispatcher strictly in sequence order."""
+        runtime = self.tables[table]
+        while runtime.next_to_release in runtime.reorder:
+            update = runtime.reorder.pop(runtime.next_to_release)
+            runtime.next_to_release += 1
+            if update is not None:
+                self.queue.released(update)
+
+    # -- the WAL's disk ---------------------------------------------------------------------
+    def keep_until_healed(self, copies: list[str]) -> None:
+        """Copies named by records of a failed WAL group: a crash before the heal may still
+        replay them, so they go only once ``heal`` has rolled the group back."""
+        self._refused_copies.extend(copies)
+
+    async def heal(self) -> None:
+        """Reopen intake once the WAL's disk takes writes again (called every second by
+        loader/ops/maintenance.py); the failed group is rolled back first (``UpdateLog.heal``)."""
+        if self.wal_fault is None:
+            return
+        # Copies refused before the heal belong to groups it rolls back; a request still
+        # in flight may yet add a group that fails after it, whose copies wait for the next.
+        copies, self._refused_copies = self._refused_copies, []
+        if not await asyncio.to_thread(self.log.heal):
+            self._refused_copies[:0] = copies
+            return
+        await asyncio.to_thread(remove_files, copies)
+        if self.log.failed is None:  # (not failed again meanwhile: then the next call heals)
+            self.wal_fault = None
+            self.metrics.on_intake_fault(False)
+            log.warning("intake reopened: the write-ahead log can be written again")
