@@ -196,7 +196,8 @@ class LoaderService:
         exit_stack.push_async_callback(asyncio.to_thread, wal.close)
         metrics.watch_wal(lambda: wal.size_bytes)
         sp = s.spill
-        costs = DiskCost(sp.c0_seconds, sp.c1_seconds_per_byte) if sp.c0_seconds and sp.c1_seconds_per_byte else None
+        configured = sp.c0_seconds is not None and sp.c1_seconds_per_byte is not None
+        costs = DiskCost(sp.c0_seconds, sp.c1_seconds_per_byte) if configured else None  # type: ignore[arg-type]
         pending = await asyncio.to_thread(
             build_pending_store,
             s.spill_path,

@@ -347,7 +347,7 @@ class WriteAheadLog:
             os.close(fd)
             raise WalLockedError(
                 f"WAL directory {self.directory} is in use by another writer (pid {holder}, lock file {path}); "
-                "stop it or point this service at another wal_dir"
+                "stop it or point this service at another WAL directory ([wal] dir)"
             ) from None
         except BaseException:
             os.close(fd)

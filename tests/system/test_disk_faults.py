@@ -1,7 +1,7 @@
 """The WAL's or the spill directory's disk fills up or turns read-only mid-run: intake fails
 closed with 503 and Retry-After, /readyz says why, nothing acknowledged is lost, and intake
 reopens by itself once the disk takes writes again (loader/durability/wal.py ``heal``,
-``LoaderService.heal_faults``).
+``Intake.heal``, run every second by loader/ops/maintenance.py).
 
 The scenarios (real tmpfs mounts, remounts, injected EROFS) are testing/disk_faults.py,
 which ``trials/faults.py`` also runs to write RELIABILITY.md.

@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--write", action="store_true", help="rewrite the RELIABILITY.md section even with --quick")
     parser.add_argument("--no-write", action="store_true", help="leave RELIABILITY.md alone")
-    parser.add_argument("--json", type=Path, default=None, help="results (default benchmarks/results/overload*.json)")
+    parser.add_argument("--json", type=Path, default=None, help="results (default trials/results/overload*.json)")
     parser.add_argument(
         "--rerender",
         action="store_true",

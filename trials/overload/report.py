@@ -186,7 +186,7 @@ FINDINGS = (
     "as it was *before* the WAL write, so every request arriving during one slow fsync (hundreds "
     "of milliseconds while Spark writes) passed on the same totals; the first quick run overran "
     "a 24 MiB disk budget by 54 % (36.9 MiB of segments). `PendingStore.admit` now counts the "
-    "bytes of admitted updates until they are in the store (`loader/service.py` releases them "
+    "bytes of admitted updates until they are in the store (`loader/intake/submission.py` releases them "
     "after the WAL write, or when the request is refused later); regression test "
     "`tests/system/test_overload.py::test_requests_admitted_during_one_slow_wal_write_cannot_overrun_the_disk_budget`. "
     "The disk budget is a bound up to one spill chunk: an update admitted while it fits may "

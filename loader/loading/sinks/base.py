@@ -14,6 +14,9 @@ from loader.core.updates import Batch, LoadResult
 
 
 class Sink(Protocol):
+    """A Delta writer, as the service's ``BatchHandler.load`` uses it: make sure a table
+    exists with its schema, and load one batch as one commit, exactly once."""
+
     #: "delta-rs" (Spark-written Parquet, deltalake commit) or "delta-spark" (native).
     name: str
 

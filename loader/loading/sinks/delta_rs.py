@@ -39,6 +39,10 @@ STAGING_PREFIX = ".staging-"
 
 
 class DeltaRsSink(DeltaSinkBase):
+    """The embedded default (no Delta jars): one Spark job writes the batch's Parquet files
+    into a staging directory, they are renamed into the table, and one ``deltalake`` commit
+    adds them with the table's application transaction (see the module docstring)."""
+
     name = "delta-rs"
 
     def ensure_table(self, table: str, schema: TableSchema) -> None:

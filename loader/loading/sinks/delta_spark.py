@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 
 class DeltaSparkSink(DeltaSinkBase):
+    """The native writer: Delta Spark appends the batch frame with ``txnAppId``/``txnVersion``,
+    so rows and application transaction are one commit; the exactly-once check before it
+    reads the log with ``deltalake``, as for the embedded writer."""
+
     name = "delta-spark"
 
     def __init__(self, warehouse: Path, spark: SparkSession) -> None:
