@@ -135,7 +135,7 @@ OPERATOR_ONLY = (401, 403)
 
 
 class TableStatusModel(BaseModel):
-    """One table as GET /v1/tables/{table} reports it (``loader.ops.status.table_status``)."""
+    """One table as GET /v1/tables/{table} reports it (``loader.ops.status.TableStatuses.table``)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
     name: str

@@ -156,6 +156,13 @@ class PressureConfig(BaseModel):
 
 
 class Settings(BaseSettings):
+    """Every setting of one service, validated whole before anything starts.
+
+    Built from keyword arguments (the TOML file's contents, via ``load_settings``) under
+    the environment, which wins; a mistake anywhere is a ``ValidationError`` naming the
+    setting, so a typo never silently falls back to a default.
+    """
+
     model_config = SettingsConfigDict(env_prefix="LOADER_", env_nested_delimiter="__", extra="forbid")
 
     host: str = "127.0.0.1"
@@ -188,12 +195,6 @@ class Settings(BaseSettings):
     pressure: PressureConfig = Field(default_factory=PressureConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     loading: LoadingConfig = Field(default_factory=LoadingConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _aliases(cls, data: Any) -> Any:
-        """Flat names of earlier releases given straight to ``Settings(...)``."""
-        return nest_aliases(data) if isinstance(data, dict) else data
 
     @field_validator("policy")
     @classmethod
@@ -263,7 +264,8 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the file (passed as init kwargs), so deployments override it; the
         # flat names of earlier releases (LOADER_DURABILITY, ...) count as environment too.
-        return (env_settings, AliasEnvironment(settings_cls), init_settings)
+        # Each source nests its own old names first, so precedence holds setting by setting.
+        return (env_settings, AliasEnvironment(settings_cls), NestedInit(settings_cls, init_settings))
 
 
 #: Settings of earlier releases -> (section, name) they now have. Accepted wherever settings
@@ -289,7 +291,10 @@ def nest_aliases(data: dict[str, Any]) -> dict[str, Any]:
             continue
         value = data.pop(old)
         given = data.get(section)
-        nested = dict(given) if isinstance(given, dict) else given.model_dump() if isinstance(given, BaseModel) else {}
+        if isinstance(given, BaseModel):
+            nested = given.model_dump(exclude_unset=True)  # (defaults are not "given")
+        else:
+            nested = dict(given) if isinstance(given, dict) else {}
         if name in nested:
             raise ValueError(f"{old} and {section}.{name} are the same setting; give it once, as {section}.{name}")
         nested[name] = value
@@ -304,12 +309,28 @@ class AliasEnvironment(PydanticBaseSettingsSource):
         return None, field_name, False  # the whole mapping comes from __call__
 
     def __call__(self) -> dict[str, Any]:
+        environment = {name.lower(): value for name, value in os.environ.items()}  # as pydantic-settings reads it
         found = {}
         for old in ALIASES:
-            value = os.environ.get(f"LOADER_{old.upper()}")
+            value = environment.get(f"loader_{old}")
             if value is not None:
                 found[old] = value
         return nest_aliases(found)
+
+
+class NestedInit(PydanticBaseSettingsSource):
+    """The keyword arguments of ``Settings(...)`` with their old names nested (``durability=``
+    becomes ``wal={"durability": ...}``), so that the environment still wins setting by setting."""
+
+    def __init__(self, settings_cls: type[BaseSettings], init: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._init = init
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # the whole mapping comes from __call__
+
+    def __call__(self) -> dict[str, Any]:
+        return nest_aliases(self._init())
 
 
 class ConfigError(ValueError):
@@ -331,14 +352,13 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     where = f"config file {path}" if path else "configuration"
     try:
         data = nest_aliases(data)
+        given = nest_aliases({key: value for key, value in overrides.items() if value is not None})
     except ValueError as exc:
         raise ConfigError(f"{where} is invalid: {exc}") from None
-    for key, value in overrides.items():  # (command-line options: they win over the file)
-        if value is None:
-            continue
-        if key in ALIASES:
-            section, name = ALIASES[key]
-            data[section] = {**data.get(section, {}), name: value}
+    aliased_sections = {section for section, _ in ALIASES.values()}
+    for key, value in given.items():  # (command-line options: they win over the file)
+        if key in aliased_sections and isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}  # an old flat name overrides its one setting
         else:
             data[key] = value
     try:

@@ -5,17 +5,16 @@
 
 Start-up order matters for correctness and for first-run speed:
 
-1. durable state, read without Spark: the catalog, the Idempotency-Key snapshot, the WAL
-   (its lock first: a second instance on the same data must fail before it touches
-   anything), the pending store (its spill directory emptied: the WAL rebuilds it), the
+1. durable state, read without Spark: the WAL (its lock first: a second instance on the
+   same data must fail before it writes anything), the catalog, the Idempotency-Key
+   snapshot, the pending store (its spill directory emptied: the WAL rebuilds it), the
    quarantine;
 2. recovery: each table's Delta transaction version, then the WAL replayed one record at
    a time into the pending store (which spills), so a restart after a burst needs no more
    memory than the burst did;
-3. intake opens (new updates get sequence numbers after everything recovered) and the
-   maintenance jobs start;
-4. Spark starts in the background (~5 s); once it is up and every table exists in Delta,
-   loading begins and /readyz turns ready.
+3. Spark starts in the background (~5 s), intake opens (new updates get sequence numbers
+   after everything recovered) and the maintenance jobs start; once Spark is up and every
+   table exists in Delta, loading begins and /readyz turns ready.
 
 Each step puts its undoing on the caller's exit stack (the pattern of APScheduler 4's
 ``start(exit_stack, ...)``), so a shutdown, or a start that fails half-way, runs them in
@@ -151,7 +150,6 @@ class LoaderService:
         #: WAL updates of tables the catalog does not know, kept until they are registered again.
         self._orphans: dict[str, list[Update]] = {}
         self._admin_lock = asyncio.Lock()  # operator changes of the table set, one at a time
-        self._startup: asyncio.Task[None] | None = None
         metrics.attach(self.dispatcher)
         metrics.workers.set(s.workers)
 
@@ -174,27 +172,29 @@ class LoaderService:
         metrics = metrics or Metrics()
         started = False
 
-        def stopped() -> None:  # last on the way down; the crash trials look for this line
-            if started:
+        def stopped(error_type: type[BaseException] | None, *_: object) -> None:
+            """Last on the way down, and only when every undoing succeeded: the crash trials
+            take this line as the proof of a clean stop."""
+            if started and error_type is None:
                 log.info("stopped cleanly: running batches finished, WAL closed, catalog saved")
 
-        exit_stack.callback(stopped)
+        exit_stack.push(stopped)
         for directory in (s.data_dir, s.warehouse_path, s.landing_path, s.state_path):
             directory.mkdir(parents=True, exist_ok=True)
+        wal = WriteAheadLog(
+            s.wal_path, durability=s.wal.durability, segment_bytes=s.wal.segment_bytes, on_fsync=metrics.on_fsync
+        )
+        # The WAL's lock first: a second instance on the same data must fail before it
+        # writes anything (the catalog may be written next, the spill directory emptied).
+        await asyncio.to_thread(wal.open)
+        exit_stack.push_async_callback(asyncio.to_thread, wal.close)
+        metrics.watch_wal(lambda: wal.size_bytes)
         catalog = Catalog.open(s.state_path / "catalog.json")
         _register_configured(catalog, s.tables)
         policy_name = catalog.policy or s.policy
         policy = configured_policy(s, policy_name, catalog.policy_params if catalog.policy else s.policy_params)
         metrics.set_policy(policy_name)
         idempotency = IdempotencyStore.load(s.state_path / "idempotency.json", s.maintenance.idempotency_ttl_seconds)
-        wal = WriteAheadLog(
-            s.wal_path, durability=s.wal.durability, segment_bytes=s.wal.segment_bytes, on_fsync=metrics.on_fsync
-        )
-        # The WAL's lock first: a second instance on the same data must fail before it
-        # touches anything (the spill directory is emptied next).
-        await asyncio.to_thread(wal.open)
-        exit_stack.push_async_callback(asyncio.to_thread, wal.close)
-        metrics.watch_wal(lambda: wal.size_bytes)
         sp = s.spill
         configured = sp.c0_seconds is not None and sp.c1_seconds_per_byte is not None
         costs = DiskCost(sp.c0_seconds, sp.c1_seconds_per_byte) if configured else None  # type: ignore[arg-type]
@@ -224,8 +224,8 @@ class LoaderService:
         exit_stack.push_async_callback(service._stop_loading)
         await service._recover()
         if load:
-            service._startup = asyncio.create_task(service._start_loading())
-            exit_stack.push_async_callback(service._wait_startup)
+            loading = asyncio.create_task(service._start_loading())
+            exit_stack.push_async_callback(_wait_started, loading)
         service.intake.open()
         exit_stack.callback(service.intake.close)
         log.info(
@@ -316,10 +316,6 @@ class LoaderService:
         if s.spark.driver_nice:
             renice_driver_jvm(spark, s.spark.driver_nice)
         return make_sink(s.writer, s.warehouse_path, spark)
-
-    async def _wait_startup(self) -> None:
-        if self._startup is not None and not self._startup.done():
-            await asyncio.wait({self._startup}, timeout=60)
 
     async def _stop_loading(self) -> None:
         await self.dispatcher.wait_idle()
@@ -492,6 +488,12 @@ class LoaderService:
         self.metrics.batches.labels(batch.table, "failed").inc()
         self.metrics.batches.labels(batch.table, "quarantined").inc()
         self.quarantine.count(batch.table)
+
+
+async def _wait_started(loading: asyncio.Task[None]) -> None:
+    """On the way down: a start of Spark under way is let finish (at most a minute)."""
+    if not loading.done():
+        await asyncio.wait({loading}, timeout=60)
 
 
 def configured_policy(settings: Settings, name: str, params: dict[str, Any]) -> Policy:

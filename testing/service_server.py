@@ -53,7 +53,7 @@ def base_settings(port: int, data_dir: Path, *, policy: str, workers: int) -> di
         "workers": workers,
         "policy": policy,
         "writer": "delta-rs",
-        "durability": "fsync",
+        "wal": {"durability": "fsync"},
         "spark": {"master": SPARK_MASTER},
         # No compaction or vacuum during a measurement; WAL truncation as deployed.
         "maintenance": {"wal_truncate_seconds": 10, "compact_seconds": 0, "vacuum_seconds": 0},

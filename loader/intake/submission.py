@@ -4,9 +4,11 @@ The HTTP layer authenticates the caller and hands over what it read (path, query
 headers, a way to read the body); intake runs the domain steps in this order, and a
 refusal at any step changes nothing:
 
-1. the Idempotency-Key header (400), the table name (404 for a name no table can have),
-   the caller's permission for the table (403), the table itself (404);
-2. only then the body (413 past ``max_body_bytes``), its parsing (400, 415, 422) and the
+1. the Idempotency-Key header (400); for ``POST /v1/tables/{table}/updates`` the table
+   name (404 for a name no table can have), the caller's permission for the table (403)
+   and the table itself (404), all before the body is read;
+2. the body (413 past ``max_body_bytes``) and its parsing (400, 415, 422); for
+   ``POST /v1/updates`` the tables named inside it are checked now (403, 404); then the
    memory its rows would take as columns (413);
 3. under the Idempotency-Key (a retry gets the first answer): room in the pending store
    (503 + Retry-After), the rows against the schema (422), landing files copied into

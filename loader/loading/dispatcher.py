@@ -76,7 +76,8 @@ class Dispatcher:
         self._failures: dict[int, int] = {}  # consecutive failed loads per table
         self._strikes: dict[int, int] = {}  # of those, the ones that count toward quarantine
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader-worker")
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The event loop that owns the tables; the dispatcher is made on it.
+        self._loop = asyncio.get_running_loop()
         self._wakeup: asyncio.TimerHandle | None = None
         self._enabled = False
         self._idle = asyncio.Event()
@@ -181,7 +182,6 @@ class Dispatcher:
 
     def start(self) -> None:
         """Begin loading (after recovery and once Spark is up)."""
-        self._loop = asyncio.get_running_loop()
         self._enabled = True
         self.dispatch()
 
@@ -209,7 +209,7 @@ class Dispatcher:
         if self._wakeup is not None:
             self._wakeup.cancel()
             self._wakeup = None
-        if not self.policy.timed or self._loop is None:
+        if not self.policy.timed:
             return
         at = self.policy.next_wakeup(now)
         if at is not None:
@@ -226,7 +226,6 @@ class Dispatcher:
             self._held[tid] = self._held.get(tid, 0) + 1
             state.paused = True
             self.policy.notify(tid, now)
-            assert self._loop is not None
             self._loop.call_later(1.0, self.release_hold, state.name)
             return False
         self.sync_resident()
@@ -240,7 +239,6 @@ class Dispatcher:
         self._idle.clear()
         self.policy.notify(tid, now)
         batch = Batch(state.name, updates)
-        assert self._loop is not None
         future = self._loop.run_in_executor(self._executor, self._handler.load, worker, batch)
         future.add_done_callback(lambda f, w=worker, b=batch: self._finished(w, b, f))
         return True
@@ -320,7 +318,6 @@ class Dispatcher:
             delay,
         )
         self.hold(state.name)
-        assert self._loop is not None
         self._loop.call_later(delay, self.release_hold, state.name)
         self._safe(self._handler.failed, FailedBatch(state.name, worker, batch, error, delay))
 
@@ -335,7 +332,6 @@ class Dispatcher:
     ) -> None:
         """Quarantine a batch that keeps failing (loader/durability/quarantine.py): its payload is
         written aside on the same worker, which stays busy until that is durable."""
-        assert self._loop is not None
         self._running[worker] = running
         log.error(
             "loading %s (updates %d..%d) failed %d times: %s; quarantining the batch so later updates load",

@@ -197,6 +197,7 @@ class Metrics:
             registry=r,
         )
         self._policy_name: str | None = None
+        self._freshness: FreshnessCollector | None = None
         # Every known label value from the start, so a dashboard shows 0 rather than "no
         # data" and increase() counts the first event.
         for kind in ("write", "read_back", "read_in_place"):
@@ -206,8 +207,12 @@ class Metrics:
             self.intake_refused.labels(reason)
 
     def attach(self, dispatcher: Dispatcher) -> None:
-        """Read freshness, workers and the pending store from ``dispatcher`` at scrape time."""
-        self.registry.register(FreshnessCollector(dispatcher))
+        """Read freshness, workers and the pending store from ``dispatcher`` at scrape time
+        (from now on: a service started again with these metrics replaces the one before)."""
+        if self._freshness is not None:
+            self.registry.unregister(self._freshness)
+        self._freshness = FreshnessCollector(dispatcher)
+        self.registry.register(self._freshness)
         self.workers_busy.set_function(lambda: dispatcher.busy_workers)
         pending: PendingStore = dispatcher.pending
         self.pending_resident.set_function(lambda: pending.resident)

@@ -69,6 +69,27 @@ def test_settings_of_earlier_releases_still_work(tmp_path: Path, monkeypatch: py
     assert load_settings(path).wal.durability is Durability.flush
 
 
+def test_old_names_as_keyword_arguments_keep_the_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review findings: an old name given to ``Settings(...)`` met the environment only after
+    the sources were merged (a spurious "give it once"), a section given as a model counted
+    its defaults as given, and command-line overrides depended on their order."""
+    from loader.config import Settings, WalConfig
+
+    monkeypatch.setenv("LOADER_WAL__DURABILITY", "fsync")
+    assert Settings(durability="flush").wal.durability is Durability.fsync  # the environment wins
+    monkeypatch.delenv("LOADER_WAL__DURABILITY")
+    monkeypatch.setenv("loader_durability", "fsync")  # environment names are case-insensitive
+    assert Settings(durability="flush").wal.durability is Durability.fsync
+    monkeypatch.delenv("loader_durability")
+    both = Settings(durability="flush", wal=WalConfig(dir=Path("w")))
+    assert (both.wal.durability, both.wal.dir) == (Durability.flush, Path("w"))
+    for overrides in ({"durability": "flush", "wal": {"dir": "w"}}, {"wal": {"dir": "w"}, "durability": "flush"}):
+        settings = load_settings(None, **overrides)
+        assert (settings.wal.durability, settings.wal.dir) == (Durability.flush, Path("w"))
+    with pytest.raises(ConfigError, match="give it once"):
+        load_settings(None, durability="flush", wal={"durability": "fsync"})
+
+
 @pytest.mark.parametrize(
     "text,fragment",
     [
