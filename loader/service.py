@@ -69,6 +69,8 @@ from schedulers.registry import make_policy
 log = logging.getLogger(__name__)
 
 SinkFactory = Callable[[Settings], Sink]
+#: The Idempotency-Key snapshot under the state directory (loader/intake/idempotency.py).
+IDEMPOTENCY_FILE = "idempotency.json"
 
 
 class LoaderService:
@@ -136,7 +138,7 @@ class LoaderService:
             dispatcher=self.dispatcher,
             wal=wal,
             idempotency=idempotency,
-            idempotency_path=s.state_path / "idempotency.json",
+            idempotency_path=s.state_path / IDEMPOTENCY_FILE,
             quarantine=quarantine,
             warehouse=s.warehouse_path,
             ready=lambda: self.ready,
@@ -194,7 +196,7 @@ class LoaderService:
         policy_name = catalog.policy or s.policy
         policy = configured_policy(s, policy_name, catalog.policy_params if catalog.policy else s.policy_params)
         metrics.set_policy(policy_name)
-        idempotency = IdempotencyStore.load(s.state_path / "idempotency.json", s.maintenance.idempotency_ttl_seconds)
+        idempotency = IdempotencyStore.load(s.state_path / IDEMPOTENCY_FILE, s.maintenance.idempotency_ttl_seconds)
         sp = s.spill
         configured = sp.c0_seconds is not None and sp.c1_seconds_per_byte is not None
         costs = DiskCost(sp.c0_seconds, sp.c1_seconds_per_byte) if configured else None  # type: ignore[arg-type]

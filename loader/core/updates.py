@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-#: The largest record the write-ahead log holds (its frames' limit, loader/durability/wal_format.py);
-#: intake keeps a request's rows well below it.
+#: The largest record the write-ahead log holds: a frame's payload limit (loader/durability/wal_format.py;
+#: bigger lengths there are damage, not records). Intake keeps a request's rows well below it.
 MAX_RECORD_BYTES = 1 << 30
 
 

@@ -59,6 +59,7 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 
 from loader.core import failpoints
+from loader.core.durable_files import fsync_directory
 from loader.core.updates import WalRecord
 from loader.durability.wal_format import (
     SEGMENT_HEADER_SIZE,
@@ -187,14 +188,6 @@ class _Entry:
     keys: int
     waiter: _Waiter
     queued_at: float
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -411,7 +404,7 @@ class WriteAheadLog:
         assert scan.damage is not None
         if scan.first_index is None:
             path.unlink()
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
             cut, end = scan.file_size, 0
         else:
             fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
@@ -438,7 +431,7 @@ class WriteAheadLog:
         try:
             _write_all(fd, encode_segment_header(first_index))
             os.fsync(fd)
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
         except BaseException:
             os.close(fd)
             raise
@@ -744,7 +737,7 @@ class WriteAheadLog:
             os.fsync(fd)
             for path in [s.path for s in later] + strays:
                 path.unlink(missing_ok=True)
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
         except BaseException:
             os.close(fd)
             raise
@@ -790,6 +783,6 @@ class WriteAheadLog:
                 self._segments = [s for s in self._segments if s not in victims]
             for segment in victims:
                 segment.path.unlink(missing_ok=True)
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
             log.info("WAL: deleted %d segment(s) whose updates are all in Delta", len(victims))
             return len(victims)

@@ -54,8 +54,6 @@ FRAME_HEADER_SIZE = FRAME_HEADER.size
 _U32 = struct.Struct("<I")
 #: Smallest valid payload: the header-length word plus "{}".
 MIN_PAYLOAD = _U32.size + 2
-#: Largest payload a frame may carry; bigger lengths are damage, not records.
-MAX_PAYLOAD = MAX_RECORD_BYTES
 SEGMENT_PREFIX, SEGMENT_SUFFIX = "wal-", ".log"
 
 
@@ -145,9 +143,10 @@ def encode_group(records: Sequence[WalRecord]) -> bytes:
         head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
         body = _rows_to_ipc(update.rows) if update.rows is not None else b""
         payload = b"".join((_U32.pack(len(head)), head, body))
-        if len(payload) > MAX_PAYLOAD:
+        if len(payload) > MAX_RECORD_BYTES:
             raise ValueError(
-                f"WAL record of {update.table!r} seq {update.seq} is {len(payload)} bytes; the limit is {MAX_PAYLOAD}"
+                f"WAL record of {update.table!r} seq {update.seq} is {len(payload)} bytes; "
+                f"the limit is {MAX_RECORD_BYTES}"
             )
         frames.append(FRAME_HEADER.pack(len(payload), zlib.crc32(payload)))
         frames.append(payload)
@@ -208,7 +207,7 @@ def iter_frames(f: BinaryIO, start: int, end: int) -> Iterator[tuple[int, int, b
         if pos + FRAME_HEADER_SIZE > end or len(head) < FRAME_HEADER_SIZE:
             raise FrameDamage(pos, f"short frame header ({end - pos} bytes left)")
         length, crc = FRAME_HEADER.unpack(head)
-        if not MIN_PAYLOAD <= length <= MAX_PAYLOAD:
+        if not MIN_PAYLOAD <= length <= MAX_RECORD_BYTES:
             raise FrameDamage(pos, f"bad frame length {length}")
         stop = pos + FRAME_HEADER_SIZE + length
         if stop > end:
