@@ -192,8 +192,10 @@ def test_appends_queued_during_an_fsync_share_the_next_one(tmp_path: Path) -> No
             await asyncio.gather(*tasks)
 
         asyncio.run(run())
-        assert sum(groups) == n and len(groups) <= 2, groups
         assert [r.update.seq for r in wal.replay()] == list(range(n))
+    # After close() (the writer thread joined): the hook runs after a group's waiters are
+    # woken, so a group of all 500 could be durable before its hook had recorded it.
+    assert sum(groups) == n and len(groups) <= 2, groups
 
 
 def test_threads_and_tasks_append_at_once_keeping_each_tables_order(tmp_path: Path) -> None:
