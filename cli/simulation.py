@@ -20,8 +20,9 @@ from rich.markup import escape
 from cli.console import console, err_console, fail
 from cli.report import comparison_table, print_result
 from schedulers import generators
+from schedulers.job_groups import RULES
 from schedulers.model import Trace
-from schedulers.registry import POLICIES, make_policy
+from schedulers.registry import GROUPABLE, POLICIES, make_policy
 from schedulers.simulator import SimulationError, SimulationResult, simulate
 from schedulers.traces import TraceError, read_schedule, read_trace, write_schedule, write_trace
 
@@ -39,6 +40,21 @@ IntervalOption = Annotated[
         min=0.0,
         help="Trigger period (s) for the interval policy; default: each table's period hint, else 10 s.",
     ),
+]
+
+JobOverheadOption = Annotated[
+    float,
+    typer.Option(
+        "--job-overhead",
+        min=0.0,
+        help="Fixed cost (s) of any job, part of each table's overhead and paid once by a multi-table job "
+        "(the service measures it: X-Loader-Job-Overhead of loader export-trace).",
+    ),
+]
+GroupRule = Enum("GroupRule", {name: name for name in RULES}, type=str)  # type: ignore[misc]
+GroupRuleOption = Annotated[
+    GroupRule,  # type: ignore[valid-type]
+    typer.Option("--group-rule", help="How a multi-table job grows (docs/tuning.md)."),
 ]
 
 
@@ -65,15 +81,26 @@ def _progress(total: int, enabled: bool, label: str):  # type: ignore[no-untyped
 
 
 def _run(
-    trace: Trace, policy: str, workers: int, interval: float | None, *, schedule: bool, progress: bool
+    trace: Trace,
+    policy: str,
+    workers: int,
+    interval: float | None,
+    *,
+    schedule: bool,
+    progress: bool,
+    max_tables: int = 1,
+    job_overhead: float = 0.0,
+    rule: str = "rate",
 ) -> SimulationResult:
     try:
-        instance = make_policy(policy, period=interval)
+        instance = make_policy(
+            policy, period=interval, max_tables_per_job=max_tables, job_overhead=job_overhead, group_rule=rule
+        )
     except ValueError as exc:
         raise fail(str(exc)) from None
-    update, close = _progress(trace.n_updates, progress, policy)
+    update, close = _progress(trace.n_updates, progress, instance.name)
     try:
-        return simulate(trace, instance, workers, record_schedule=schedule, progress=update)
+        return simulate(trace, instance, workers, record_schedule=schedule, progress=update, job_overhead=job_overhead)
     except (SimulationError, ValueError) as exc:
         raise fail(f"simulation of {policy} failed: {exc}") from None
     finally:
@@ -91,6 +118,11 @@ def simulate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on the last line of stdout.")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of staleness over time here.")] = None,
     interval_period: IntervalOption = None,
+    max_tables_per_job: Annotated[
+        int, typer.Option("--max-tables-per-job", min=1, help="Multi-table jobs of at most this many tables.")
+    ] = 1,
+    job_overhead: JobOverheadOption = 0.0,
+    group_rule: GroupRuleOption = "rate",  # type: ignore[assignment]
 ) -> None:
     """Replay a trace through one policy and report staleness, LOW, stretch."""
     for target in (schedule_out, plot):
@@ -98,7 +130,15 @@ def simulate_command(
             raise fail(f"cannot write {target}: directory {target.parent} does not exist; create it first")
     data = _load(trace)
     result = _run(
-        data, policy.value, workers, interval_period, schedule=bool(schedule_out or plot), progress=not as_json
+        data,
+        policy.value,
+        workers,
+        interval_period,
+        schedule=bool(schedule_out or plot),
+        progress=not as_json,
+        max_tables=max_tables_per_job,
+        job_overhead=job_overhead,
+        rule=getattr(group_rule, "value", group_rule),
     )
     if schedule_out is not None and result.schedule is not None:
         with schedule_out.open("w", encoding="utf-8") as handle:
@@ -113,8 +153,37 @@ def simulate_command(
         print_result(console, result)
 
 
-def _compare(data: Trace, workers: int, interval: float | None, progress: bool) -> list[SimulationResult]:
-    return [_run(data, name, workers, interval, schedule=False, progress=progress) for name in POLICIES]
+def _compare(
+    data: Trace,
+    workers: int,
+    interval: float | None,
+    progress: bool,
+    max_tables: int = 1,
+    job_overhead: float = 0.0,
+    rule: str = "rate",
+) -> list[SimulationResult]:
+    """Every policy single-table; with a job overhead and room for groups, the groupable ones
+    again with multi-table jobs (named ``<policy>+groups(k)``)."""
+    results = [
+        _run(data, name, workers, interval, schedule=False, progress=progress, job_overhead=job_overhead)
+        for name in POLICIES
+    ]
+    if max_tables > 1 and job_overhead > 0:
+        results += [
+            _run(
+                data,
+                name,
+                workers,
+                interval,
+                schedule=False,
+                progress=progress,
+                max_tables=max_tables,
+                job_overhead=job_overhead,
+                rule=rule,
+            )
+            for name in GROUPABLE
+        ]
+    return results
 
 
 @commands.command("compare")
@@ -125,10 +194,30 @@ def compare_command(
         bool, typer.Option("--json", help="Print one JSON object (a list of summaries) on the last line.")
     ] = False,
     interval_period: IntervalOption = None,
+    max_tables_per_job: Annotated[
+        int,
+        typer.Option(
+            "--max-tables-per-job",
+            min=1,
+            help="Also run myopic, max-benefit and fifo with multi-table jobs of at most this many tables "
+            "(needs --job-overhead > 0).",
+        ),
+    ] = 32,
+    job_overhead: JobOverheadOption = 0.0,
+    group_rule: GroupRuleOption = "rate",  # type: ignore[assignment]
 ) -> None:
-    """Run every policy on one trace and print them side by side."""
+    """Run every policy on one trace and print them side by side (grouped vs single-table jobs
+    with --job-overhead)."""
     data = _load(trace)
-    results = _compare(data, workers, interval_period, progress=not as_json)
+    results = _compare(
+        data,
+        workers,
+        interval_period,
+        progress=not as_json,
+        max_tables=max_tables_per_job,
+        job_overhead=job_overhead,
+        rule=getattr(group_rule, "value", group_rule),
+    )
     if as_json:
         print(json.dumps({"workers": workers, "results": [r.summary() for r in results]}))
     else:

@@ -97,6 +97,8 @@ class FinishedBatch:
     #: The table's processing-time estimates after this batch (kept in the catalog).
     alpha: float
     overhead: float
+    #: Tables loaded by the same Spark job (1: a single-table job).
+    job_tables: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,11 @@ class BatchHandler(Protocol):
 
     def load(self, worker: int, batch: Batch) -> LoadResult:
         """Run the batch's Spark job and Delta commit (exactly once: loader/durability/transactions.py)."""
+
+    def load_group(self, worker: int, batches: list[Batch]) -> list[LoadResult | BaseException]:
+        """Load several tables' batches in one Spark job, each committed on its own (its own
+        application transaction): one outcome per batch, in order; a table's failure is its
+        outcome, not an exception, so the others' commits stand."""
 
     def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
         """Write a batch that keeps failing durably into quarantine, or raise."""

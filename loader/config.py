@@ -104,6 +104,16 @@ class LoadingConfig(BaseModel):
     #: their error, for an operator to retry or discard) so that the table's later updates
     #: load. Failures of the environment (disk full, read-only) never quarantine. 0: never.
     max_attempts: int = Field(default=5, ge=0)
+    #: Most tables one job may load (docs/tuning.md, "Multi-table jobs"): a free worker is
+    #: offered a group of due tables and pays a Spark job's fixed cost once for all of them.
+    #: 1 = one table per job, the paper's policies unchanged. Applies to myopic, max-benefit, fifo.
+    max_tables_per_job: int = Field(default=32, ge=1, le=1024)
+    #: How a job grows (schedulers/job_groups.py): "rate" (max-benefit's criterion on the
+    #: job) or "delay" (one job of look-ahead; forms smaller groups).
+    group_rule: Literal["rate", "delay"] = "rate"
+    #: Starting estimate of the fixed cost every Spark job pays whatever it loads (seconds);
+    #: measured online from the jobs' durations afterwards (loader/loading/estimates.py).
+    job_overhead_seconds: float = Field(default=0.1, ge=0, le=60, allow_inf_nan=False)
 
 
 class SpillConfig(BaseModel):

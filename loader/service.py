@@ -63,8 +63,9 @@ from loader.pending.spill.disk_cost import DiskCost
 from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.chain import with_pressure
+from schedulers.job_groups import with_groups
 from schedulers.model import TableSpec
-from schedulers.registry import make_policy
+from schedulers.registry import GROUPABLE, make_policy
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class LoaderService:
             max_retry_delay=s.loading.retry_max_seconds,
             max_attempts=s.loading.max_attempts,
             observed=ObservedRecord(s.observed_trace_max_updates, s.observed_schedule_max_batches),
+            job_overhead=s.loading.job_overhead_seconds,
         )
         self.intake = Intake(
             log=wal,
@@ -455,6 +457,18 @@ class LoaderService:
         remove_files([f.path for f in batch.files])
         return result
 
+    def load_group(self, worker: int, batches: list[Batch]) -> list[LoadResult | BaseException]:
+        sink = self.sink
+        if sink is None:
+            raise RuntimeError("a batch was dispatched before Spark was up")
+        pool = getattr(sink, "use_pool", None)
+        if pool is not None:
+            pool(f"worker-{worker}")
+        schemas = [self.catalog.entries[b.table].schema for b in batches]
+        outcomes = sink.load_group(batches, schemas)
+        remove_files([f.path for b, o in zip(batches, outcomes) if isinstance(o, LoadResult) for f in b.files])
+        return outcomes
+
     def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
         self.quarantine.set_aside(batch, error, attempts)
 
@@ -479,6 +493,8 @@ class LoaderService:
         m.rows_loaded.labels(done.table).inc(done.result.rows)
         m.updates_loaded.labels(done.table).inc(len(done.batch.updates))
         m.batch_duration.labels(done.table).observe(done.finished - done.started)
+        m.job_tables.observe(done.job_tables)
+        m.job_overhead.set(self.dispatcher.job_overhead.overhead)
         hist = m.stretch.labels(done.table)
         for value in done.stretches:
             hist.observe(value)
@@ -499,10 +515,14 @@ async def _wait_started(loading: asyncio.Task[None]) -> None:
 
 
 def configured_policy(settings: Settings, name: str, params: dict[str, Any]) -> Policy:
-    """The named policy, wrapped in the Chain pressure mode when ``[pressure]`` enables it."""
+    """The named policy, wrapped in the Chain pressure mode when ``[pressure]`` enables it, and
+    offered multi-table jobs (``[loading] max_tables_per_job``) when it is one that can be."""
     p, budget = settings.pressure, settings.spill.memory_budget_bytes
     policy = make_policy(name, **params)
-    return with_pressure(policy, p.enabled, budget, p.high_watermark, p.low_watermark, p.staleness_cap_seconds)
+    policy = with_pressure(policy, p.enabled, budget, p.high_watermark, p.low_watermark, p.staleness_cap_seconds)
+    loading = settings.loading
+    groups = loading.max_tables_per_job if name in GROUPABLE else 1
+    return with_groups(policy, groups, loading.job_overhead_seconds, loading.group_rule)
 
 
 def _register_configured(catalog: Catalog, tables: list[TableConfig]) -> None:

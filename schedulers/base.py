@@ -60,8 +60,9 @@ class Policy(ABC):
     - ``notify(tid, now)`` after every change of table ``tid``: an update released, a
       batch started or finished, a weight changed, a pause or resume.
     - at each instant, after all finishes and releases of that instant are notified,
-      free workers are offered work in increasing worker index via ``choose``; the
-      driver starts the returned table at once (and notifies) before asking the next.
+      free workers are offered work in increasing worker index via ``choose_group``
+      (which asks ``choose``); the driver starts the returned tables at once, as one
+      job, and notifies each before asking the next worker.
     - timed policies (``timed = True``) are also woken at ``next_wakeup(now)``.
     """
 
@@ -91,6 +92,20 @@ class Policy(ABC):
     @abstractmethod
     def choose(self, worker: int, now: float) -> int | None:
         """The table worker ``worker`` should load now, or None to stay idle."""
+
+    def choose_group(self, worker: int, now: float, idle_after: int = 0) -> list[int]:
+        """The tables worker ``worker`` loads now in one job ([] to stay idle).
+
+        Drivers call this, not ``choose``; a single-table policy answers with its one
+        choice. ``idle_after``: free workers the driver will offer work after this one.
+        Multi-table jobs: ``schedulers.job_groups``.
+        """
+        tid = self.choose(worker, now)
+        return [] if tid is None else [tid]
+
+    def observe_job_overhead(self, seconds: float) -> None:
+        """The driver's current estimate of the fixed cost every job pays (shared by the
+        tables of a multi-table job); single-table policies do not need it."""
 
     def next_wakeup(self, now: float) -> float | None:
         """Earliest future time at which ``choose`` may answer differently without an event."""

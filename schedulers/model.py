@@ -76,9 +76,12 @@ class BatchRecord:
     first_release: float
     last_release: float
     n_updates: int
+    #: The job the batch ran in (batches of one multi-table job share it), and its table count.
+    job: int | None = None
+    job_tables: int = 1
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "table": self.table,
             "processor": self.processor,
             "start": self.start,
@@ -87,6 +90,10 @@ class BatchRecord:
             "last_release": self.last_release,
             "n_updates": self.n_updates,
         }
+        if self.job_tables > 1:
+            out["job"] = self.job
+            out["job_tables"] = self.job_tables
+        return out
 
 
 class TableState:

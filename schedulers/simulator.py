@@ -7,6 +7,8 @@ given the same arrivals and processing times.
 Event order at one instant: batches finishing at that instant are retired, then updates
 released at that instant are queued, then free workers choose in increasing index. A
 batch started at time s therefore holds every pending update released at or before s.
+A worker may be given several tables at once (a multi-table job, ``schedulers.job_groups``):
+their batches start together and finish together, at the job's predicted end.
 
 The trace is already sorted by release, so arrivals are read off it in order and only
 running batches (at most P) and a timed policy's wake-up live in the heap: the event
@@ -70,6 +72,21 @@ class SimulationResult:
         return out
 
 
+def _job_seconds(states: list[TableState], members: list[tuple[int, int, int]], job_overhead: float) -> float:
+    """The job's duration under the cost model of ``schedulers.job_groups``."""
+    if len(members) == 1:
+        tid, lo, hi = members[0]
+        state = states[tid]
+        rel = state.releases
+        return state.overhead + state.alpha * (rel[hi - 1] - (rel[lo - 1] if lo else 0.0))
+    total = job_overhead
+    for tid, lo, hi in members:
+        state = states[tid]
+        rel = state.releases
+        total += max(0.0, state.overhead - job_overhead) + state.alpha * (rel[hi - 1] - (rel[lo - 1] if lo else 0.0))
+    return total
+
+
 def simulate(
     trace: Trace,
     policy: Policy,
@@ -78,12 +95,18 @@ def simulate(
     record_schedule: bool = False,
     progress: ProgressCallback | None = None,
     sizes: Sequence[int] | None = None,
+    job_overhead: float = 0.0,
 ) -> SimulationResult:
     """Run ``policy`` with ``workers`` workers over ``trace`` and account freshness.
 
     ``sizes`` (payload bytes per update, in trace order) makes tables' ``resident_bytes``
     real, for memory-aware policies (``schedulers.chain``), and the peaks are reported.
+    ``job_overhead``: the part of every table's overhead that is the fixed cost of a job,
+    paid once by a multi-table job (``schedulers.job_groups``); single-table jobs cost
+    what they always did.
     """
+    if job_overhead < 0 or not math.isfinite(job_overhead):
+        raise ValueError("job_overhead must be a finite number of seconds >= 0")
     if workers < 1:
         raise ValueError("workers must be at least 1")
     began = time.perf_counter()
@@ -97,20 +120,22 @@ def simulate(
 
     policy.attach(states, workers)
     notify = policy.notify
-    choose = policy.choose
+    choose_group = policy.choose_group
+    policy.observe_job_overhead(job_overhead)
     limit = policy.batch_limit
     agnostic = policy.worker_agnostic
     wakeup = policy.next_wakeup if policy.timed else None
     schedule: list[BatchRecord] | None = [] if record_schedule else None
 
     free = list(range(workers))  # a sorted list is a valid min-heap
-    running: list[tuple[float, int, int, int, int, int]] = []  # finish, seq, worker, tid, lo, hi
+    # finish, job number, worker, [(tid, lo, hi) per table of the job]
+    running: list[tuple[float, int, int, list[tuple[int, int, int]]]] = []
     if sizes is not None and len(sizes) != len(trace.update_releases):
         raise ValueError("sizes must give one size per update of the trace")
     # Prefix sums of update sizes per table, aligned with each state's releases.
     cumulative: list[list[int]] | None = [[0] for _ in states] if sizes is not None else None
     pending_bytes = in_flight = peak_pending = peak_memory = 0
-    sequence = 0
+    job = 0
     tids = trace.update_tables
     releases = trace.update_releases
     n = len(releases)
@@ -135,16 +160,18 @@ def simulate(
         now = t_next
 
         while running and running[0][0] <= now:
-            _, _, worker, tid, lo, hi = heapq.heappop(running)
-            state = states[tid]
-            rel = state.releases
-            ledger.record_batch(tid, now, rel, lo, hi, rel[lo - 1] if lo else 0.0)
-            if cumulative is not None:
-                in_flight -= cumulative[tid][hi] - cumulative[tid][lo]
-            state.running = False
-            state.current_upto = rel[hi - 1]
+            _, _, worker, members = heapq.heappop(running)
+            for tid, lo, hi in members:
+                state = states[tid]
+                rel = state.releases
+                ledger.record_batch(tid, now, rel, lo, hi, rel[lo - 1] if lo else 0.0)
+                if cumulative is not None:
+                    in_flight -= cumulative[tid][hi] - cumulative[tid][lo]
+                state.running = False
+                state.current_upto = rel[hi - 1]
             heapq.heappush(free, worker)
-            notify(tid, now)
+            for tid, _, _ in members:
+                notify(tid, now)
 
         while i < n and releases[i] <= now:
             tid = tids[i]
@@ -163,32 +190,51 @@ def simulate(
             idle: list[int] = []
             while free:
                 worker = heapq.heappop(free)
-                tid = choose(worker, now)
-                if tid is None:
+                group = choose_group(worker, now, len(free))
+                if not group:
                     idle.append(worker)
                     if agnostic:
                         break
                     continue
-                state = states[tid]
-                if not state.available:
-                    raise SimulationError(f"policy {policy.name} chose table {state.name!r}, which is not available")
-                rel = state.releases
-                lo = state.dispatched
-                hi = len(rel) if limit is None else min(len(rel), lo + limit)
-                start_of_data = rel[lo - 1] if lo else 0.0
-                finish = now + state.overhead + state.alpha * (rel[hi - 1] - start_of_data)
-                state.dispatched = hi
-                state.running = True
-                if cumulative is not None:
-                    moved = cumulative[tid][hi] - cumulative[tid][lo]
-                    state.resident_bytes -= moved
-                    pending_bytes -= moved
-                    in_flight += moved
-                notify(tid, now)
-                sequence += 1
-                heapq.heappush(running, (finish, sequence, worker, tid, lo, hi))
-                if schedule is not None:
-                    schedule.append(BatchRecord(state.name, worker, now, finish, rel[lo], rel[hi - 1], hi - lo))
+                job += 1
+                members: list[tuple[int, int, int]] = []
+                for tid in group:
+                    state = states[tid]
+                    if not state.available:
+                        raise SimulationError(
+                            f"policy {policy.name} chose table {state.name!r}, which is not available"
+                        )
+                    rel = state.releases
+                    lo = state.dispatched
+                    hi = len(rel) if limit is None else min(len(rel), lo + limit)
+                    members.append((tid, lo, hi))
+                finish = now + _job_seconds(states, members, job_overhead)
+                for tid, lo, hi in members:
+                    state = states[tid]
+                    rel = state.releases
+                    state.dispatched = hi
+                    state.running = True
+                    if cumulative is not None:
+                        moved = cumulative[tid][hi] - cumulative[tid][lo]
+                        state.resident_bytes -= moved
+                        pending_bytes -= moved
+                        in_flight += moved
+                    notify(tid, now)
+                    if schedule is not None:
+                        schedule.append(
+                            BatchRecord(
+                                state.name,
+                                worker,
+                                now,
+                                finish,
+                                rel[lo],
+                                rel[hi - 1],
+                                hi - lo,
+                                job if len(members) > 1 else None,
+                                len(members),
+                            )
+                        )
+                heapq.heappush(running, (finish, job, worker, members))
             for worker in idle:
                 heapq.heappush(free, worker)
 

@@ -50,7 +50,8 @@ from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
 
 TOKEN = "crash-test-operator-token-0001"
-TABLES = ("alpha", "beta")
+#: Three tables on two workers: a free worker meets two due tables and loads them in one job.
+TABLES = ("alpha", "beta", "gamma")
 SCHEMA = {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "note", "type": "string"}]}
 #: Makes rows big enough that the 64 KiB memory budget overflows and updates spill.
 PAD = "x" * 96

@@ -17,6 +17,7 @@ from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id
 from loader.intake.landing import read_landing_file
+from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import schema_differences, unloaded_part
 
 
@@ -44,6 +45,10 @@ class ArrowSink:
 
     def committed_seq(self, table: str) -> int:
         return DeltaTable(str(self.table_path(table))).transaction_version(app_id(table)) or 0
+
+    def load_group(self, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:
+        """No multi-table job here: one load per table, each its own commit."""
+        return load_each(self, batches, schemas)
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         if self.fail.is_set():

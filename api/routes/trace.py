@@ -53,8 +53,9 @@ TRACE_HEADERS = {
     "X-Trace-Recorded": "Releases recorded since the service started (all tables).",
     "X-Trace-Dropped": "Releases of the exported tables the ring dropped (oldest first) to stay within its cap.",
     "X-Trace-Capacity": "The ring's cap (observed_trace_max_updates).",
-    "X-Loader-Policy": "The scheduling policy in force.",
+    "X-Loader-Policy": "The scheduling policy in force ('+groups(k)': multi-table jobs of at most k tables).",
     "X-Loader-Workers": "The number of workers.",
+    "X-Loader-Job-Overhead": "Measured fixed cost of a Spark job in seconds (loader simulate --job-overhead).",
 }
 SCHEDULE_HEADERS = {
     "X-Schedule-Origin": "Unix time subtracted from every time in the file.",

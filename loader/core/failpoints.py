@@ -25,7 +25,9 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
 - ``spill.write``: a spill segment file was written, its updates not yet marked spilled;
 - ``load.after-spark-write``: Spark wrote the batch's Parquet files into staging;
 - ``load.after-publish``: the files are in the table directory, not yet committed;
-- ``load.after-commit``: the Delta commit landed, the service has not recorded it.
+- ``load.after-commit``: the Delta commit landed, the service has not recorded it;
+- ``load.group.between-commits``: in a multi-table job, one table's Delta commit landed
+  and the next table's has not been made (loader/loading/sinks/delta_rs.py ``load_group``).
 
 The crash trial (``testing/crash_trial.py``, ``trials/crash.py``) arms one point
 per life of the server and also kills it from outside at random moments.
@@ -52,6 +54,7 @@ POINTS = frozenset(
         "load.after-spark-write",
         "load.after-publish",
         "load.after-commit",
+        "load.group.between-commits",
     }
 )
 

@@ -17,19 +17,40 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from loader.abc import BatchHandler, FailedBatch, FinishedBatch, QuarantinedBatch
 from loader.core.durable_files import environmental
 from loader.core.updates import Batch, LoadResult, Update
-from loader.loading.estimates import CostEstimate
+from loader.loading.estimates import CostEstimate, JobOverheadEstimate
 from loader.loading.observed import ObservedRecord
 from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
+from schedulers.job_groups import marginal_cost
 from schedulers.model import TableSpec, TableState
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Member:
+    """One table's batch in a running job."""
+
+    tid: int
+    lo: int
+    hi: int
+    batch: Batch
+    #: Predicted marginal cost when the job started (attributes a group's duration).
+    marginal: float = 0.0
+
+
+@dataclass
+class _Job:
+    """What a worker is running: one table's batch, or several tables' in one Spark job."""
+
+    started: float
+    members: list[_Member] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -56,6 +77,7 @@ class Dispatcher:
         retry_base: float = 0.5,
         max_attempts: int = 0,
         observed: ObservedRecord | None = None,
+        job_overhead: float = 0.0,
     ) -> None:
         self.states: list[TableState] = []
         self.index: dict[str, int] = {}
@@ -70,7 +92,9 @@ class Dispatcher:
         self._retry_base = retry_base
         self._max_attempts = max_attempts
         self._free = list(range(workers))
-        self._running: dict[int, tuple[int, int, int, float]] = {}  # worker -> tid, lo, hi, start
+        self._running: dict[int, _Job] = {}
+        #: The fixed cost of a Spark job, shared by a multi-table job's tables (measured online).
+        self.job_overhead = JobOverheadEstimate(overhead=job_overhead)
         self._user_paused: set[int] = set()
         self._held: dict[int, int] = {}  # tid -> holders (maintenance, retry back-off)
         self._failures: dict[int, int] = {}  # consecutive failed loads per table
@@ -85,6 +109,7 @@ class Dispatcher:
         self.observed = observed if observed is not None else ObservedRecord(0, 0)
         self._observe_release = self.observed.release
         policy.attach(self.states, workers)
+        policy.observe_job_overhead(self.job_overhead.overhead)
 
     # -- tables ---------------------------------------------------------------
     def add_table(
@@ -145,6 +170,7 @@ class Dispatcher:
         """Hand the same table states to a new policy; running batches are unaffected."""
         self.policy = policy
         policy.attach(self.states, self.workers)
+        policy.observe_job_overhead(self.job_overhead.overhead)
         now = self._clock()
         for tid in range(len(self.states)):
             policy.notify(tid, now)
@@ -193,14 +219,14 @@ class Dispatcher:
         idle: list[int] = []
         while self._free:
             worker = heapq.heappop(self._free)
-            tid = policy.choose(worker, now)
-            if tid is None:
+            group = policy.choose_group(worker, now, len(self._free))
+            if not group:
                 idle.append(worker)
                 if policy.worker_agnostic:
                     break
                 continue
-            if not self._start(worker, tid, now):
-                heapq.heappush(self._free, worker)  # offer it again: that table is on hold now
+            if not self._start(worker, group, now):
+                heapq.heappush(self._free, worker)  # offer it again: those tables are on hold now
         for worker in idle:
             heapq.heappush(self._free, worker)
         self._arm_wakeup(now)
@@ -215,10 +241,47 @@ class Dispatcher:
         if at is not None:
             self._wakeup = self._loop.call_later(max(0.0, at - now), self.dispatch)
 
-    def _start(self, worker: int, tid: int, now: float) -> bool:
+    def _start(self, worker: int, group: list[int], now: float) -> bool:
+        """Start one job on ``worker``: the first table the policy chose, and the others it
+        grouped with it, except tables whose last load failed (they run alone until one
+        succeeds, so one bad batch cannot fail its neighbours' loads twice)."""
+        job = _Job(started=now)
+        overhead = self.job_overhead.overhead
+        for position, tid in enumerate(group):
+            state = self.states[tid]
+            if not state.available:
+                raise RuntimeError(f"policy {self.policy.name} chose table {state.name!r}, which is not available")
+            if position > 0 and tid in self._failures:
+                self.policy.notify(tid, now)  # back into the policy's index, for a job of its own
+                continue
+            marginal = marginal_cost(state, overhead)
+            updates = self._take(tid, now)
+            if updates is None:
+                continue
+            lo = state.dispatched
+            hi = lo + len(updates)
+            if hi > len(state.releases) or updates[-1].release != state.releases[hi - 1]:
+                raise RuntimeError(f"pending store and scheduler state of {state.name!r} disagree")
+            state.dispatched = hi
+            state.running = True
+            job.members.append(_Member(tid, lo, hi, Batch(state.name, updates), marginal))
+            self.policy.notify(tid, now)
+        if not job.members:
+            return False
+        self._running[worker] = job
+        self._idle.clear()
+        handler = self._handler
+        if len(job.members) == 1:
+            future = self._loop.run_in_executor(self._executor, handler.load, worker, job.members[0].batch)
+            future.add_done_callback(lambda f, w=worker: self._finished(w, f))
+        else:
+            batches = [m.batch for m in job.members]
+            group_future = self._loop.run_in_executor(self._executor, handler.load_group, worker, batches)
+            group_future.add_done_callback(lambda f, w=worker: self._group_finished(w, f))
+        return True
+
+    def _take(self, tid: int, now: float) -> list[Update] | None:
         state = self.states[tid]
-        if not state.available:
-            raise RuntimeError(f"policy {self.policy.name} chose table {state.name!r}, which is not available")
         try:
             updates = self.pending.take(state.name, self.policy.batch_limit)
         except Exception as exc:  # e.g. a spilled head could not be read back: try again later
@@ -227,61 +290,108 @@ class Dispatcher:
             state.paused = True
             self.policy.notify(tid, now)
             self._loop.call_later(1.0, self.release_hold, state.name)
-            return False
+            return None
         self.sync_resident()
-        lo = state.dispatched
-        hi = lo + len(updates)
-        if hi > len(state.releases) or updates[-1].release != state.releases[hi - 1]:
-            raise RuntimeError(f"pending store and scheduler state of {state.name!r} disagree")
-        state.dispatched = hi
-        state.running = True
-        self._running[worker] = (tid, lo, hi, now)
-        self._idle.clear()
-        self.policy.notify(tid, now)
-        batch = Batch(state.name, updates)
-        future = self._loop.run_in_executor(self._executor, self._handler.load, worker, batch)
-        future.add_done_callback(lambda f, w=worker, b=batch: self._finished(w, b, f))
-        return True
+        return updates
 
-    def _finished(self, worker: int, batch: Batch, future: asyncio.Future[LoadResult]) -> None:
+    def _finished(self, worker: int, future: asyncio.Future[LoadResult]) -> None:
+        """A single-table job ended: the paper's batch, with quarantine after repeated failures."""
         now = self._clock()
-        tid, lo, hi, started = self._running.pop(worker)
-        state = self.states[tid]
+        job = self._running.pop(worker)
+        member = job.members[0]
         error = future.exception()
         if error is not None:
+            tid = member.tid
             self._failures[tid] = self._failures.get(tid, 0) + 1
             if not environmental(error):  # a full or read-only disk is not the batch's fault
                 strikes = self._strikes[tid] = self._strikes.get(tid, 0) + 1
                 if 0 < self._max_attempts <= strikes:
-                    self._set_aside(worker, (tid, lo, hi, started), batch, error, strikes)
+                    self._set_aside(worker, job, error, strikes)
                     return
-        state.running = False
         heapq.heappush(self._free, worker)
         if error is None:
-            previous = self._consume(tid, lo, hi, now)
-            rel = state.releases
-            length = rel[hi - 1] - previous
-            estimate = self.estimates[tid]
-            estimate.observe(length, now - started)
-            state.alpha, state.overhead = estimate.alpha, estimate.overhead
-            self.observed.batch(tid, worker, started, now, rel[lo], rel[hi - 1], hi - lo)
-            finished = FinishedBatch(
-                table=state.name,
-                worker=worker,
-                batch=batch,
-                result=future.result(),
-                started=started,
-                finished=now,
-                stretches=batch_stretches(now, previous, rel[lo:hi]),
-                length=length,
-                alpha=state.alpha,
-                overhead=state.overhead,
-            )
-            self._forget_loaded(tid)
-            self._safe(self._handler.loaded, finished)
+            self._observe_job(job, now)
+            self._member_loaded(worker, job, member, future.result(), now, now - job.started)
         else:
-            self._retry_later(worker, tid, lo, batch, error)
-        self._settled(tid, now)
+            self._member_failed(worker, member, error)
+        self._settled([member.tid], now)
+
+    def _group_finished(self, worker: int, future: asyncio.Future[list[LoadResult | BaseException]]) -> None:
+        """A multi-table job ended: each table's outcome is its own (its own Delta commit).
+
+        A table that failed is retried alone after its back-off; attempts toward quarantine
+        count only in single-table jobs, where the failure is surely the table's own.
+        """
+        now = self._clock()
+        job = self._running.pop(worker)
+        heapq.heappush(self._free, worker)
+        error = future.exception()
+        outcomes: list[LoadResult | BaseException]
+        if error is not None:
+            outcomes = [error] * len(job.members)
+        else:
+            outcomes = list(future.result())
+            if len(outcomes) != len(job.members):
+                mismatch = RuntimeError(f"a group load answered {len(outcomes)} outcomes for {len(job.members)} tables")
+                outcomes = [mismatch] * len(job.members)
+        loaded = [(m, r) for m, r in zip(job.members, outcomes) if isinstance(r, LoadResult)]
+        if loaded and len(loaded) == len(job.members):
+            self._observe_job(job, now)
+        shares = self.job_overhead.attribute(now - job.started, [m.marginal for m in job.members])
+        for member, outcome, share in zip(job.members, outcomes, shares):
+            if isinstance(outcome, LoadResult):
+                self._member_loaded(worker, job, member, outcome, now, share)
+            else:
+                self._failures[member.tid] = self._failures.get(member.tid, 0) + 1
+                self._member_failed(worker, member, outcome)
+        self._settled([m.tid for m in job.members], now)
+
+    def _observe_job(self, job: _Job, now: float) -> None:
+        """Feed the shared-overhead fit with a job every table of which loaded."""
+        variable = 0.0
+        for member in job.members:
+            state = self.states[member.tid]
+            rel = state.releases
+            previous = rel[member.lo - 1] if member.lo else state.origin
+            variable += state.alpha * (rel[member.hi - 1] - previous)
+        estimate = self.job_overhead
+        before = estimate.overhead
+        estimate.observe(len(job.members), now - job.started, variable)
+        if estimate.overhead != before:
+            self.policy.observe_job_overhead(estimate.overhead)
+
+    def _member_loaded(
+        self, worker: int, job: _Job, member: _Member, result: LoadResult, now: float, duration: float
+    ) -> None:
+        tid, lo, hi = member.tid, member.lo, member.hi
+        state = self.states[tid]
+        state.running = False
+        previous = self._consume(tid, lo, hi, now)
+        rel = state.releases
+        length = rel[hi - 1] - previous
+        estimate = self.estimates[tid]
+        estimate.observe(length, duration)
+        state.alpha, state.overhead = estimate.alpha, estimate.overhead
+        self.observed.batch(tid, worker, job.started, now, rel[lo], rel[hi - 1], hi - lo)
+        finished = FinishedBatch(
+            table=state.name,
+            worker=worker,
+            batch=member.batch,
+            result=result,
+            started=job.started,
+            finished=now,
+            stretches=batch_stretches(now, previous, rel[lo:hi]),
+            length=length,
+            alpha=state.alpha,
+            overhead=state.overhead,
+            job_tables=len(job.members),
+        )
+        self._forget_loaded(tid)
+        self._safe(self._handler.loaded, finished)
+
+    def _member_failed(self, worker: int, member: _Member, error: BaseException) -> None:
+        self.states[member.tid].running = False
+        self._retry_later(worker, member.tid, member.lo, member.batch, error)
 
     def _consume(self, tid: int, lo: int, hi: int, now: float) -> float:
         """Account updates ``lo..hi`` as out of the queue (loaded, or quarantined) at ``now``;
@@ -321,18 +431,18 @@ class Dispatcher:
         self._loop.call_later(delay, self.release_hold, state.name)
         self._safe(self._handler.failed, FailedBatch(state.name, worker, batch, error, delay))
 
-    def _settled(self, tid: int, now: float) -> None:
+    def _settled(self, tids: list[int], now: float) -> None:
         if not self._running:
             self._idle.set()
-        self.policy.notify(tid, now)
+        for tid in tids:
+            self.policy.notify(tid, now)
         self.dispatch()
 
-    def _set_aside(
-        self, worker: int, running: tuple[int, int, int, float], batch: Batch, error: BaseException, attempts: int
-    ) -> None:
+    def _set_aside(self, worker: int, job: _Job, error: BaseException, attempts: int) -> None:
         """Quarantine a batch that keeps failing (loader/durability/quarantine.py): its payload is
         written aside on the same worker, which stays busy until that is durable."""
-        self._running[worker] = running
+        self._running[worker] = job
+        batch = job.members[0].batch
         log.error(
             "loading %s (updates %d..%d) failed %d times: %s; quarantining the batch so later updates load",
             batch.table,
@@ -342,13 +452,13 @@ class Dispatcher:
             error,
         )
         future = self._loop.run_in_executor(self._executor, self._handler.set_aside, batch, error, attempts)
-        future.add_done_callback(lambda f: self._set_aside_done(worker, batch, error, attempts, f))
+        future.add_done_callback(lambda f: self._set_aside_done(worker, error, attempts, f))
 
-    def _set_aside_done(
-        self, worker: int, batch: Batch, error: BaseException, attempts: int, future: asyncio.Future[None]
-    ) -> None:
+    def _set_aside_done(self, worker: int, error: BaseException, attempts: int, future: asyncio.Future[None]) -> None:
         now = self._clock()
-        tid, lo, hi, _ = self._running.pop(worker)
+        job = self._running.pop(worker)
+        member = job.members[0]
+        tid, lo, hi, batch = member.tid, member.lo, member.hi, member.batch
         state = self.states[tid]
         state.running = False
         heapq.heappush(self._free, worker)
@@ -362,7 +472,7 @@ class Dispatcher:
                 "could not quarantine %s updates %d..%d: %s", state.name, batch.first_seq, batch.last_seq, failure
             )
             self._retry_later(worker, tid, lo, batch, error)
-        self._settled(tid, now)
+        self._settled([tid], now)
 
     @staticmethod
     def _safe(callback: Callable[[object], None], value: object) -> None:

@@ -41,3 +41,54 @@ class CostEstimate:
 
     def predict(self, length: float) -> float:
         return self.overhead + self.alpha * length
+
+
+@dataclass
+class JobOverheadEstimate:
+    """The fixed cost O every Spark job pays whatever it loads, shared by the tables of a
+    multi-table job (schedulers/job_groups.py's cost model).
+
+    A job of k tables lasting D seconds is one observation of D - sum of alpha_i * L_i
+    = O + k * o, with o the mean extra overhead a table adds (its own files and Delta
+    commit). An exponentially weighted least-squares fit over k gives O as the intercept:
+    the information is in how a job's duration grows with the tables it holds, which
+    single-table jobs alone cannot tell apart from a table's own overhead. Until jobs of
+    different sizes have been seen, O keeps its starting value (``[loading]
+    job_overhead_seconds``).
+    """
+
+    overhead: float
+    per_table: float = 0.0
+    decay: float = 0.98
+    observations: int = 0
+    _w: float = 0.0
+    _x: float = 0.0
+    _y: float = 0.0
+    _xx: float = 0.0
+    _xy: float = 0.0
+
+    def observe(self, tables: int, duration: float, variable_work: float) -> None:
+        """One finished job of ``tables`` tables; ``variable_work`` = sum of alpha_i * L_i."""
+        d = self.decay
+        x, y = float(tables), max(0.0, duration - variable_work)
+        self._w = d * self._w + 1.0
+        self._x = d * self._x + x
+        self._y = d * self._y + y
+        self._xx = d * self._xx + x * x
+        self._xy = d * self._xy + x * y
+        self.observations += 1
+        mean_x, mean_y = self._x / self._w, self._y / self._w
+        var_x = self._xx / self._w - mean_x * mean_x
+        if var_x > 0.05:  # job sizes differ enough to separate O from the per-table part
+            slope = max(0.0, (self._xy / self._w - mean_x * mean_y) / var_x)
+            self.per_table = slope
+            self.overhead = max(0.0, mean_y - slope * mean_x)
+
+    def attribute(self, duration: float, marginals: list[float]) -> list[float]:
+        """Each table's share of a job, as the duration a job of that table alone would have
+        had: O plus its part of the rest, in proportion to its predicted marginal cost."""
+        total = sum(marginals)
+        rest = max(0.0, duration - self.overhead)
+        if total <= 0.0:
+            return [self.overhead + rest / len(marginals)] * len(marginals)
+        return [self.overhead + rest * m / total for m in marginals]

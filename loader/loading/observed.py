@@ -80,6 +80,8 @@ class TraceSnapshot:
     #: The policy in force and the worker count, the baseline of a "what if".
     policy: str = ""
     workers: int = 0
+    #: The measured fixed cost of a Spark job (``loader simulate --job-overhead``).
+    job_overhead: float = 0.0
 
     @property
     def n_updates(self) -> int:
@@ -94,6 +96,7 @@ class TraceSnapshot:
             "X-Trace-Capacity": str(self.capacity),
             "X-Loader-Policy": self.policy,
             "X-Loader-Workers": str(self.workers),
+            "X-Loader-Job-Overhead": repr(self.job_overhead),
         }
 
     def lines(self) -> Iterator[str]:

@@ -11,6 +11,7 @@ import atexit
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,6 +120,10 @@ def build_spark_session(
     if _local_cores(master) is not None:
         # Spark otherwise warns about (and may bind to) a non-loopback address of this host.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Multi-table jobs run Python on the executors (loader/loading/sinks/group_job.py): this
+    # interpreter has the loader package and pyarrow (PySpark's default is whatever `python3`
+    # is on the PATH). A cluster's executors need the same packages (the Docker image has them).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     user = dict(conf or {})
     settings = default_conf(master)
     if _wants_delta_jars(user):

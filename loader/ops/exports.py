@@ -48,6 +48,7 @@ def export_trace(
     since = None if since_seconds is None else clock() - since_seconds
     snapshot = dispatcher.observed.snapshot_trace(specs, tids, since)
     snapshot.policy, snapshot.workers = dispatcher.policy.name, dispatcher.workers
+    snapshot.job_overhead = dispatcher.job_overhead.overhead
     return snapshot
 
 

@@ -24,6 +24,7 @@ from loader.pending.store import PendingStore
 STRETCH_BUCKETS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+JOB_TABLES_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 
 
@@ -121,6 +122,17 @@ class Metrics:
         )
         self.delta_version = Gauge(
             "loader_table_delta_version", "Delta version of the last commit.", ["table"], registry=r
+        )
+        self.job_tables = Histogram(
+            "loader_batch_job_tables",
+            "Tables of the Spark job each loaded batch ran in (1: a single-table job).",
+            buckets=JOB_TABLES_BUCKETS,
+            registry=r,
+        )
+        self.job_overhead = Gauge(
+            "loader_job_overhead_seconds",
+            "Estimated fixed cost of a Spark job, shared by the tables of a multi-table job.",
+            registry=r,
         )
         self.updates_received = Counter("loader_updates_received", "Updates acknowledged.", ["table"], registry=r)
         self.requests = Counter(

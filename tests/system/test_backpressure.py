@@ -61,7 +61,7 @@ def test_the_pressure_mode_wraps_the_configured_policy_and_is_reported(tmp_path:
     pressure = {"enabled": True, "high_watermark": 0.5, "low_watermark": 0.25, "staleness_cap_seconds": 60}
     with Harness(tmp_path / "data", policy="max-benefit", pressure=pressure) as h:
         body = h.get("/v1/admin/policy").json()
-        assert body["policy"] == "max-benefit+chain"
+        assert body["policy"] == "max-benefit+chain+groups(32)"
         mode = body["state"]["pressure_mode"]
         assert mode["high_watermark_bytes"] == h.settings.spill.memory_budget_bytes // 2
         assert not mode["active"]

@@ -32,6 +32,7 @@ KILLS = (
     "wal.after-write",  # written, not fsynced, unanswered: durable all the same (page cache)
     "recovery.after-spill-reset",  # spill directory emptied, nothing replayed yet
     "load.after-publish",  # files in the table directory, no commit: must be redone
+    "load.group.between-commits",  # a multi-table job committed one table, not the next
     EXTERNAL_RECOVERY,  # the whole process group, at a random moment before /readyz
 )
 

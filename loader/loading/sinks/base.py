@@ -35,3 +35,19 @@ class Sink(Protocol):
         If the table's transaction version is already >= batch.last_seq the batch was
         committed before a crash: write nothing and return ``skipped=True``.
         """
+
+    def load_group(self, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:
+        """Several tables' batches, each committed exactly as ``load`` would (its own
+        transaction): one outcome per batch, in order, a failure as the exception.
+        Sinks that cannot share a job between tables use :func:`load_each`."""
+
+
+def load_each(sink: Sink, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:
+    """``load_group`` for a sink without multi-table jobs: one load per table, in order."""
+    outcomes: list[LoadResult | BaseException] = []
+    for batch, schema in zip(batches, schemas):
+        try:
+            outcomes.append(sink.load(batch, schema))
+        except Exception as exc:
+            outcomes.append(exc)
+    return outcomes

@@ -31,6 +31,7 @@ from loader.durability.transactions import app_id
 from loader.loading.sinks.add_actions import file_stats, log_path, partition_values
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
+from loader.loading.sinks.group_job import describe, run_group_job
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,109 @@ class DeltaRsSink(DeltaSinkBase):
             )
             rows += stats.num_records
         return actions, rows
+
+    def load_group(self, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:
+        """Several tables' batches in one Spark job (loader/loading/sinks/group_job.py), then
+        one Delta commit per table with that table's application transaction, in order.
+
+        A crash between two tables' commits leaves the earlier ones committed (their
+        transaction versions say so: the WAL replay skips them) and the later ones as a
+        single-table crash would. Partitioned tables' batches are loaded by their own jobs.
+        """
+        outcomes: list[LoadResult | BaseException | None] = [None] * len(batches)
+        todo: list[tuple[int, Batch, TableSchema, DeltaTable, Path]] = []
+        for i, (batch, schema) in enumerate(zip(batches, schemas)):
+            if schema.partition_by:
+                continue
+            try:
+                delta = DeltaTable(str(self.table_path(batch.table)))
+                part = unloaded_part(batch, delta.transaction_version(app_id(batch.table)) or 0)
+            except Exception as exc:
+                outcomes[i] = exc
+                continue
+            if part is None:
+                outcomes[i] = LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
+                continue
+            staging = self.table_path(batch.table) / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+            todo.append((i, part, schema, delta, staging))
+        try:
+            started = time.perf_counter()
+            members = []
+            for entry in list(todo):
+                i, part, schema, _, staging = entry
+                try:
+                    members.append(describe(part, schema, staging))
+                except Exception as exc:  # e.g. a null in a NOT NULL column: this table's outcome
+                    outcomes[i] = exc
+                    todo.remove(entry)
+                    shutil.rmtree(staging, ignore_errors=True)
+            if todo:
+                written = run_group_job(self.spark, members, self.parallelism())
+                spark_seconds = time.perf_counter() - started
+                failpoints.hit("load.after-spark-write")
+                for position, ((i, part, schema, delta, staging), outcome) in enumerate(zip(todo, written)):
+                    if position:
+                        failpoints.hit("load.group.between-commits")
+                    if outcome.error is not None:
+                        outcomes[i] = RuntimeError(f"loading {part.table} in a group job failed: {outcome.error}")
+                        continue
+                    try:
+                        outcomes[i] = self._commit_staged(part, schema, delta, staging / "out", spark_seconds)
+                    except Exception as exc:  # this table's commit; the others stand
+                        outcomes[i] = exc
+        finally:
+            for *_, staging in todo:
+                shutil.rmtree(staging, ignore_errors=True)
+        for i, (batch, schema) in enumerate(zip(batches, schemas)):
+            if outcomes[i] is None:  # partitioned: a job of its own
+                try:
+                    outcomes[i] = self.load(batch, schema)
+                except Exception as exc:
+                    outcomes[i] = exc
+        return [o for o in outcomes if o is not None]
+
+    def parallelism(self) -> int:
+        """Tasks a group job may run at once: the executors' cores."""
+        return max(1, int(self.spark.sparkContext.defaultParallelism))
+
+    def _commit_staged(
+        self, batch: Batch, schema: TableSchema, delta: DeltaTable, output: Path, spark_seconds: float
+    ) -> LoadResult:
+        """Publish a batch's staged files into its table and commit them with its transaction."""
+        table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
+        path = self.table_path(table)
+        published: list[Path] = []
+        committed = False
+        try:
+            started = time.perf_counter()
+            actions, rows = self._publish(output, path, schema, published)
+            moved = time.perf_counter()
+            delta.create_write_transaction(
+                list[AddAction | RemoveAction](actions),
+                "append",
+                delta.schema(),
+                partition_by=None,
+                commit_properties=CommitProperties(app_transactions=[Transaction(txn_app, seq)]),
+            )
+            committed = True
+            done = time.perf_counter()
+        finally:
+            if not committed:
+                self._unpublish(table, seq, published)
+        delta.update_incremental()
+        return LoadResult(
+            table,
+            seq,
+            rows=rows,
+            delta_version=delta.version(),
+            files_written=len(actions),
+            bytes_written=sum(a.size for a in actions),
+            details={
+                "spark_seconds": spark_seconds,
+                "publish_seconds": moved - started,
+                "commit_seconds": done - moved,
+            },
+        )
 
     def _unpublish(self, table: str, seq: int, files: list[Path]) -> None:
         """Delete moved files after a failed commit, unless the commit did land after all."""

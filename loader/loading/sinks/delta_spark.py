@@ -17,6 +17,7 @@ from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id
+from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.probe import choose_writer
@@ -35,6 +36,10 @@ class DeltaSparkSink(DeltaSinkBase):
     def __init__(self, warehouse: Path, spark: SparkSession) -> None:
         choose_writer("delta-spark", spark)  # DeltaJarsMissing now, not at the first load
         super().__init__(warehouse, spark)
+
+    def load_group(self, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:
+        """No multi-table job here: one load per table, each its own commit."""
+        return load_each(self, batches, schemas)
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)

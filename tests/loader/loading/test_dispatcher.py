@@ -15,7 +15,7 @@ from loader.loading.dispatcher import Dispatcher
 from loader.loading.estimates import CostEstimate
 from loader.pending.store import PendingStore
 from schedulers.model import TableSpec
-from schedulers.registry import POLICIES, make_policy
+from schedulers.registry import GROUPABLE, POLICIES, make_policy
 
 
 async def _until(predicate, timeout: float = 10.0) -> None:
@@ -36,6 +36,7 @@ class Recorder:
         self.fail_first = set(fail_first)
         self.finished: list[FinishedBatch] = []
         self.failed_batches: list[FailedBatch] = []
+        self.groups: list[list[str]] = []
 
     def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
         raise AssertionError("nothing is quarantined here")
@@ -63,13 +64,26 @@ class Recorder:
             self.batches.append(batch)
         return LoadResult(batch.table, batch.last_seq, rows=len(batch.updates), delta_version=len(self.batches))
 
+    def load_group(self, worker: int, batches: list[Batch]) -> list[LoadResult | BaseException]:
+        self.groups.append([b.table for b in batches])
+        outcomes: list[LoadResult | BaseException] = []
+        for batch in batches:
+            try:
+                outcomes.append(self.load(worker, batch))
+            except RuntimeError as exc:
+                outcomes.append(exc)
+        return outcomes
 
-@pytest.mark.parametrize("policy", sorted(set(POLICIES) - {"interval"}))
-def test_every_update_loaded_once_in_order(policy: str) -> None:
+
+@pytest.mark.parametrize(
+    ("policy", "groups"),
+    [(name, 1) for name in sorted(set(POLICIES) - {"interval"})] + [(name, 4) for name in GROUPABLE],
+)
+def test_every_update_loaded_once_in_order(policy: str, groups: int) -> None:
     async def scenario() -> None:
         rng = random.Random(3)
         recorder = Recorder()
-        d = Dispatcher(make_policy(policy), 3, PendingStore(), recorder)
+        d = Dispatcher(make_policy(policy, max_tables_per_job=groups), 3, PendingStore(), recorder, job_overhead=0.1)
         finished: list[FinishedBatch] = recorder.finished
         names = [f"t{k}" for k in range(5)]
         for name in names:
@@ -139,3 +153,88 @@ def test_cost_estimate_recovers_linear_model() -> None:
         estimate.observe(length, 0.3 + 0.02 * length + rng.gauss(0, 0.005))
     assert estimate.alpha == pytest.approx(0.02, rel=0.1)
     assert estimate.overhead == pytest.approx(0.3, abs=0.03)
+
+
+def _busy_start(d: Dispatcher, names: list[str], updates: int) -> None:
+    """Every table gets ``updates`` releases before loading starts: all are due at once."""
+    for name in names:
+        d.add_table(TableSpec(name=name, alpha=0.0, overhead=0.2), origin=time.time() - 10)
+    for seq in range(1, updates + 1):
+        for name in names:
+            d.released(Update(name, seq, time.time() - 5 + seq * 1e-3))
+
+
+def test_a_free_worker_loads_the_due_tables_in_one_job() -> None:
+    async def scenario() -> None:
+        recorder = Recorder()
+        d = Dispatcher(make_policy("myopic", max_tables_per_job=8), 1, PendingStore(), recorder, job_overhead=0.15)
+        names = [f"t{k}" for k in range(5)]
+        _busy_start(d, names, 2)
+        d.start()
+        await _until(lambda: len(recorder.finished) == 5)
+        assert len(recorder.groups) == 1 and sorted(recorder.groups[0]) == names  # one job for all
+        assert recorder.groups[0][0] == "t0"  # headed by MYOPIC's own choice, the oldest pending
+        assert {f.job_tables for f in recorder.finished} == {5}
+        assert {f.started for f in recorder.finished} == {recorder.finished[0].started}
+        for name in names:
+            assert d.ledger.current_upto(d.index[name]) == d.states[d.index[name]].current_upto
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_single_table_policies_never_group() -> None:
+    async def scenario() -> None:
+        recorder = Recorder()
+        d = Dispatcher(make_policy("myopic"), 1, PendingStore(), recorder, job_overhead=0.15)
+        _busy_start(d, ["a", "b", "c"], 1)
+        d.start()
+        await _until(lambda: len(recorder.finished) == 3)
+        assert recorder.groups == [] and {f.job_tables for f in recorder.finished} == {1}
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_table_that_failed_in_a_group_is_retried_alone_and_the_others_stand() -> None:
+    async def scenario() -> None:
+        recorder = Recorder(fail_first={"b"})
+        d = Dispatcher(
+            make_policy("myopic", max_tables_per_job=8),
+            1,
+            PendingStore(),
+            recorder,
+            job_overhead=0.15,
+            max_retry_delay=0.01,
+            max_attempts=1,  # a group failure does not count toward quarantine (Recorder refuses it)
+        )
+        _busy_start(d, ["a", "b", "c"], 1)
+        d.start()
+        await _until(lambda: len(recorder.finished) == 3)
+        assert sorted(recorder.groups[0]) == ["a", "b", "c"]
+        assert [f.table for f in recorder.failed_batches] == ["b"]
+        retried = [f for f in recorder.finished if f.table == "b"]
+        assert retried[0].job_tables == 1  # alone, after its back-off
+        assert sorted(u.seq for b in recorder.batches for u in b.updates) == [1, 1, 1]
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_the_shared_job_overhead_is_measured_from_jobs_of_different_sizes() -> None:
+    from loader.loading.estimates import JobOverheadEstimate
+
+    estimate = JobOverheadEstimate(overhead=0.5)
+    rng = random.Random(1)
+    for _ in range(200):
+        k = rng.randint(1, 12)
+        estimate.observe(k, 0.15 + 0.01 * k + rng.uniform(-0.005, 0.005), 0.0)
+    assert estimate.overhead == pytest.approx(0.15, abs=0.01)
+    assert estimate.per_table == pytest.approx(0.01, abs=0.002)
+    shares = estimate.attribute(0.25, [0.01, 0.03])
+    assert shares[0] < shares[1] and all(s >= estimate.overhead for s in shares)
+    # Jobs of one size only cannot tell O from a table's own overhead: the prior stays.
+    fixed = JobOverheadEstimate(overhead=0.1)
+    for _ in range(50):
+        fixed.observe(1, 0.3, 0.0)
+    assert fixed.overhead == 0.1

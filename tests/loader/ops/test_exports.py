@@ -118,7 +118,8 @@ def test_the_endpoint_exports_the_acknowledged_releases_and_the_estimates(harnes
     assert response.headers["X-Trace-Updates"] == response.headers["X-Trace-Recorded"] == "60"
     assert response.headers["X-Trace-Dropped"] == "0"
     assert response.headers["X-Trace-Capacity"] == "1000000"
-    assert response.headers["X-Loader-Policy"] == "myopic" and response.headers["X-Loader-Workers"] == "2"
+    assert response.headers["X-Loader-Policy"] == "myopic+groups(32)" and response.headers["X-Loader-Workers"] == "2"
+    assert float(response.headers["X-Loader-Job-Overhead"]) >= 0
     trace = parse_trace(_ndjson_lines(response.text))
     _check_trace(trace, acked, origin, harness.service)
 
