@@ -122,8 +122,10 @@ class GroupedPolicy(Policy):
         if not info.available:
             self._filler.set(tid, None)
             return
-        marginal = max(MIN_SECONDS, marginal_cost(info, self._keyed_overhead))
-        self._filler.set(tid, (-info.weight * info.pending_length / marginal, info.oldest_pending))
+        length = info.pending_length  # marginal_cost inlined: this runs on every notification
+        marginal = max(0.0, info.overhead - self._keyed_overhead) + info.alpha * length
+        rate = info.weight * length / (marginal if marginal > MIN_SECONDS else MIN_SECONDS)
+        self._filler.set(tid, (-rate, info.oldest_pending))
 
     def notify(self, tid: int, now: float) -> None:
         self.base.notify(tid, now)
