@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import pyarrow as pa
 
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, Update
-from schedulers.model import TableSpec, Trace
+from schedulers.generators import many_feeds
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
 from schedulers.traces import write_trace
@@ -124,19 +123,6 @@ def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
     return out
 
 
-def poisson(tables: int, rate: float, seconds: float, seed: int, overhead: float, alpha: float) -> Trace:
-    rng = random.Random(seed)
-    events = []
-    for tid in range(tables):
-        at = rng.expovariate(rate)
-        while at < seconds:
-            events.append((at, tid))
-            at += rng.expovariate(rate)
-    events.sort()
-    specs = [TableSpec(name=f"t{i}", alpha=alpha, overhead=overhead) for i in range(tables)]
-    return Trace(specs, [tid for _, tid in events], [at for at, _ in events])
-
-
 def freshness(cost: dict[str, Any], seconds: float) -> list[dict[str, Any]]:
     # The model's terms from the measurements: a table alone costs the single-table load; in a
     # group it adds the fitted per-table slope, so the part it shares (O) is the difference.
@@ -150,7 +136,7 @@ def freshness(cost: dict[str, Any], seconds: float) -> list[dict[str, Any]]:
         # Rows cost little next to the fixed costs (BENCHMARKS.md, per-batch cost: 1,000 and
         # 100,000 rows 0.20 and 0.23 s, about 0.3 µs a row); a second of data is rate x 100 rows.
         alpha = 0.3e-6 * ROWS * rate
-        trace = poisson(tables, rate, seconds, seed=tables, overhead=overhead, alpha=alpha)
+        trace = many_feeds(tables=tables, rate=rate, horizon=seconds, seed=tables, overhead=overhead, alpha=alpha)
         for policy in ("myopic", "max-benefit"):
             for label, groups, rule in (("single-table", 1, "rate"), ("rate", 32, "rate"), ("delay", 32, "delay")):
                 log(f"simulate {tables} tables, {policy}, {label}")
@@ -183,7 +169,9 @@ def simulate_cli(runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "trace.jsonl"
-        trace = poisson(1000, 1_000_000 / 1000 / 4700, 4700, seed=11, overhead=0.17, alpha=0.0005)
+        trace = many_feeds(
+            tables=1000, rate=1_000_000 / 1000 / 4700, horizon=4700, seed=11, overhead=0.17, alpha=0.0005
+        )
         write_trace(trace, path)
         out["updates"] = trace.n_updates
         for label, extra in (

@@ -125,6 +125,27 @@ def poisson(
     return _assemble(specs, per_table)
 
 
+def many_feeds(
+    *, tables: int, rate: float, horizon: float, alpha: float = 0.0, overhead: float = 0.0, seed: int = 0
+) -> Trace:
+    """Many alike small feeds: every table at the same Poisson rate and cost (issue 14's
+    workloads: 50 and 200 tables at 0.5 updates/s, 1,000 at 0.1/s), where the fixed cost of
+    a job, not the data, limits freshness."""
+    if tables < 1 or rate <= 0 or horizon <= 0:
+        raise ValueError("tables, rate and horizon must be positive")
+    rng = random.Random(seed)
+    specs = [TableSpec(name=f"t{i}", alpha=alpha, overhead=overhead, period=1.0 / rate) for i in range(tables)]
+    per_table: list[list[float]] = []
+    for _ in range(tables):
+        releases: list[float] = []
+        at = rng.expovariate(rate)
+        while at < horizon:
+            releases.append(at)
+            at += rng.expovariate(rate)
+        per_table.append(releases)
+    return _assemble(specs, per_table)
+
+
 def bursty(
     *,
     tables: int = 30,

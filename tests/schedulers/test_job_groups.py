@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 
 import pytest
 
 from schedulers.freshness import evaluate_schedule
+from schedulers.generators import many_feeds
 from schedulers.job_groups import GroupedPolicy, job_cost
 from schedulers.model import TableSpec, TableState, Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
 
 
-def poisson(tables: int, rate: float, seconds: float, seed: int, overhead: float = 0.17) -> Trace:
-    rng = random.Random(seed)
-    events = []
-    for tid in range(tables):
-        at = rng.expovariate(rate)
-        while at < seconds:
-            events.append((at, tid))
-            at += rng.expovariate(rate)
-    events.sort()
-    specs = [TableSpec(name=f"t{i}", alpha=0.0005, overhead=overhead) for i in range(tables)]
-    return Trace(specs, [tid for _, tid in events], [at for at, _ in events])
+def poisson(tables: int, rate: float, seconds: float, seed: int) -> Trace:
+    return many_feeds(tables=tables, rate=rate, horizon=seconds, seed=seed, overhead=0.17, alpha=0.0005)
 
 
 @pytest.mark.parametrize("policy", ["myopic", "max-benefit", "fifo"])
@@ -32,7 +23,7 @@ def poisson(tables: int, rate: float, seconds: float, seed: int, overhead: float
 def test_without_a_shared_cost_or_room_the_schedule_is_the_base_policys(
     policy: str, max_tables: int, overhead: float
 ) -> None:
-    trace = poisson(30, 0.5, 60, seed=3)
+    trace = poisson(30, 0.5, 60, 3)
     base = simulate(trace, make_policy(policy), 2, record_schedule=True, job_overhead=overhead)
     grouped = simulate(
         trace,
@@ -47,7 +38,7 @@ def test_without_a_shared_cost_or_room_the_schedule_is_the_base_policys(
 @pytest.mark.parametrize("rule", ["rate", "delay"])
 @pytest.mark.parametrize("policy", ["myopic", "max-benefit"])
 def test_grouped_schedules_load_everything_once_within_the_bound_at_the_models_cost(policy: str, rule: str) -> None:
-    trace = poisson(120, 0.5, 60, seed=5)
+    trace = poisson(120, 0.5, 60, 5)
     shared = 0.15
     result = simulate(
         trace,
@@ -83,7 +74,7 @@ def test_grouped_schedules_load_everything_once_within_the_bound_at_the_models_c
 
 
 def test_grouping_beats_single_table_jobs_when_the_fixed_cost_dominates() -> None:
-    trace = poisson(200, 0.5, 120, seed=7)
+    trace = poisson(200, 0.5, 120, 7)
     single = simulate(trace, make_policy("myopic"), 2, job_overhead=0.15).freshness.staleness_ratio
     rate = simulate(trace, make_policy("myopic", max_tables_per_job=32, job_overhead=0.15), 2, job_overhead=0.15)
     delay = simulate(
