@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from loader.core.tables import TableConfig
 from loader.durability.wal import Durability
+from loader.loading.spark import lean_changes
 from schedulers.registry import POLICIES
 
 
@@ -76,6 +77,20 @@ class SparkConfig(BaseModel):
     conf: dict[str, str] = Field(default_factory=dict)
     #: Nice increment for the local driver JVM (Linux): loads yield the CPU to acks. 0: off.
     driver_nice: int = Field(default=10, ge=0, le=19)
+    #: What a small append does without (loader/loading/spark.py LEAN_CHANGES, measured in
+    #: BENCHMARKS.md): true = every change, false = none, or a list of change names.
+    lean_writes: bool | list[str] = True
+
+    @field_validator("lean_writes")
+    @classmethod
+    def _known_changes(cls, value: bool | list[str]) -> bool | list[str]:
+        lean_changes(value)  # ValueError naming the unknown change and the known ones
+        return value
+
+    @property
+    def lean(self) -> frozenset[str]:
+        """The lean changes switched on."""
+        return lean_changes(self.lean_writes)
 
 
 class MaintenanceConfig(BaseModel):

@@ -315,11 +315,15 @@ class LoaderService:
 
         s = self.settings
         spark = build_spark_session(
-            master=s.spark.master, conf=s.spark.conf, app_name=s.spark.app_name, fair_pools=s.workers
+            master=s.spark.master,
+            conf=s.spark.conf,
+            app_name=s.spark.app_name,
+            fair_pools=s.workers,
+            lean=s.spark.lean,
         )
         if s.spark.driver_nice:
             renice_driver_jvm(spark, s.spark.driver_nice)
-        return make_sink(s.writer, s.warehouse_path, spark)
+        return make_sink(s.writer, s.warehouse_path, spark, lean=s.spark.lean)
 
     async def _stop_loading(self) -> None:
         await self.dispatcher.wait_idle()

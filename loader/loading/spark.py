@@ -3,6 +3,10 @@
 Each dispatcher worker submits its jobs in its own FAIR pool (``worker-<i>``, equal
 weight, minShare 1), so one table's large load cannot starve the other workers' small
 ones of executor slots. Everything here can be overridden through ``conf``.
+
+``LEAN_CHANGES`` names what a loader's small append can do without (``[spark]
+lean_writes``); each change is switched on or off on its own, so that
+``benchmarks/load_cost`` can measure it alone.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
@@ -23,18 +29,129 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "ALL_LEAN",
     "DELTA_EXTENSION_CLASS",
+    "LEAN_CHANGES",
     "JavaError",
+    "LeanChange",
     "build_spark_session",
     "default_conf",
     "delta_jvm_available",
     "java_version_ok",
+    "lean_changes",
+    "set_write_checksums",
     "use_pool",
 ]
 
 DELTA_EXTENSION_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG_CLASS = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 POOL_PROPERTY = "spark.scheduler.pool"
+
+
+@dataclass(frozen=True)
+class LeanChange:
+    """Something the loader's append does without, and where it takes effect.
+
+    ``conf`` is Spark configuration for the session (so it must suit both writers);
+    ``write_options`` are Hadoop settings of the embedded writer's own Parquet job only
+    (``DataFrameWriter.option``), which the native delta-spark writer, with Delta's commit
+    protocol, never sees. A change with neither is a code path of the sinks, named here so
+    that one list says what ``lean_writes`` switches.
+    """
+
+    why: str
+    conf: Mapping[str, str] = field(default_factory=dict)
+    write_options: Mapping[str, str] = field(default_factory=dict)
+
+
+#: Every lean change by name. Each keeps exactly-once and crash safety: the embedded writer
+#: publishes only files of a job that succeeded, from a staging directory of its own.
+LEAN_CHANGES: dict[str, LeanChange] = {
+    "few_round_trips": LeanChange(
+        "The batch frame is built from SQL text (a DDL schema for the reader, one SELECT for the "
+        "NOT NULL checks and the coalesce) instead of py4j round trips per Column call and per "
+        "column; the writer skips partitionBy() for an unpartitioned table."
+    ),
+    "inline_small_rows": LeanChange(
+        "A batch's in-memory rows up to 1 MiB (frame.py INLINE_ROWS_MAX_BYTES) reach Spark inline "
+        "(createDataFrame from Arrow) instead of as a Parquet file: no file listing, no Hadoop "
+        "configuration broadcast to a file reader, no Parquet reader. Larger ones stay files that "
+        "executors read, so a big batch never passes through the driver."
+    ),
+    "no_call_sites": LeanChange(
+        "PySpark records the Python call site of every Column function for error messages, at two "
+        "to four py4j round trips per call; the loader's errors name the column themselves.",
+        conf={"spark.python.sql.dataFrameDebugging.enabled": "false"},
+    ),
+    "task_commit_in_place": LeanChange(
+        "FileOutputCommitter algorithm 2: a task moves its file into the output directory when it "
+        "commits, so the job commit lists and renames nothing. Its weakness (a failed job leaves "
+        "files behind) does not reach a table: the output is the load's private staging directory, "
+        "published only after the job succeeded and removed otherwise.",
+        write_options={"mapreduce.fileoutputcommitter.algorithm.version": "2"},
+    ),
+    "staging_dirs_premade": LeanChange(
+        "The loader makes the committer's staging directories with os.makedirs before the job: "
+        "Hadoop's local filesystem sets the permissions of each directory it creates by forking "
+        "`chmod` (no native library in the pyspark package), a few milliseconds each."
+    ),
+    "no_checksum_files": LeanChange(
+        "The driver JVM's local filesystem writes no .crc side file next to each Parquet file "
+        "(one more file, one more `chmod` fork, one more rename), which nothing reads: the loader "
+        "moves the Parquet file alone into the table, and Parquet pages carry checksums of their "
+        "own. Executors of a cluster keep writing them into the staging directory, removed with it."
+    ),
+    "cached_table": LeanChange(
+        "The embedded writer keeps each table's deltalake handle and brings it up to date "
+        "(update_incremental) before reading the application transaction, instead of replaying "
+        "the log from its last checkpoint at every load."
+    ),
+}
+ALL_LEAN: frozenset[str] = frozenset(LEAN_CHANGES)
+
+
+def lean_changes(setting: bool | Iterable[str]) -> frozenset[str]:
+    """The changes a ``lean_writes`` setting names: true = all, false = none, or a list of names."""
+    if setting is True:
+        return ALL_LEAN
+    if setting is False:
+        return frozenset()
+    names = frozenset([setting] if isinstance(setting, str) else setting)
+    unknown = sorted(names - ALL_LEAN)
+    if unknown:
+        raise ValueError(f"unknown lean_writes change(s) {unknown}; choose from {sorted(ALL_LEAN)}, or true/false")
+    return names
+
+
+def lean_conf(lean: Iterable[str]) -> dict[str, str]:
+    """Spark session settings of the named changes."""
+    conf: dict[str, str] = {}
+    for name in sorted(lean):
+        conf.update(LEAN_CHANGES[name].conf)
+    return conf
+
+
+def lean_write_options(lean: Iterable[str]) -> dict[str, str]:
+    """Hadoop settings of the named changes for the embedded writer's Parquet job."""
+    options: dict[str, str] = {}
+    for name in sorted(lean):
+        options.update(LEAN_CHANGES[name].write_options)
+    return options
+
+
+def set_write_checksums(spark: SparkSession, enabled: bool) -> bool:
+    """Whether the driver JVM's local filesystem writes ``.crc`` side files (``no_checksum_files``).
+
+    The flag lives on Hadoop's cached ``file:`` filesystem, which local-mode executors share
+    with the driver; returns False when there is no JVM to set it on (Spark Connect).
+    """
+    try:
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        jvm.org.apache.hadoop.fs.FileSystem.getLocal(conf).setWriteChecksum(enabled)
+        return True
+    except Exception:  # no JVM here: the default (checksums) stays
+        return False
 
 
 def java_version_ok() -> int:
@@ -109,9 +226,11 @@ def build_spark_session(
     conf: dict[str, str] | None = None,
     app_name: str = "warehouse-loader",
     fair_pools: int = 0,
+    lean: Iterable[str] = ALL_LEAN,
 ) -> SparkSession:
     """Start (or return the running) Spark session with the loader's defaults under ``conf``.
 
+    ``lean`` names the ``LEAN_CHANGES`` whose session settings apply (``conf`` still wins).
     Raises JavaError before touching the JVM when Java is missing or older than 17.
     """
     java_version_ok()
@@ -125,7 +244,9 @@ def build_spark_session(
     # is on the PATH). A cluster's executors need the same packages (the Docker image has them).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     user = dict(conf or {})
+    lean = lean_changes(lean)
     settings = default_conf(master)
+    settings.update(lean_conf(lean))
     if _wants_delta_jars(user):
         settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
         settings["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG_CLASS
@@ -138,7 +259,10 @@ def build_spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    if "no_checksum_files" in lean:
+        set_write_checksums(spark, False)
+    return spark
 
 
 def renice_driver_jvm(spark: SparkSession, increment: int) -> int:

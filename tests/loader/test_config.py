@@ -43,6 +43,18 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.wal.durability is Durability.flush
 
 
+def test_lean_writes_default_on_and_switch_per_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loader.loading.spark import ALL_LEAN
+
+    monkeypatch.delenv("LOADER_SPARK__LEAN_WRITES", raising=False)
+    assert load_settings(None).spark.lean == ALL_LEAN
+    path = tmp_path / "loader.toml"
+    path.write_text('[spark]\nlean_writes = ["cached_table", "no_call_sites"]\n', encoding="utf-8")
+    assert load_settings(path).spark.lean == {"cached_table", "no_call_sites"}
+    monkeypatch.setenv("LOADER_SPARK__LEAN_WRITES", "false")
+    assert load_settings(path).spark.lean == frozenset()
+
+
 def test_settings_of_earlier_releases_still_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The flat names before [intake] and [wal] existed are aliases, in the file, as keyword
     arguments and as LOADER_<NAME>; the new spelling of the environment wins over the old."""
@@ -118,6 +130,7 @@ def test_old_names_as_keyword_arguments_keep_the_precedence(monkeypatch: pytest.
             "tables.0.schema.columns.0.type",
         ),
         ('[[auth_tokens]]\ntoken = "short"\nrole = "operator"\n', "auth_tokens.0.token"),
+        ('[spark]\nlean_writes = ["fast"]\n', "unknown lean_writes change(s) ['fast']"),
     ],
 )
 def test_mistakes_are_named(tmp_path: Path, text: str, fragment: str) -> None:

@@ -6,6 +6,7 @@ without Spark); the Spark-backed sinks are imported when a sink is made.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,14 +20,19 @@ if TYPE_CHECKING:
 __all__ = ["Sink", "make_sink"]
 
 
-def make_sink(kind: WriterKind, warehouse: Path, spark: SparkSession) -> Sink:
-    """The sink for ``writer = kind``; DeltaJarsMissing if delta-spark cannot run here."""
-    from loader.loading.sinks.probe import choose_writer
+def make_sink(kind: WriterKind, warehouse: Path, spark: SparkSession, lean: Iterable[str] | None = None) -> Sink:
+    """The sink for ``writer = kind``; DeltaJarsMissing if delta-spark cannot run here.
 
+    ``lean``: the lean changes its code paths follow (loader/loading/spark.py); None = all.
+    """
+    from loader.loading.sinks.probe import choose_writer
+    from loader.loading.spark import ALL_LEAN
+
+    changes = ALL_LEAN if lean is None else lean
     if choose_writer(kind, spark) == "delta-spark":
         from loader.loading.sinks.delta_spark import DeltaSparkSink
 
-        return DeltaSparkSink(Path(warehouse), spark)
+        return DeltaSparkSink(Path(warehouse), spark, changes)
     from loader.loading.sinks.delta_rs import DeltaRsSink
 
-    return DeltaRsSink(Path(warehouse), spark)
+    return DeltaRsSink(Path(warehouse), spark, changes)

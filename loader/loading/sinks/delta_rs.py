@@ -19,7 +19,9 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
@@ -32,11 +34,20 @@ from loader.loading.sinks.add_actions import file_stats, log_path, partition_val
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import describe, run_group_job
+from loader.loading.spark import ALL_LEAN, lean_write_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
 #: Hidden from Delta readers and vacuum (a leading dot), unique per load.
 STAGING_PREFIX = ".staging-"
+#: Where Hadoop's FileOutputCommitter keeps task attempts under its output directory
+#: (``_temporary/<application attempt, 0>/_temporary``); made by the loader with the
+#: ``staging_dirs_premade`` lean change. Should the layout ever differ, Hadoop makes its
+#: own directories as before: slower, never wrong.
+COMMITTER_WORK_DIR = PurePosixPath("_temporary", "0", "_temporary")
 
 
 class DeltaRsSink(DeltaSinkBase):
@@ -46,12 +57,18 @@ class DeltaRsSink(DeltaSinkBase):
 
     name = "delta-rs"
 
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = ALL_LEAN) -> None:
+        super().__init__(warehouse, spark, lean)
+        #: Handles kept by the ``cached_table`` lean change, one per table (one load of a table at a time).
+        self._handles: dict[str, DeltaTable] = {}
+
     def ensure_table(self, table: str, schema: TableSchema) -> None:
         super().ensure_table(table, schema)
         self.cleanup(table)
 
     def cleanup(self, table: str) -> int:
         """Remove staging directories of crashed loads; only while no load of ``table`` runs."""
+        self._handles.pop(table, None)
         path = self.table_path(table)
         stale = [p for p in path.glob(f"{STAGING_PREFIX}*") if p.is_dir()] if path.is_dir() else []
         for directory in stale:
@@ -62,55 +79,57 @@ class DeltaRsSink(DeltaSinkBase):
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
         path = self.table_path(table)
-        delta = DeltaTable(str(path))
+        delta = self._current_table(table)
         todo = unloaded_part(batch, delta.transaction_version(txn_app) or 0)
         if todo is None:
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
         batch = todo
 
         staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
-        output = staging / "out"
-        published: list[Path] = []
-        committed = False
         try:
             started = time.perf_counter()
-            frame = build_batch_frame(self.spark, batch, schema, staging / "in")
-            frame.write.mode("errorifexists").partitionBy(*schema.partition_by).parquet(str(output))
-            written = time.perf_counter()
+            frame = build_batch_frame(self.spark, batch, schema, staging / "in", lean=self.lean)
+            self._write_parquet(frame, staging / "out", schema)
+            spark_seconds = time.perf_counter() - started
             failpoints.hit("load.after-spark-write")
-            actions, rows = self._publish(output, path, schema, published)
-            moved = time.perf_counter()
-            failpoints.hit("load.after-publish")
-            delta.create_write_transaction(
-                list[AddAction | RemoveAction](actions),
-                "append",
-                delta.schema(),
-                partition_by=list(schema.partition_by) or None,
-                commit_properties=CommitProperties(app_transactions=[Transaction(txn_app, seq)]),
-            )
-            committed = True
-            done = time.perf_counter()
-            failpoints.hit("load.after-commit")
+            return self._commit_staged(batch, schema, delta, staging / "out", spark_seconds)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-            if not committed:
-                self._unpublish(table, seq, published)
-        # create_write_transaction does not refresh this handle; one writer per table, so
-        # the newest version is this commit.
-        delta.update_incremental()
-        return LoadResult(
-            table,
-            seq,
-            rows=rows,
-            delta_version=delta.version(),
-            files_written=len(actions),
-            bytes_written=sum(a.size for a in actions),
-            details={
-                "spark_seconds": written - started,
-                "publish_seconds": moved - written,
-                "commit_seconds": done - moved,
-            },
-        )
+
+    def _current_table(self, table: str) -> DeltaTable:
+        """The table's deltalake handle at its newest version, from which the app transaction is read.
+
+        With ``cached_table`` the handle of the last load is brought up to date (commits of
+        maintenance included); one that cannot be is dropped and the table opened afresh.
+        """
+        path = str(self.table_path(table))
+        if "cached_table" not in self.lean:
+            return DeltaTable(path)
+        delta = self._handles.pop(table, None)
+        if delta is not None:
+            try:
+                delta.update_incremental()
+            except Exception:
+                log.warning("could not bring the cached handle of %s up to date; opening it afresh", table)
+                delta = None
+        if delta is None:
+            delta = DeltaTable(path)
+        self._handles[table] = delta
+        return delta
+
+    def _write_parquet(self, frame: DataFrame, output: Path, schema: TableSchema) -> None:
+        """One Spark job writing ``frame`` as Parquet into ``output`` (a directory of this load)."""
+        if "staging_dirs_premade" in self.lean:
+            (output / COMMITTER_WORK_DIR).mkdir(parents=True)
+            writer = frame.write.mode("append")  # into the (empty) directory just made
+        else:
+            writer = frame.write.mode("errorifexists")
+        options = lean_write_options(self.lean)
+        if options:
+            writer = writer.options(**options)
+        if schema.partition_by or "few_round_trips" not in self.lean:
+            writer = writer.partitionBy(*schema.partition_by)
+        writer.parquet(str(output))
 
     def _publish(
         self, staging: Path, root: Path, schema: TableSchema, published: list[Path]
@@ -157,7 +176,7 @@ class DeltaRsSink(DeltaSinkBase):
             if schema.partition_by:
                 continue
             try:
-                delta = DeltaTable(str(self.table_path(batch.table)))
+                delta = self._current_table(batch.table)
                 part = unloaded_part(batch, delta.transaction_version(app_id(batch.table)) or 0)
             except Exception as exc:
                 outcomes[i] = exc
@@ -210,7 +229,8 @@ class DeltaRsSink(DeltaSinkBase):
     def _commit_staged(
         self, batch: Batch, schema: TableSchema, delta: DeltaTable, output: Path, spark_seconds: float
     ) -> LoadResult:
-        """Publish a batch's staged files into its table and commit them with its transaction."""
+        """Publish a batch's staged files into its table and commit them with its transaction;
+        files published by a commit that did not land are removed again."""
         table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
         path = self.table_path(table)
         published: list[Path] = []
@@ -219,18 +239,22 @@ class DeltaRsSink(DeltaSinkBase):
             started = time.perf_counter()
             actions, rows = self._publish(output, path, schema, published)
             moved = time.perf_counter()
+            failpoints.hit("load.after-publish")
             delta.create_write_transaction(
                 list[AddAction | RemoveAction](actions),
                 "append",
                 delta.schema(),
-                partition_by=None,
+                partition_by=list(schema.partition_by) or None,
                 commit_properties=CommitProperties(app_transactions=[Transaction(txn_app, seq)]),
             )
             committed = True
             done = time.perf_counter()
+            failpoints.hit("load.after-commit")
         finally:
             if not committed:
                 self._unpublish(table, seq, published)
+        # create_write_transaction does not refresh this handle; one writer per table, so
+        # the newest version is this commit.
         delta.update_incremental()
         return LoadResult(
             table,

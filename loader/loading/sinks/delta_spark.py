@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.probe import choose_writer
+from loader.loading.spark import ALL_LEAN
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,9 +35,9 @@ class DeltaSparkSink(DeltaSinkBase):
 
     name = "delta-spark"
 
-    def __init__(self, warehouse: Path, spark: SparkSession) -> None:
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = ALL_LEAN) -> None:
         choose_writer("delta-spark", spark)  # DeltaJarsMissing now, not at the first load
-        super().__init__(warehouse, spark)
+        super().__init__(warehouse, spark, lean)
 
     def load_group(self, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:
         """No multi-table job here: one load per table, each its own commit."""
@@ -51,7 +53,7 @@ class DeltaSparkSink(DeltaSinkBase):
         scratch = self.table_path(table) / f".staging-{uuid.uuid4().hex}"  # hidden from Delta
         try:
             writer = (
-                build_batch_frame(self.spark, batch, schema, scratch)
+                build_batch_frame(self.spark, batch, schema, scratch, lean=self.lean)
                 .write.format("delta")
                 .mode("append")
                 .option("txnAppId", txn_app)

@@ -7,6 +7,7 @@ answers do not depend on whether Delta's JVM classes are present.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from deltalake.exceptions import TableNotFoundError
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch
 from loader.durability.transactions import app_id
-from loader.loading.spark import use_pool
+from loader.loading.spark import ALL_LEAN, lean_changes, use_pool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,13 +63,18 @@ def schema_differences(table: DeltaTable, schema: TableSchema) -> list[str]:
 
 
 class DeltaSinkBase:
-    """Table paths, ``ensure_table``, ``committed_seq`` and FAIR pools for a Spark-backed sink."""
+    """Table paths, ``ensure_table``, ``committed_seq`` and FAIR pools for a Spark-backed sink.
+
+    ``lean`` names the lean changes (loader/loading/spark.py ``LEAN_CHANGES``) the sink's
+    code paths follow; a plain attribute, so a benchmark can switch them between loads.
+    """
 
     name = "delta"
 
-    def __init__(self, warehouse: Path, spark: SparkSession) -> None:
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = ALL_LEAN) -> None:
         self.warehouse = Path(warehouse)
         self.spark = spark
+        self.lean = lean_changes(lean)
 
     def table_path(self, table: str) -> Path:
         return self.warehouse / table

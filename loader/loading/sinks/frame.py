@@ -20,8 +20,9 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from loader.core.schema import TableSchema
+from loader.core.schema import SPARK_TYPES, TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, SpilledRows
+from loader.loading.spark import ALL_LEAN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 
 #: Batches up to this size are written by one task as one file (per partition value).
 TARGET_FILE_BYTES = 128 << 20
+#: In-memory rows up to this many Arrow bytes reach Spark inline (the ``inline_small_rows``
+#: lean change); larger ones as a Parquet file that executors read.
+INLINE_ROWS_MAX_BYTES = 1 << 20
 
 #: Intake's pyarrow CSV null markers (its defaults), applied to non-string columns here too.
 CSV_NULLS = tuple(pa_csv.ConvertOptions().null_values)
@@ -53,20 +57,44 @@ def _escape_glob(path: str) -> str:
     return _GLOB.sub(r"\\\1", path)
 
 
-def _rows_frame(spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema, scratch: Path) -> DataFrame:
+def nullable_ddl(schema: TableSchema) -> str:
+    """The table's columns as a Spark DDL string, every column nullable (see ``spark_struct``).
+
+    Handed to the reader as text, the schema is one py4j call; a ``StructType`` is two plus
+    its JSON. Column names are plain identifiers (loader/core/schema.py checks them).
+    """
+    return ", ".join(f"`{c.name}` {SPARK_TYPES[c.type]}" for c in schema.columns)
+
+
+def _sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _rows_frame(
+    spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema, scratch: Path, lean: frozenset[str]
+) -> DataFrame:
     """In-memory rows, handed to Spark as a Parquet file that executors read.
 
-    ``createDataFrame(arrow)`` would serialize the rows in this process through py4j,
-    holding the GIL for most of a load and many round trips, which the service's request
-    handler then waits for; pyarrow writes the file with the GIL released, and Spark's
-    executors (in the JVM) do the reading.
+    ``createDataFrame(arrow)`` serializes the rows in this process and sends them to the
+    driver, which ships them inside the tasks: for a large batch that holds the GIL and
+    the driver's memory while the service's request handler waits. pyarrow writes the
+    file with the GIL released, and Spark's executors (in the JVM) do the reading. A
+    small batch (``inline_small_rows``) goes inline all the same: a file costs it more
+    (a listing, the Hadoop configuration broadcast to the reader, a Parquet reader) than
+    its few kilobytes cost to send.
     """
     arrow = schema.arrow()
     data = pa.concat_tables([t.select(arrow.names).cast(arrow) for t in tables])
+    if "inline_small_rows" in lean and data.nbytes <= INLINE_ROWS_MAX_BYTES:
+        return spark.createDataFrame(data, schema=spark_struct(schema))
     scratch.mkdir(parents=True, exist_ok=True)
-    path = scratch / "rows.parquet"
-    pq.write_table(data, path, compression="none")
-    return spark.read.schema(spark_struct(schema)).parquet(_escape_glob(str(path)))
+    written = scratch / "rows.parquet"
+    pq.write_table(data, written, compression="none")
+    path = _escape_glob(str(written))
+    if "few_round_trips" in lean:
+        return spark.read.format("parquet").schema(nullable_ddl(schema)).load(path)
+    return spark.read.schema(spark_struct(schema)).parquet(path)
 
 
 def _spill_segments(refs: Sequence[SpilledRows]) -> tuple[list[str], list[pa.Table]]:
@@ -197,6 +225,20 @@ def _files_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSc
     return frames
 
 
+def _checked_sql(schema: TableSchema) -> list[str]:
+    """``_checked`` as SQL expressions, for one ``selectExpr`` call (a Column per column
+    costs py4j round trips per function call)."""
+    out = []
+    for column in schema.columns:
+        name = f"`{column.name}`"
+        if column.nullable:
+            out.append(name)
+            continue
+        message = _sql_string(f"column {column.name!r} is NOT NULL but a row of this batch holds null")
+        out.append(f"CASE WHEN {name} IS NULL THEN raise_error({message}) ELSE {name} END AS {name}")
+    return out
+
+
 def _checked(schema: TableSchema) -> list[Column]:
     """Columns in table order; a null in a NOT NULL column fails the job (nothing is committed)."""
     from pyspark.sql import functions as F
@@ -217,17 +259,20 @@ def build_batch_frame(
     schema: TableSchema,
     scratch: Path,
     target_file_bytes: int = TARGET_FILE_BYTES,
+    lean: frozenset[str] = ALL_LEAN,
 ) -> DataFrame:
     """The batch as one lazily evaluated DataFrame; no row reaches the driver.
 
     ``scratch`` is a directory (that executors can read) for the batch's in-memory rows;
-    the caller removes it once the frame has been written.
+    the caller removes it once the frame has been written. ``lean`` names the lean changes
+    (loader/loading/spark.py) followed: ``few_round_trips`` builds the same plan from SQL
+    text, ``inline_small_rows`` sends a small batch's rows without a file.
     """
     frames: list[DataFrame] = []
     whole, partial = _spill_segments(batch.spilled)
     tables = batch.row_tables + partial
     if tables or not (batch.files or whole):  # a batch without payload still advances the sequence
-        frames.append(_rows_frame(spark, tables or [schema.arrow().empty_table()], schema, scratch))
+        frames.append(_rows_frame(spark, tables or [schema.arrow().empty_table()], schema, scratch, lean))
     if whole:
         frames.append(spark.read.schema(spark_struct(schema)).parquet(*[_escape_glob(p) for p in whole]))
     frames.extend(_files_frames(spark, batch.files, schema))
@@ -235,4 +280,10 @@ def build_batch_frame(
     for other in frames[1:]:
         df = df.unionByName(other)
     # Coalesce never shuffles: small batches become one task writing one file.
-    return df.select(_checked(schema)).coalesce(max(1, math.ceil(batch.nbytes / target_file_bytes)))
+    files = max(1, math.ceil(batch.nbytes / target_file_bytes))
+    if "few_round_trips" in lean:
+        # One statement whatever the number of columns (selectExpr pays a round trip per
+        # expression); the frame is a temporary view under a random name for its duration.
+        query = f"SELECT /*+ COALESCE({files}) */ {', '.join(_checked_sql(schema))} FROM {{batch}}"
+        return spark.sql(query, batch=df)
+    return df.select(_checked(schema)).coalesce(files)

@@ -1,0 +1,443 @@
+"""What the load-cost benchmark measures a load with, besides a stopwatch.
+
+- ``PhaseRecorder``: wall time and py4j round trips of each step of ``DeltaRsSink.load``,
+  from wrappers put around the sink's own steps (the live path, not a copy of it).
+- ``JvmThreads``: CPU seconds of the driver JVM by thread kind, from ``/proc`` (Linux).
+- ``spark_phases``: the Spark job of each load, cut into phases by Spark's own event log
+  (``SparkListenerSQLExecutionStart``/``JobStart``/``TaskEnd``/``JobEnd``/...), with the
+  write command's ``job commit time`` and ``task commit time`` metrics.
+- ``Flight``: Java Flight Recorder samples of the driver JVM (``jcmd``, ``jfr`` of the
+  JDK), each sample put in one activity by the innermost frame that names one.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The steps of ``DeltaRsSink.load``, in order, as the report names them.
+PHASES = (
+    "open table, read app transaction",
+    "rows to Parquet (pyarrow)",
+    "build DataFrame (py4j)",
+    "Spark write job",
+    "publish (rename, footer stats)",
+    "Delta commit (deltalake)",
+    "handle refresh",
+    "staging cleanup",
+    "other Python",
+)
+BACKGROUND = "py4j object release (other threads)"
+
+
+@dataclass
+class LoadRecord:
+    """One load: seconds per phase, py4j round trips and their seconds per phase, wall marks."""
+
+    phases: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
+    py4j_calls: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
+    py4j_seconds: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
+    #: Epoch seconds (start, end) of each phase's first run, to line up with Spark's event log.
+    marks: dict[str, tuple[float, float]] = field(default_factory=dict)
+    total: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "phases": dict(self.phases),
+            "py4j_calls": dict(self.py4j_calls),
+            "py4j_seconds": dict(self.py4j_seconds),
+            "marks": self.marks,
+        }
+
+
+class PhaseRecorder:
+    """Times the phases of loads run on one thread.
+
+    A phase wrapped ``nested=True`` (pyarrow's write inside the frame build) is carved out
+    of the phase it runs in; any other phase called inside one counts for the outer one
+    (``update_incremental`` inside "open table" is not a "handle refresh").
+    """
+
+    def __init__(self) -> None:
+        self.record: LoadRecord | None = None
+        self.thread: threading.Thread | None = None
+        self._stack: list[list[Any]] = []  # [name, perf_counter start, seconds of carved-out children]
+
+    def wrap(self, name: str, fn: Callable[..., Any], nested: bool = False) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            record = self.record
+            if record is None or threading.current_thread() is not self.thread or (self._stack and not nested):
+                return fn(*args, **kwargs)
+            wall = time.time()
+            frame = [name, time.perf_counter(), 0.0]
+            self._stack.append(frame)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._stack.pop()
+                elapsed = time.perf_counter() - frame[1]
+                record.phases[name] += elapsed - frame[2]
+                record.marks.setdefault(name, (wall, time.time()))
+                if self._stack:
+                    self._stack[-1][2] += elapsed
+
+        return timed
+
+    def py4j(self, seconds: float) -> None:
+        record = self.record
+        if record is None:
+            return
+        if threading.current_thread() is self.thread:
+            where = self._stack[-1][0] if self._stack else "other Python"
+        else:
+            where = BACKGROUND
+        record.py4j_calls[where] += 1
+        record.py4j_seconds[where] += seconds
+
+    def run(self, load: Callable[[], Any]) -> tuple[Any, LoadRecord]:
+        """Run one load under the recorder; the time outside every phase is "other Python"."""
+        self.record, self.thread, self._stack = LoadRecord(), threading.current_thread(), []
+        started = time.perf_counter()
+        try:
+            result = load()
+        finally:
+            record, self.record = self.record, None
+            record.total = time.perf_counter() - started
+        record.phases["other Python"] = max(0.0, record.total - sum(record.phases.values()))
+        return result, record
+
+
+def count_py4j(recorder: PhaseRecorder) -> Callable[[], None]:
+    """Route every py4j round trip of this process through ``recorder``; returns the undo."""
+    from py4j.clientserver import ClientServerConnection
+
+    original = ClientServerConnection.send_command
+
+    def send_command(self: Any, command: str) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(self, command)
+        finally:
+            recorder.py4j(time.perf_counter() - started)
+
+    ClientServerConnection.send_command = send_command  # type: ignore[method-assign]
+
+    def undo() -> None:
+        ClientServerConnection.send_command = original  # type: ignore[method-assign]
+
+    return undo
+
+
+# -- JVM threads ------------------------------------------------------------------------
+#: Thread kinds of a Spark driver JVM, by thread name (first match). ``/proc`` keeps the
+#: first 15 characters of a name, so the patterns look no further.
+THREAD_KINDS: tuple[tuple[str, str], ...] = (
+    ("py4j command threads (DataFrame calls, analysis, planning, write command)", r"^Thread-\d+$"),
+    ("executor task threads (read, Parquet write, task commit)", r"^Executor task"),
+    ("DAG scheduler (stages, task serialization)", r"^dag-scheduler"),
+    ("JIT compiler", r"^C\d CompilerThre"),
+    ("garbage collector", r"^(GC Thread|G1 |VM Thread)"),
+    ("listener bus (status store, event log)", r"^spark-listener"),
+    ("RPC and task results", r"^(dispatcher-|task-result|netty-rpc|rpc-)"),
+    ("process reaper (forked `chmod`s)", r"^process reaper"),
+)
+OTHER_THREADS = "other threads"
+CHILD_PROCESSES = "forked processes (`chmod`, their own CPU)"
+
+
+class JvmThreads:
+    """CPU seconds of one JVM's threads, grouped by ``THREAD_KINDS`` (Linux ``/proc``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self._kinds = [(name, re.compile(rx)) for name, rx in THREAD_KINDS]
+
+    @staticmethod
+    def available(pid: int | None) -> bool:
+        return pid is not None and Path(f"/proc/{pid}/task").is_dir()
+
+    def total(self) -> float:
+        """The whole process (threads and waited-for children), one file read."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15]) / self.tick
+
+    def snapshot(self) -> dict[str, float]:
+        out: dict[str, float] = collections.defaultdict(float)
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                text = Path(f"/proc/{self.pid}/task/{tid}/stat").read_text()
+            except OSError:  # the thread ended meanwhile
+                continue
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text.rsplit(")", 1)[1].split()
+            seconds = (int(fields[11]) + int(fields[12])) / self.tick
+            kind = next((k for k, rx in self._kinds if rx.search(name)), OTHER_THREADS)
+            out[kind] += seconds
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out[CHILD_PROCESSES] = (int(fields[13]) + int(fields[14])) / self.tick
+        return dict(out)
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(before) | set(after)}
+
+
+def find_executor_pid(app_id: str) -> int | None:
+    """The standalone executor JVM of application ``app_id`` on this machine, if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmdline and app_id.encode() in cmdline:
+            return int(entry.name)
+    return None
+
+
+# -- Spark's event log ------------------------------------------------------------------
+#: Phases of a load's Spark write, from the write call's start to its return (milliseconds).
+SPARK_PHASES = (
+    "driver: analyze, optimize, plan, describe the plan",
+    "driver: write command until job submitted (committer setup, scan set-up)",
+    "scheduler: job submitted to task launched (task serialization)",
+    "task: deserialize",
+    "task: run, less task commit (read rows, Parquet writer set-up and write)",
+    "task: commit (committer)",
+    "task: finish to job end (result, scheduler)",
+    "driver: job commit (committer)",
+    "driver: after job commit until the command ends",
+    "py4j return",
+)
+
+
+def read_event_log(directory: Path) -> list[dict[str, Any]]:
+    """Every event of the (uncompressed, unrolled) event log(s) written into ``directory``."""
+    events: list[dict[str, Any]] = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        with open(path, encoding="utf-8") as handle:
+            events.extend(json.loads(line) for line in handle if line.strip())
+    return events
+
+
+def _metric_names(plan: dict[str, Any], out: dict[int, str]) -> None:
+    for metric in plan.get("metrics", []):
+        out[metric["accumulatorId"]] = metric["name"]
+    for child in plan.get("children", []):
+        _metric_names(child, out)
+
+
+@dataclass
+class _Execution:
+    start_ms: int
+    plan: str = ""
+    end_ms: int | None = None
+    job_ids: list[int] = field(default_factory=list)
+    job_submit_ms: int | None = None
+    job_end_ms: int | None = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    job_commit_ms: float = 0.0
+
+
+def spark_phases(events: Iterable[dict[str, Any]], windows: list[tuple[float, float]]) -> list[dict[str, float] | None]:
+    """Per window (epoch seconds of one write call), its SQL execution cut into ``SPARK_PHASES``.
+
+    None where no execution with exactly one job and one task started inside the window.
+    """
+    names: dict[int, str] = {}
+    executions: dict[int, _Execution] = {}
+    job_execution: dict[int, int] = {}
+    stage_job: dict[int, int] = {}
+    for event in events:
+        kind = event["Event"]
+        if kind.endswith("SQLExecutionStart"):
+            _metric_names(event.get("sparkPlanInfo", {}), names)
+            executions[event["executionId"]] = _Execution(
+                start_ms=event["time"], plan=event.get("physicalPlanDescription", "")
+            )
+        elif kind.endswith("SQLAdaptiveExecutionUpdate"):
+            _metric_names(event.get("sparkPlanInfo", {}), names)
+        elif kind.endswith("SQLExecutionEnd"):
+            if event["executionId"] in executions:
+                executions[event["executionId"]].end_ms = event["time"]
+        elif kind.endswith("DriverAccumUpdates"):
+            execution = executions.get(event["executionId"])
+            if execution is not None:
+                for accumulator, value in event["accumUpdates"]:
+                    if names.get(accumulator) == "job commit time":
+                        execution.job_commit_ms += value
+        elif kind == "SparkListenerJobStart":
+            execution_id = (event.get("Properties") or {}).get("spark.sql.execution.id")
+            if execution_id is not None and int(execution_id) in executions:
+                execution = executions[int(execution_id)]
+                execution.job_ids.append(event["Job ID"])
+                execution.job_submit_ms = event["Submission Time"]
+                job_execution[event["Job ID"]] = int(execution_id)
+                for stage in event.get("Stage IDs", []):
+                    stage_job[stage] = event["Job ID"]
+        elif kind == "SparkListenerJobEnd":
+            execution_id = job_execution.get(event["Job ID"])
+            if execution_id is not None:
+                executions[execution_id].job_end_ms = event["Completion Time"]
+        elif kind == "SparkListenerTaskEnd":
+            job = stage_job.get(event["Stage ID"])
+            if job is not None:
+                executions[job_execution[job]].tasks.append(event)
+    out: list[dict[str, float] | None] = []
+    for begin, end in windows:
+        inside = [
+            e
+            for e in executions.values()
+            if begin * 1000 - 2 <= e.start_ms <= end * 1000 + 2 and e.job_ids and e.end_ms is not None
+        ]
+        if len(inside) != 1 or len(inside[0].job_ids) != 1 or len(inside[0].tasks) != 1:
+            out.append(None)
+            continue
+        e = inside[0]
+        task = e.tasks[0]
+        info, metrics = task["Task Info"], task["Task Metrics"]
+        accumulables = {names.get(a["ID"], a.get("Name")): a.get("Update") for a in info.get("Accumulables", [])}
+        task_commit = float(accumulables.get("task commit time") or 0)
+        deserialize, run = metrics["Executor Deserialize Time"], metrics["Executor Run Time"]
+        assert e.job_submit_ms is not None and e.job_end_ms is not None and e.end_ms is not None
+        out.append(
+            {
+                SPARK_PHASES[0]: e.start_ms - begin * 1000,
+                SPARK_PHASES[1]: e.job_submit_ms - e.start_ms,
+                SPARK_PHASES[2]: info["Launch Time"] - e.job_submit_ms,
+                SPARK_PHASES[3]: deserialize,
+                SPARK_PHASES[4]: run - task_commit,
+                SPARK_PHASES[5]: task_commit,
+                SPARK_PHASES[6]: e.job_end_ms - info["Launch Time"] - deserialize - run,
+                SPARK_PHASES[7]: e.job_commit_ms,
+                SPARK_PHASES[8]: e.end_ms - e.job_end_ms - e.job_commit_ms,
+                SPARK_PHASES[9]: end * 1000 - e.end_ms,
+                # What the plan holds: an Exchange would mean a shuffle, AdaptiveSparkPlan that AQE took part.
+                "_exchange": float("Exchange" in e.plan),
+                "_adaptive": float("AdaptiveSparkPlan" in e.plan),
+            }
+        )
+    return out
+
+
+# -- Java Flight Recorder ---------------------------------------------------------------
+#: Activities of the driver JVM, by frame (regex); a sample goes to the innermost frame
+#: that names one. JIT and GC threads are not Java threads: ``JvmThreads`` counts them.
+ACTIVITIES: tuple[tuple[str, str], ...] = (
+    (
+        "Hadoop Configuration (copies, look-ups, (de)serialization)",
+        r"hadoop\.conf\.Configuration\.|SerializableConfiguration",
+    ),
+    ("forking `chmod` (Hadoop local filesystem permissions)", r"hadoop\.util\.Shell\.|java\.lang\.ProcessBuilder"),
+    ("Parquet writer (set-up, encode, footer)", r"org\.apache\.parquet\.(hadoop|column|format)|ParquetOutputWriter"),
+    (
+        "Parquet reader (the rows file)",
+        r"VectorizedParquetRecordReader|SpecificParquetRecordReaderBase|ParquetFileReader",
+    ),
+    ("commit protocol (set-up, task and job commit)", r"FileOutputCommitter|CommitProtocol"),
+    ("filesystem calls", r"org\.apache\.hadoop\.fs\."),
+    ("code generation", r"org\.codehaus\.|CodeGenerator"),
+    ("plan description for the SQL listener", r"explainString|ExplainUtils|SparkPlanInfo"),
+    ("analysis", r"sql\.catalyst\.analysis\.|\.Analyzer\.|CheckAnalysis"),
+    ("optimization", r"sql\.catalyst\.optimizer\.|\.Optimizer\."),
+    (
+        "physical planning",
+        r"QueryPlanner|SparkStrategies|FileSourceStrategy|QueryExecution\$?\.prepare|EnsureRequirements",
+    ),
+    ("file listing", r"InMemoryFileIndex|PartitioningAwareFileIndex|HadoopFSUtils"),
+    ("task and closure (de)serialization", r"ClosureCleaner|JavaSerializer|ObjectOutputStream|ObjectInputStream"),
+    ("broadcast and block manager", r"TorrentBroadcast|storage\.BlockManager|MemoryStore|SizeEstimator"),
+    ("DAG and task scheduler", r"org\.apache\.spark\.scheduler\."),
+    ("listener bus and status store", r"org\.apache\.spark\.status\.|ListenerBus|SQLAppStatusListener"),
+    ("py4j command handling", r"^py4j\."),
+)
+OTHER_ACTIVITY = "other"
+
+
+def jdk_tool(name: str) -> str | None:
+    """A JDK tool (``jcmd``, ``jfr``) beside the ``java`` in use, or on PATH."""
+    java = shutil.which("java")
+    if java:
+        candidate = Path(os.path.realpath(java)).parent / name
+        if candidate.exists():
+            return str(candidate)
+    return shutil.which(name)
+
+
+class Flight:
+    """One JFR recording of a running JVM at a time (``jcmd PID JFR.start/stop``)."""
+
+    def __init__(self, pid: int, directory: Path) -> None:
+        self.pid = pid
+        self.directory = directory
+        self.jcmd, self.jfr = jdk_tool("jcmd"), jdk_tool("jfr")
+        self._count = 0
+
+    @property
+    def available(self) -> bool:
+        return self.jcmd is not None and self.jfr is not None
+
+    def _jcmd(self, *args: str) -> None:
+        assert self.jcmd is not None
+        done = subprocess.run([self.jcmd, str(self.pid), *args], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0 or "error" in done.stdout.lower():
+            raise RuntimeError(f"jcmd {' '.join(args)} failed: {done.stdout.strip()} {done.stderr.strip()}")
+
+    def start(self) -> Path:
+        self._count += 1
+        path = self.directory / f"load-cost-{self._count}.jfr"
+        # method-profiling=max: a Java stack every 1 ms (JDK 17's profile settings).
+        self._jcmd("JFR.start", "name=load-cost", "settings=profile", "method-profiling=max", f"filename={path}")
+        return path
+
+    def stop(self) -> None:
+        self._jcmd("JFR.stop", "name=load-cost")
+
+    def activities(self, path: Path) -> dict[str, Any]:
+        """Samples per activity and thread kind; forks (``jdk.ProcessStart``) counted by command."""
+        assert self.jfr is not None
+        rules = [(name, re.compile(rx)) for name, rx in ACTIVITIES]
+        kinds = [(name, re.compile(rx)) for name, rx in THREAD_KINDS]
+        samples: dict[str, int] = collections.Counter()
+        by_thread: dict[str, int] = collections.Counter()
+        text = subprocess.run(
+            [self.jfr, "print", "--events", "jdk.ExecutionSample", "--stack-depth", "300", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        ).stdout
+        for block in text.split("jdk.ExecutionSample {")[1:]:
+            thread = re.search(r'sampledThread = "([^"]*)"', block)
+            name = thread.group(1) if thread else ""
+            frames = [line.strip().split("(", 1)[0] for line in block.split("stackTrace = [", 1)[-1].splitlines()[1:]]
+            activity = next(
+                (a for frame in frames for a, rx in rules if rx.search(frame)),
+                OTHER_ACTIVITY,
+            )
+            samples[activity] += 1
+            by_thread[next((k for k, rx in kinds if rx.search(name)), OTHER_THREADS)] += 1
+        forks = subprocess.run(
+            [self.jfr, "print", "--events", "jdk.ProcessStart", "--stack-depth", "1", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        ).stdout
+        commands = collections.Counter(
+            m.group(1).split()[0] for m in re.finditer(r'command = "([^"]*)"', forks) if m.group(1).strip()
+        )
+        return {"samples": dict(samples), "threads": dict(by_thread), "forks": dict(commands)}

@@ -1,0 +1,339 @@
+"""Loads measured in one Spark driver process (so its JVM goes away with it whatever happens).
+
+    python -m benchmarks.load_cost.worker SPEC.json     # prints one JSON object on stdout
+
+Every load is ``DeltaRsSink.load`` as the service runs it, on its own table per variant,
+from a worker thread in FAIR pool ``worker-0``. A variant is a set of lean changes
+(loader/loading/spark.py ``LEAN_CHANGES``), switched between loads in the one session:
+
+- the sink follows ``sink.lean`` (its code paths and write options);
+- ``no_checksum_files`` is the JVM's local-filesystem flag (``set_write_checksums``);
+- ``no_call_sites``: ``spark.python.sql.dataFrameDebugging.enabled`` is a static Spark
+  setting that PySpark reads once into ``pyspark.errors.utils._enable_debugging_cache``;
+  the variant sets that cache to what the setting would have put there.
+
+Modes:
+
+- ``changes``: rounds of one load per variant (order rotated each round), after warm-up
+  rounds; per load its wall time, phases, py4j round trips, CPU of this process and of
+  the JVM. Also ``spark.range(100).count()`` per round, for reference.
+- ``breakdown``: per (variant, batch size) a block of loads after a warm-up, with Spark's
+  event log on (the phases of each Spark job), CPU by JVM thread kind, and (local master,
+  JDK tools present) a Java Flight Recorder profile of the block.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from benchmarks.load_cost.probes import (
+    Flight,
+    JvmThreads,
+    PhaseRecorder,
+    count_py4j,
+    cpu_delta,
+    find_executor_pid,
+    read_event_log,
+    spark_phases,
+)
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, Update
+
+SCHEMA = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": False},
+            {"name": "v", "type": "float64"},
+            {"name": "s", "type": "string"},
+        ]
+    }
+)
+#: Lean changes with Spark settings of their own, and how a variant switches them at run time.
+RUNTIME_SETTINGS = {"no_call_sites"}
+
+
+class Table:
+    """One variant's table: its sink, its next sequence number and id, what it holds."""
+
+    def __init__(self, sink: Any, name: str, lean: frozenset[str]) -> None:
+        self.sink, self.name, self.lean = sink, name, lean
+        self.seq = 0
+        self.rows = 0
+        sink.ensure_table(name, SCHEMA)
+
+    def batch(self, updates: int, rows_per_update: int) -> Batch:
+        made = []
+        for _ in range(updates):
+            ids = list(range(self.rows, self.rows + rows_per_update))
+            data = pa.table(
+                {"id": ids, "v": [i * 0.5 for i in ids], "s": [f"row-{i % 1000:04d}" for i in ids]},
+                schema=SCHEMA.arrow(),
+            )
+            self.seq += 1
+            self.rows += rows_per_update
+            made.append(Update(self.name, self.seq, float(self.seq), rows=data))
+        return Batch(self.name, tuple(made))
+
+
+class Session:
+    """The Spark session, one table per variant, the probes around the sink."""
+
+    def __init__(self, spec: dict[str, Any], root: Path) -> None:
+        from loader.loading.sinks.delta_rs import DeltaRsSink
+        from loader.loading.spark import LEAN_CHANGES, build_spark_session
+
+        unhandled = sorted(n for n, c in LEAN_CHANGES.items() if c.conf and n not in RUNTIME_SETTINGS)
+        if unhandled:
+            raise SystemExit(f"load_cost worker cannot switch the Spark settings of {unhandled} between loads")
+        self.spec = spec
+        self.root = root
+        conf = dict(spec.get("conf", {}))
+        if spec.get("event_log"):
+            events = root / "events"
+            events.mkdir()
+            conf |= {
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": str(events),
+                "spark.eventLog.rolling.enabled": "false",
+                "spark.eventLog.compress": "false",
+            }
+            self.events: Path | None = events
+        else:
+            self.events = None
+        began = time.perf_counter()
+        self.spark = build_spark_session(
+            master=spec["master"], conf=conf, app_name="load-cost", fair_pools=2, lean=frozenset()
+        )
+        self.start_seconds = time.perf_counter() - began
+        self.recorder = PhaseRecorder()
+        self._undo = count_py4j(self.recorder)
+        self.tables: dict[str, Table] = {}
+        for name, lean in spec["variants"].items():
+            sink = DeltaRsSink(root / "warehouse" / name, self.spark, lean)
+            self._instrument(sink)
+            self.tables[name] = Table(sink, "t", frozenset(lean))
+        self._patch_classes()
+        gateway = getattr(self.spark.sparkContext._gateway, "proc", None)
+        pid = gateway.pid if gateway is not None else None
+        self.jvm = JvmThreads(pid) if pid is not None and JvmThreads.available(pid) else None
+        self.app_id = self.spark.sparkContext.applicationId
+        self.local = spec["master"].startswith("local")
+        # The service's worker threads each load in their own FAIR pool; so does this one.
+        self.thread_pool_set = False
+
+    def _instrument(self, sink: Any) -> None:
+        r = self.recorder
+        sink._current_table = r.wrap("open table, read app transaction", sink._current_table)
+        sink._write_parquet = r.wrap("Spark write job", sink._write_parquet)
+        sink._publish = r.wrap("publish (rename, footer stats)", sink._publish)
+
+    def _patch_classes(self) -> None:
+        import pyarrow.parquet as pq
+        from deltalake import DeltaTable
+
+        from loader.loading.sinks import delta_rs
+
+        r = self.recorder
+        DeltaTable.transaction_version = r.wrap("open table, read app transaction", DeltaTable.transaction_version)
+        DeltaTable.create_write_transaction = r.wrap("Delta commit (deltalake)", DeltaTable.create_write_transaction)
+        DeltaTable.update_incremental = r.wrap("handle refresh", DeltaTable.update_incremental)
+        pq.write_table = r.wrap("rows to Parquet (pyarrow)", pq.write_table, nested=True)
+        delta_rs.build_batch_frame = r.wrap("build DataFrame (py4j)", delta_rs.build_batch_frame)
+        shutil.rmtree = r.wrap("staging cleanup", shutil.rmtree)
+
+    def switch(self, variant: str) -> None:
+        """Session-wide parts of the variant's lean changes (the sink's own are its ``lean``)."""
+        import pyspark.errors.utils as pyspark_errors
+
+        from loader.loading.spark import set_write_checksums
+
+        lean = self.tables[variant].lean
+        pyspark_errors._enable_debugging_cache = "no_call_sites" not in lean  # type: ignore[attr-defined]
+        set_write_checksums(self.spark, "no_checksum_files" not in lean)
+
+    def load(self, variant: str, updates: int) -> dict[str, Any]:
+        """One load of the variant's table, measured."""
+        if not self.thread_pool_set:
+            self.tables[variant].sink.use_pool("worker-0")
+            self.thread_pool_set = True
+        self.switch(variant)
+        table = self.tables[variant]
+        batch = table.batch(updates, self.spec["rows_per_update"])
+        jvm0 = self.jvm.total() if self.jvm else None
+        cpu0 = time.process_time()
+        result, record = self.recorder.run(lambda: table.sink.load(batch, SCHEMA))
+        cpu = time.process_time() - cpu0
+        jvm = self.jvm.total() - jvm0 if self.jvm and jvm0 is not None else None
+        if result.skipped or result.rows != len(batch.updates) * self.spec["rows_per_update"]:
+            raise RuntimeError(
+                f"{variant}: load of {batch.last_seq} wrote {result.rows} rows (skipped={result.skipped})"
+            )
+        return {**record.as_dict(), "python_cpu": cpu, "jvm_cpu": jvm}
+
+    def reference(self) -> float:
+        started = time.perf_counter()
+        self.spark.range(100).count()
+        return time.perf_counter() - started
+
+    def hadoop_conf(self) -> dict[str, Any]:
+        """The Hadoop configuration a write job serializes into its tasks (and a scan broadcasts):
+        how many properties, from which files, how many bytes ``Configuration.write`` makes."""
+        jvm = self.spark._jvm  # type: ignore[attr-defined]
+        conf = self.spark._jsparkSession.sessionState().newHadoopConf()  # type: ignore[attr-defined]
+        buffer = jvm.org.apache.hadoop.io.DataOutputBuffer()
+        conf.write(buffer)
+        sources: dict[str, int] = collections.Counter()
+        iterator = conf.iterator()
+        while iterator.hasNext():
+            found = conf.getPropertySources(iterator.next().getKey())
+            sources[found[0] if found else "unknown"] += 1
+        return {"properties": conf.size(), "bytes": buffer.getLength(), "by_source": dict(sources)}
+
+    def audit(self) -> dict[str, Any]:
+        """Each table holds every row loaded once, and its app transaction is the last sequence."""
+        from deltalake import DeltaTable
+
+        from loader.durability.transactions import app_id
+        from testing.tables import read_delta
+
+        out = {}
+        for name, table in self.tables.items():
+            path = table.sink.table_path(table.name)
+            delta = DeltaTable(str(path))
+            ids = read_delta(path).column("id").to_pylist()
+            out[name] = {
+                "rows": len(ids),
+                "expected": table.rows,
+                "distinct": len(set(ids)),
+                "txn": delta.transaction_version(app_id(table.name)),
+                "expected_txn": table.seq,
+                "ok": len(ids) == len(set(ids)) == table.rows
+                and delta.transaction_version(app_id(table.name)) == table.seq,
+            }
+        return out
+
+    def stop(self) -> None:
+        self._undo()
+        self.spark.stop()
+
+
+def rotate(items: list[str], k: int) -> list[str]:
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
+    names = list(spec["variants"])
+    results: dict[str, dict[int, list[dict[str, Any]]]] = {n: collections.defaultdict(list) for n in names}
+    reference: list[float] = []
+    rounds = spec["warmup"] + spec["runs"]
+    for r in range(rounds):
+        for updates in spec["sizes"]:
+            for name in rotate(names, r):
+                measured = session.load(name, updates)
+                if r >= spec["warmup"]:
+                    results[name][updates].append(measured)
+        ref = session.reference()
+        if r >= spec["warmup"]:
+            reference.append(ref)
+        print(f"[load_cost] round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+    return {
+        "variants": {n: {str(u): loads for u, loads in by.items()} for n, by in results.items()},
+        "reference_range_count": reference,
+    }
+
+
+def _flight(session: Session) -> Flight | None:
+    if not (session.spec.get("jfr") and session.local and session.jvm is not None):
+        return None
+    flight = Flight(session.jvm.pid, session.root)
+    return flight if flight.available else None
+
+
+def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
+    names = list(spec["variants"])
+    for r in range(spec["warmup"]):
+        for updates in spec["sizes"]:
+            for name in rotate(names, r):
+                session.load(name, updates)
+        print(f"[load_cost] warm-up round {r + 1}/{spec['warmup']}", file=sys.stderr, flush=True)
+    flight = _flight(session)
+    executor = None if session.local else find_executor_pid(session.app_id)
+    executor_cpu = JvmThreads(executor) if executor is not None else None
+    blocks = []
+    for updates in spec["sizes"]:
+        for name in names:
+            recording = flight.start() if flight else None
+            if recording is not None:
+                time.sleep(0.5)  # let jcmd's own work settle
+            threads0 = session.jvm.snapshot() if session.jvm else None
+            exec0 = executor_cpu.total() if executor_cpu else None
+            loads = [session.load(name, updates) for _ in range(spec["runs"])]
+            threads = cpu_delta(threads0, session.jvm.snapshot()) if session.jvm and threads0 else None
+            exec_cpu = executor_cpu.total() - exec0 if executor_cpu and exec0 is not None else None
+            if flight and recording is not None:
+                flight.stop()
+            blocks.append(
+                {
+                    "variant": name,
+                    "updates": updates,
+                    "rows": updates * spec["rows_per_update"],
+                    "loads": loads,
+                    "jvm_threads": {k: v / len(loads) for k, v in threads.items()} if threads else None,
+                    "executor_cpu": exec_cpu / len(loads) if exec_cpu is not None else None,
+                    "recording": str(recording) if recording else None,
+                }
+            )
+            print(f"[load_cost] block {name}, {updates} update(s): done", file=sys.stderr, flush=True)
+    if flight:
+        for block in blocks:
+            if block["recording"]:
+                block["jfr"] = flight.activities(Path(block.pop("recording")))
+    return {"blocks": blocks, "jfr_available": flight is not None, "executor_found": executor is not None}
+
+
+def attach_spark_phases(out: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    for block in out["blocks"]:
+        windows = [tuple(load["marks"]["Spark write job"]) for load in block["loads"]]
+        block["spark_phases"] = spark_phases(events, windows)  # type: ignore[arg-type]
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0], encoding="utf-8") as handle:
+        spec = json.load(handle)
+    root = Path(tempfile.mkdtemp(prefix="load-cost-", dir=spec.get("work_dir")))
+    session: Session | None = None
+    try:
+        session = Session(spec, root)
+        result: dict[str, Any] = {"spark_start_seconds": session.start_seconds, "app_id": session.app_id}
+        if spec["mode"] == "changes":
+            result |= run_changes(session, spec)
+        else:
+            result |= run_breakdown(session, spec)
+        result["audit"] = session.audit()
+        if spec["mode"] == "breakdown":
+            result["hadoop_conf"] = session.hadoop_conf()
+        events = session.events
+        session.stop()
+        session = None
+        if events is not None and spec["mode"] == "breakdown":
+            attach_spark_phases(result, read_event_log(events))
+    finally:
+        if session is not None:
+            session.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

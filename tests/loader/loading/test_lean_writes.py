@@ -1,0 +1,204 @@
+"""The lean changes (loader/loading/spark.py ``LEAN_CHANGES``) keep a load what it was.
+
+A lean load still lands every row exactly once with its app transaction, leaves no side
+file behind (no ``_SUCCESS``, no ``.crc``, no committer directory), reads back the same as
+a load without any change, and the kept table handle sees commits others made. How much
+each change saves is measured in ``benchmarks/load_cost``, not here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, FileFormat, FileRef, Update
+from loader.loading.sinks import frame
+from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
+from loader.loading.spark import ALL_LEAN, LEAN_CHANGES, lean_changes, set_write_checksums
+from testing.tables import read_delta
+
+pytest_plugins = ["tests.spark_fixtures"]
+pytestmark = pytest.mark.slow
+
+UTC = dt.UTC
+SCHEMA = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": False},
+            {"name": "name", "type": "string"},
+            {"name": "amount", "type": "float64"},
+            {"name": "day", "type": "date"},
+            {"name": "at", "type": "timestamp"},
+        ]
+    }
+)
+BY_DAY = SCHEMA.model_copy(update={"partition_by": ("day",)})
+
+
+def rows(seed: int, ids: range) -> pa.Table:
+    rng = random.Random(seed)
+    base = dt.datetime(2024, 3, 1, tzinfo=UTC)
+    return pa.table(
+        {
+            "id": list(ids),
+            "name": [rng.choice(["ada", None, "chloé", "", "it's"]) for _ in ids],
+            "amount": [None if rng.random() < 0.1 else rng.uniform(-1e6, 1e6) for _ in ids],
+            "day": [dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(3)) for _ in ids],
+            "at": [base + dt.timedelta(microseconds=rng.randrange(10**12)) for _ in ids],
+        },
+        schema=SCHEMA.arrow(),
+    )
+
+
+def update(table: str, seq: int, data: pa.Table) -> Update:
+    return Update(table=table, seq=seq, release=float(seq), rows=data)
+
+
+def by_id(table: pa.Table) -> list[dict[str, Any]]:
+    return sorted(table.to_pylist(), key=lambda r: r["id"])
+
+
+@pytest.fixture
+def checksums(spark) -> Iterator[None]:
+    """Leave the JVM's checksum flag as the session had it (the lean default: off)."""
+    yield
+    set_write_checksums(spark, False)
+
+
+def watch_staging(sink: DeltaRsSink) -> list[list[str]]:
+    """What Spark left in each load's staging output, seen when the sink publishes it."""
+    seen: list[list[str]] = []
+    publish = sink._publish
+
+    def spy(staging: Path, *args: Any) -> Any:
+        seen.append(sorted(str(p.relative_to(staging)) for p in staging.rglob("*")))
+        return publish(staging, *args)
+
+    sink._publish = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_lean_load_lands_once_and_leaves_no_side_files(spark, tmp_path: Path, checksums: None) -> None:
+    sink = DeltaRsSink(tmp_path / "warehouse", spark, ALL_LEAN)
+    set_write_checksums(spark, False)  # as build_spark_session sets it for no_checksum_files
+    sink.ensure_table("orders", SCHEMA)
+    seen = watch_staging(sink)
+    first, second = rows(1, range(0, 100)), rows(2, range(100, 150))
+
+    result = sink.load(Batch("orders", (update("orders", 1, first), update("orders", 2, second))), SCHEMA)
+
+    path = sink.table_path("orders")
+    assert (result.rows, result.skipped, result.delta_version) == (150, False, 1)
+    assert by_id(read_delta(path)) == by_id(pa.concat_tables([first, second]))
+    assert DeltaTable(str(path)).transaction_version("warehouse-loader:orders") == 2
+    # One Parquet file and nothing else: no _SUCCESS, no .crc, no committer directory.
+    assert len(seen) == 1 and len(seen[0]) == 1 and seen[0][0].startswith("part-") and seen[0][0].endswith(".parquet")
+    assert sorted(p.name for p in path.iterdir() if not p.name.startswith("part-")) == ["_delta_log"]
+    assert not list(path.glob(f"{STAGING_PREFIX}*"))
+    # A replay changes nothing; the next batch commits once more.
+    assert sink.load(Batch("orders", (update("orders", 2, second),)), SCHEMA).skipped
+    assert sink.load(Batch("orders", (update("orders", 3, rows(3, range(150, 160))),)), SCHEMA).delta_version == 2
+    assert read_delta(path).num_rows == 160
+
+
+def test_without_lean_changes_hadoop_writes_its_checksum_files(spark, tmp_path: Path, checksums: None) -> None:
+    """The other side of ``no_checksum_files``: the flag is what keeps the .crc away."""
+    sink = DeltaRsSink(tmp_path / "warehouse", spark, frozenset())
+    set_write_checksums(spark, True)
+    sink.ensure_table("orders", SCHEMA)
+    seen = watch_staging(sink)
+
+    sink.load(Batch("orders", (update("orders", 1, rows(1, range(10))),)), SCHEMA)
+
+    assert any(name.endswith(".parquet.crc") for name in seen[0])
+    assert read_delta(sink.table_path("orders")).num_rows == 10
+
+
+@pytest.mark.parametrize("schema", [SCHEMA, BY_DAY], ids=["unpartitioned", "partitioned"])
+def test_lean_and_plain_loads_read_back_identically(
+    spark, tmp_path: Path, schema: TableSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small rows (inline), large rows (a file), landing files: the same table either way."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "feed.json").write_text(
+        '{"id": 900, "name": "jo", "amount": 2.25, "day": "2024-01-02", "at": "2000-01-01T00:00:00.5Z"}\n{"id": 901}\n',
+        encoding="utf-8",
+    )
+    small, large = rows(4, range(0, 40)), rows(5, range(40, 400))
+    monkeypatch.setattr(frame, "INLINE_ROWS_MAX_BYTES", small.nbytes)  # `large` goes as a file
+    json_file = landing / "feed.json"
+    batches = [
+        Batch("t", (update("t", 1, small),)),
+        Batch(
+            "t",
+            (
+                update("t", 2, large),
+                Update("t", 3, 3.0, files=(FileRef(str(json_file), FileFormat.json, json_file.stat().st_size),)),
+            ),
+        ),
+    ]
+    tables = {}
+    for name, lean in (("lean", ALL_LEAN), ("plain", frozenset())):
+        sink = DeltaRsSink(tmp_path / name, spark, lean)
+        sink.ensure_table("t", schema)
+        for batch in batches:
+            sink.load(batch, schema)
+        tables[name] = read_delta(sink.table_path("t"))
+        assert DeltaTable(str(sink.table_path("t"))).transaction_version("warehouse-loader:t") == 3
+
+    assert tables["lean"].schema == tables["plain"].schema
+    assert by_id(tables["lean"]) == by_id(tables["plain"])
+    assert tables["lean"].num_rows == 400 + 2
+
+
+def test_kept_table_handle_sees_commits_of_others(spark, tmp_path: Path) -> None:
+    """``cached_table``: a compaction committed by another handle (maintenance) between two
+    loads is seen, so a replay is still skipped and versions stay right."""
+    sink = DeltaRsSink(tmp_path / "warehouse", spark, ALL_LEAN)
+    sink.ensure_table("orders", SCHEMA)
+    for seq in (1, 2):
+        sink.load(Batch("orders", (update("orders", seq, rows(seq, range(seq * 10, seq * 10 + 10))),)), SCHEMA)
+    DeltaTable(str(sink.table_path("orders"))).optimize.compact()  # version 3, by someone else
+
+    assert sink.load(Batch("orders", (update("orders", 2, rows(2, range(20, 30))),)), SCHEMA).skipped
+    result = sink.load(Batch("orders", (update("orders", 3, rows(3, range(30, 40))),)), SCHEMA)
+    assert result.delta_version == 4
+    assert sorted(read_delta(sink.table_path("orders")).column("id").to_pylist()) == list(range(10, 40))
+
+
+def test_not_null_violation_fails_a_lean_load_and_commits_nothing(spark, tmp_path: Path) -> None:
+    """The check runs in the SQL text of ``few_round_trips`` (in-memory rows were checked by intake)."""
+    sink = DeltaRsSink(tmp_path / "warehouse", spark, ALL_LEAN)
+    sink.ensure_table("orders", SCHEMA)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"id": 1, "name": "ok"}\n{"id": null, "name": "no id"}\n', encoding="utf-8")
+    batch = Batch(
+        "orders",
+        (
+            update("orders", 1, rows(6, range(100, 105))),
+            Update("orders", 2, 2.0, files=(FileRef(str(bad), FileFormat.json, bad.stat().st_size),)),
+        ),
+    )
+
+    with pytest.raises(Exception, match="column 'id' is NOT NULL but a row of this batch holds null"):
+        sink.load(batch, SCHEMA)
+
+    assert sink.committed_seq("orders") == 0
+    assert sorted(p.name for p in sink.table_path("orders").iterdir()) == ["_delta_log"]
+
+
+def test_lean_writes_setting_names_changes() -> None:
+    assert lean_changes(True) == ALL_LEAN == frozenset(LEAN_CHANGES)
+    assert lean_changes(False) == frozenset()
+    assert lean_changes(["cached_table"]) == {"cached_table"}
+    with pytest.raises(ValueError, match=r"unknown lean_writes change\(s\) \['fast'\]; choose from"):
+        lean_changes(["fast"])
