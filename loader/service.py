@@ -450,8 +450,10 @@ class LoaderService:
                         "each with its Delta table's schema or choose new names",
                     )
             now = time.time()
-            for table in new:
+            for k, table in enumerate(new, start=1):
                 self._add_table(table, committed[table.name], now)
+                if k % ENSURE_CHUNK == 0:
+                    await asyncio.sleep(0)  # intake runs between chunks (each table is whole when added)
             if new:
                 self.catalog.changed(*names)
         await self.save_catalog()

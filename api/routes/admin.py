@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -62,12 +63,17 @@ async def register_tables(request: Request, service: Service, operator: Operator
     if media != "application/json":
         raise Unsupported(f"content type {media!r} is not supported; POST /v1/admin/tables:bulk takes application/json")
     body = await read_body(request)
+    # Parsed and validated off the event loop: 10,000 declarations take about a second.
+    done = await service.register_tables(await asyncio.to_thread(_declarations, body))
+    return {"created": done.created, "unchanged": done.unchanged}
+
+
+def _declarations(body: bytes) -> list[TableConfig]:
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON ({exc}); send UTF-8 JSON") from None
-    done = await service.register_tables(table_declarations(document))
-    return {"created": done.created, "unchanged": done.unchanged}
+    return table_declarations(document)
 
 
 @router.put(

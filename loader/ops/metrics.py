@@ -32,6 +32,9 @@ from loader.ops.table_series import TableCounter, TableGauge, TableHistogram
 from loader.pending.spill.model import DiskOp
 from loader.pending.store import PendingStore
 
+#: Outcomes of a batch (loader_batches_total) and how an operator resolves quarantined updates.
+OUTCOMES = ("loaded", "skipped", "failed", "quarantined")
+RESOLUTIONS = ("retried", "discarded")
 STRETCH_BUCKETS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -254,6 +257,7 @@ class Metrics:
             ["outcome"],
             "loader_tables_batches",
             "Batches attempted, by outcome, all tables.",
+            zeros=[(outcome,) for outcome in OUTCOMES],
         )
         self.rows_loaded = TableCounter(
             "loader_rows_loaded",
@@ -297,6 +301,7 @@ class Metrics:
             ["action"],
             "loader_tables_quarantine_resolved_updates",
             "Quarantined updates an operator retried or discarded, all tables.",
+            zeros=[(action,) for action in RESOLUTIONS],
         )
         self.table_families = (
             self.stretch,
@@ -402,14 +407,10 @@ class Metrics:
         self.spill_bytes.labels(kind).inc(op.nbytes)
 
     def table_added(self, table: str) -> None:
-        """Create the table's series at zero (see ``__init__``)."""
-        for outcome in ("loaded", "skipped", "failed", "quarantined"):
-            self.batches.labels(table, outcome)
-        self.quarantined.labels(table)
-        for action in ("retried", "discarded"):
-            self.quarantine_resolved.labels(table, action)
-        for family in (self.rows_loaded, self.updates_loaded, self.updates_received, self.stretch, self.batch_duration):
-            family.labels(table)
+        """The table's series exist from now on, at zero (see ``__init__``)."""
+        for family in self.table_families:
+            if family is not self.delta_version:  # (written once there is a version)
+                family.add_table(table)
 
     def watch_wal(self, size: Callable[[], float]) -> None:
         """WAL bytes on disk, read at scrape time rather than after each truncation."""

@@ -24,21 +24,38 @@ INF = float("inf")
 
 
 class _Family:
-    """Children by (table, *extra labels), indexed by table for a selective scrape."""
+    """Children by (table, *extra labels), indexed by table for a selective scrape.
+
+    A table the family was told about (``add_table``) is written with zeros for each label
+    combination of ``zeros`` it has no child for yet, so a dashboard shows 0 rather than
+    "no data" and increase() counts the first event, without an object per table and
+    combination until something happens.
+    """
 
     def __init__(
-        self, name: str, documentation: str, extra_labels: Sequence[str], total_name: str, total_documentation: str
+        self,
+        name: str,
+        documentation: str,
+        extra_labels: Sequence[str],
+        total_name: str,
+        total_documentation: str,
+        zeros: Sequence[Sequence[str]] | None = None,
     ) -> None:
         self.name = name
         self.documentation = documentation
         self.label_names = ["table", *extra_labels]
         self.total_name = total_name
         self.total_documentation = total_documentation
+        self._zeros = [tuple(z) for z in zeros] if zeros is not None else ([] if extra_labels else [()])
         self._children: dict[tuple[str, ...], object] = {}
         self._by_table: dict[str, list[tuple[tuple[str, ...], object]]] = {}
         self._totals: dict[tuple[str, ...], object] = {}
-        if not extra_labels:  # the aggregate exists (at zero) before the first table does
-            self._totals[()] = self._new(None)
+        for extra in self._zeros:  # the aggregate exists (at zero) before the first event
+            self._totals[extra] = self._new(None)
+
+    def add_table(self, table: str) -> None:
+        """Write this table's ``zeros`` from now on."""
+        self._by_table.setdefault(table, [])
 
     def _child(self, table: str, extra: tuple[str, ...]) -> object:
         key = (table, *extra)
@@ -59,13 +76,18 @@ class _Family:
     def tables(self) -> Collection[str]:
         return self._by_table.keys()
 
-    def selected(self, tables: Collection[str] | None) -> Iterator[tuple[tuple[str, ...], object]]:
-        """(labels, child) of ``tables`` (None: every table), in the order given."""
-        if tables is None:
-            yield from self._children.items()
-            return
-        for table in tables:
-            yield from self._by_table.get(table, ())
+    def selected(self, tables: Collection[str] | None) -> Iterator[tuple[tuple[str, ...], object | None]]:
+        """(labels, child) of ``tables`` (None: every table), in the order given; None for a zero."""
+        for table in self._by_table if tables is None else tables:
+            found = self._by_table.get(table)
+            if found is None:
+                continue
+            yield from found
+            if self._zeros:
+                have = {key[1:] for key, _ in found}
+                for extra in self._zeros:
+                    if extra not in have:
+                        yield (table, *extra), None
 
 
 class _CounterChild:
@@ -95,7 +117,7 @@ class TableCounter(_Family):
     def collect(self, tables: Collection[str] | None) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.label_names)
         for key, child in self.selected(tables):
-            family.add_metric(key, child.value)  # type: ignore[attr-defined]
+            family.add_metric(key, 0.0 if child is None else child.value)  # type: ignore[attr-defined]
         total = CounterMetricFamily(self.total_name, self.total_documentation, labels=self.label_names[1:])
         for extra, child in self._totals.items():
             total.add_metric(extra, child.value)  # type: ignore[attr-defined]
@@ -127,7 +149,7 @@ class TableGauge(_Family):
     def collect(self, tables: Collection[str] | None) -> Iterator[Metric]:
         family = GaugeMetricFamily(self.name, self.documentation, labels=self.label_names)
         for key, child in self.selected(tables):
-            family.add_metric(key, child.value)  # type: ignore[attr-defined]
+            family.add_metric(key, 0.0 if child is None else child.value)  # type: ignore[attr-defined]
         yield family
         if self.total_name:
             total = GaugeMetricFamily(self.total_name, self.total_documentation, labels=self.label_names[1:])
@@ -187,8 +209,12 @@ class TableHistogram(_Family):
 
     def collect(self, tables: Collection[str] | None) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.label_names)
+        empty = [(le, 0.0) for le in self._les]
         for key, child in self.selected(tables):
-            family.add_metric(key, child.buckets(self._les), child.sum)  # type: ignore[attr-defined]
+            if child is None:
+                family.add_metric(key, empty, 0.0)
+            else:
+                family.add_metric(key, child.buckets(self._les), child.sum)  # type: ignore[attr-defined]
         yield family
         total = HistogramMetricFamily(self.total_name, self.total_documentation, labels=[])
         for child in self._totals.values():
