@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -300,25 +301,31 @@ class LoaderService:
         # Each table's Delta table is checked (or created) before its first load: ~2 ms of
         # deltalake calls a table, 20 s at 10,000 tables. Loading starts at once, each table
         # held until its check, tables with pending updates first; ready once all are done.
-        entries = sorted(self.catalog.entries.values(), key=lambda e: -self.dispatcher.state(e.name).pending_count)
-        for entry in entries:
-            self.dispatcher.hold(entry.name)
+        # (Under the admin lock: a registration that began while Spark was starting, and so
+        # created no Delta tables, has added all its tables before this list is made.)
+        async with self._admin_lock:
+            entries = sorted(self.catalog.entries.values(), key=lambda e: -self.dispatcher.state(e.name).pending_count)
+            for entry in entries:
+                self.dispatcher.hold(entry.name)
         self.dispatcher.start()
+        failed: dict[str, Exception] = {}
         for first in range(0, len(entries), ENSURE_CHUNK):
             if self._stopping:
                 return
             chunk = [(entry.name, entry.schema) for entry in entries[first : first + ENSURE_CHUNK]]
-            failed = await asyncio.to_thread(_ensure_tables, self.sink, chunk)
+            failed_now = await asyncio.to_thread(_ensure_tables, self.sink, chunk)
             for name, _ in chunk:
-                if name not in failed:
+                if name not in failed_now:
                     self.dispatcher.release_hold(name)
-            if failed:
-                name, exc = next(iter(failed.items()))
-                self.failure = f"could not start loading: {exc}" + (
-                    f" (and {len(failed) - 1} more tables)" if len(failed) > 1 else ""
-                )
-                log.error("could not start loading %d tables, the first %r: %s", len(failed), name, exc)
-                return
+            failed.update(failed_now)
+        if failed:  # those tables stay held; the others load
+            name, exc = next(iter(failed.items()))
+            more = (
+                f" (and {len(failed) - 1} more tables: {sorted(failed)[:NAMED_IN_MESSAGE]})" if len(failed) > 1 else ""
+            )
+            self.failure = f"could not start loading: {exc}{more}"
+            log.error("could not start loading %d tables, the first %r: %s", len(failed), name, exc)
+            return
         self.ready = True
         self.metrics.ready.set(1)
         log.info(
@@ -408,6 +415,9 @@ class LoaderService:
         Delta tables created before a conflict was found stay, empty and unregistered (a
         later registration with their schema adopts them).
         """
+        repeated = sorted(name for name, n in Counter(t.name for t in tables).items() if n > 1)
+        if repeated:
+            raise Invalid(f"tables declared more than once: {repeated[:NAMED_IN_MESSAGE]}; declare each once")
         async with self._admin_lock:
             new, unchanged, conflicts = [], [], []
             for table in tables:

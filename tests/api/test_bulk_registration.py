@@ -6,14 +6,17 @@ At 1,000 tables with the Spark-free sink (each one's Delta table is really creat
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from fastapi.testclient import TestClient
 
+from api.app import create_app
 from testing.fakes import ArrowSink
-from testing.service_harness import OPERATOR, PRODUCER, Harness
+from testing.service_harness import OPERATOR, PRODUCER, Harness, make_settings
 
 BULK = "/v1/admin/tables:bulk"
 COLUMNS = [{"name": "k", "type": "int64"}, {"name": "v", "type": "string"}]
@@ -169,3 +172,23 @@ def test_the_body_limit_applies(tmp_path: Path) -> None:
     with Harness(tmp_path / "data", intake={"max_body_bytes": 4096}) as harness:
         answer = harness.post(BULK, token=OPERATOR, json={"tables": declarations(100)})
         assert answer.status_code == 413 and "limit" in answer.json()["message"]
+
+
+def test_tables_registered_while_spark_starts_load_once_it_is_up(tmp_path: Path) -> None:
+    """No Delta table can be made before the writer exists: the start of loading checks
+    them with the rest, and the first update of each loads."""
+    spark_up = threading.Event()
+
+    def slow_sink(settings):  # type: ignore[no-untyped-def]
+        assert spark_up.wait(30), "test did not release the sink"
+        return ArrowSink(settings.warehouse_path)
+
+    auth = {"Authorization": f"Bearer {OPERATOR}"}
+    with TestClient(create_app(make_settings(tmp_path / "data"), sink_factory=slow_sink)) as client:
+        answer = client.post(BULK, json={"tables": declarations(300)}, headers=auth)
+        assert answer.status_code == 200 and len(answer.json()["created"]) == 300
+        assert not (tmp_path / "data" / "warehouse" / "t0299").exists()
+        assert client.post("/v1/tables/t0299/updates", json={"rows": [{"k": 1}]}, headers=auth).status_code == 202
+        spark_up.set()
+        Harness.wait(lambda: client.get("/readyz", headers=auth).status_code == 200)
+        Harness.wait(lambda: client.get("/v1/tables/t0299", headers=auth).json()["last_loaded_sequence"] == 1)
