@@ -2,12 +2,13 @@
 
     python -m benchmarks.control_plane              # full run, ~15 min on 2 cores
     python -m benchmarks.control_plane --quick      # smoke run, ~2 min
-    python -m benchmarks.control_plane --skip partitioning
+    python -m benchmarks.control_plane --skip registration,reads,partitioning   # dispatch again
     python -m benchmarks.control_plane --rerender   # rewrite the report from the saved results
 
 The full run rewrites the ``control-plane`` section of BENCHMARKS.md and
 ``benchmarks/results/control_plane.json``; the quick run writes ``control_plane-quick.json``
-and leaves BENCHMARKS.md alone (unless ``--markdown FILE``).
+and leaves BENCHMARKS.md alone (unless ``--markdown FILE``). Parts left out with ``--skip``
+keep their figures (and the date and load they were measured at) from the results file.
 
 Parts (each module's docstring says exactly what is timed):
 
@@ -40,6 +41,7 @@ from testing.report import (
     RESULTS_DIR,
     LoadMonitor,
     fmt_duration,
+    load_average,
     log,
     machine_info,
     run_meta,
@@ -155,17 +157,29 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info("loader")
     machine["api_sha256"] = source_fingerprint("api")
     results: dict[str, Any] = {}
+    if skip and args.json.exists():  # the parts not run now keep their figures from the last run
+        earlier = json.loads(args.json.read_text(encoding="utf-8"))
+        results.update({part: earlier[part] for part in PARTS if part in skip and part in earlier})
+    runners = {
+        "registration": lambda: run_registration(sizes, repeats),
+        "dispatch": lambda: run_dispatch(
+            sizes, ["myopic"] if args.quick else list(POLICIES), 5_000 if args.quick else 20_000, repeats
+        ),
+        "reads": lambda: run_reads(sizes, 3 if args.quick else 5),
+        "partitioning": lambda: run_partitioning(args.quick),
+    }
     with LoadMonitor() as load:
-        if "registration" not in skip:
-            results["registration"] = run_registration(sizes, repeats)
-        if "dispatch" not in skip:
-            decisions = 5_000 if args.quick else 20_000
-            policies = ["myopic"] if args.quick else list(POLICIES)
-            results["dispatch"] = run_dispatch(sizes, policies, decisions, repeats)
-        if "reads" not in skip:
-            results["reads"] = run_reads(sizes, 3 if args.quick else 5)
-        if "partitioning" not in skip:
-            results["partitioning"] = run_partitioning(args.quick)
+        for part, run in runners.items():
+            if part in skip:
+                continue
+            with LoadMonitor(interval=2.0) as during:
+                results[part] = run()
+            results[part]["measured"] = {
+                "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "git_commit": machine["git_commit"],
+                "loadavg_peak": during.peak,
+                "loadavg_end": load_average(),
+            }
     results["meta"] = run_meta(MODULE, argv, machine, began, load, quick=args.quick, sizes=sizes)
     log(f"control-plane benchmark took {fmt_duration(time.perf_counter() - began)}")
     return _publish(results, args)

@@ -11,8 +11,9 @@ from testing.report import fmt_num, machine_markdown, md_table, print_table, sta
 #: Goals of this section (set here, not by the issue): "1,000 and 10,000 tables must work",
 #: made concrete. Start-up: intake open within this many seconds at the largest size.
 GOAL_INTAKE_OPEN_S = 5.0
-#: A top-k scrape pauses the event loop at most this long at the largest size.
-GOAL_TOP_K_SCRAPE_S = 0.1
+#: A top-k scrape costs what its k tables cost: at the largest size at most this many times
+#: the smallest size's.
+GOAL_TOP_K_GROWTH = 1.5
 #: A page of 100 tables (by name or stalest first) at most this long at the largest size.
 GOAL_PAGE_S = 0.05
 #: The dispatcher's own work per decision grows at most this much from the smallest size to the largest.
@@ -45,15 +46,16 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     registration = results.get("registration")
     if registration and registration["config"]:
         largest = registration["config"][-1]
-        opened = _median(largest["runs"], "first", "intake_open_s")
-        out.append(
-            {
-                "check": f"configured tables: intake open at {largest['tables']:,} tables (first start)",
-                "measured": f"{_s(opened)} s (ready {_s(_median(largest['runs'], 'first', 'ready_s'))} s)",
-                "goal": f"<= {GOAL_INTAKE_OPEN_S:g} s",
-                "ok": opened <= GOAL_INTAKE_OPEN_S,
-            }
-        )
+        for start, when in (("first", "first start"), ("restart", "restart on the same data")):
+            opened = _median(largest["runs"], start, "intake_open_s")
+            out.append(
+                {
+                    "check": f"configured tables: intake open at {largest['tables']:,} tables ({when})",
+                    "measured": f"{_s(opened)} s (ready {_s(_median(largest['runs'], start, 'ready_s'))} s)",
+                    "goal": f"<= {GOAL_INTAKE_OPEN_S:g} s",
+                    "ok": opened <= GOAL_INTAKE_OPEN_S,
+                }
+            )
     if registration and registration["bulk"]:
         saves = [run["bulk"]["catalog_saves"] for size in registration["bulk"] for run in size["runs"]]
         sizes = ", ".join(f"{size['tables']:,}" for size in registration["bulk"])
@@ -67,15 +69,17 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
     reads = results.get("reads")
     if reads and reads["rows"]:
-        largest = reads["rows"][-1]
+        smallest, largest = reads["rows"][0], reads["rows"][-1]
         top = largest["metrics"]["top-k"]["median_s"]
+        growth = top / smallest["metrics"]["top-k"]["median_s"]
         everything = largest["metrics"]["all"]["median_s"]
         out.append(
             {
-                "check": f"/metrics scrape, top-k (k = {reads['top_k']}), {largest['tables']:,} tables",
-                "measured": f"{_ms(top)} ms (every table's series: {_ms(everything)} ms)",
-                "goal": f"<= {GOAL_TOP_K_SCRAPE_S * 1e3:g} ms",
-                "ok": top <= GOAL_TOP_K_SCRAPE_S,
+                "check": f"/metrics, top-k (k = {reads['top_k']}): {largest['tables']:,} vs "
+                f"{smallest['tables']:,} tables",
+                "measured": f"{_ms(top)} ms ({growth:.2f}x; every table's series: {_ms(everything)} ms)",
+                "goal": f"<= {GOAL_TOP_K_GROWTH:g}x",
+                "ok": growth <= GOAL_TOP_K_GROWTH,
             }
         )
         pages = [largest["pages"]["100 by name"]["median_s"], largest["pages"]["100 stalest first"]["median_s"]]
@@ -281,6 +285,19 @@ def print_console(results: dict[str, Any]) -> None:
         print_table("Partitioning (simulator)", *partitioning_table(results["partitioning"]))
 
 
+def measured(part: dict[str, Any]) -> str:
+    """When and under what load a part was measured (parts may come from different runs)."""
+    stamp = part.get("measured")
+    if not stamp:
+        return ""
+    peak = stamp.get("loadavg_peak")
+    return (
+        f"Measured {stamp['date_utc']} (git {stamp['git_commit']})"
+        + (f", load average (1 min) up to {peak:.1f} meanwhile" if peak is not None else "")
+        + ".\n"
+    )
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     parts = [
@@ -300,6 +317,7 @@ def markdown(results: dict[str, Any]) -> str:
     if registration:
         parts += [
             "### 1. Registration\n",
+            measured(registration),
             f"Configured tables (`[[tables]]` in the TOML file), {registration['repeats']} run(s) each, a "
             "process per run: parse and validate the file, start (intake open = recovery done; ready = every "
             "table's Delta table created and loading on), stop, start again on the same data (recovery reads "
@@ -317,6 +335,7 @@ def markdown(results: dict[str, Any]) -> str:
     if dispatch:
         parts += [
             "### 2. Dispatch\n",
+            measured(dispatch),
             f"The live dispatcher (`loader/loading/dispatcher.py`) with {dispatch['workers']} workers, every "
             "table with a pending update; a finished batch gives its table the next update. One decision = "
             "release, `choose`, take the queue from the pending store, start, finish (ledger, estimates, "
@@ -331,6 +350,7 @@ def markdown(results: dict[str, Any]) -> str:
     if reads:
         parts += [
             "### 3. What operators read\n",
+            measured(reads),
             f"A service of N tables without Spark behind FastAPI's TestClient (each figure is the route's "
             f"work, on the event loop), median of {reads['repeats']}. Every table has the metric children of "
             "one load; one in ten has a pending update. top-k exports the k stalest tables, the k waiting "
@@ -344,6 +364,7 @@ def markdown(results: dict[str, Any]) -> str:
     if part:
         parts += [
             "### 4. Partitioning the tables across instances (simulator)\n",
+            measured(part),
             f"{part['tables']:,} tables, Poisson updates at {part['rate_per_table']:g}/s each "
             f"({part['updates']:,} updates over {part['horizon_s']:g} s, generated in {part['generate_s']:.1f} s), "
             f"every load a single-table job of {part['job_seconds']:g} s (today's fixed cost), policy myopic, "
