@@ -13,8 +13,9 @@ Start-up order matters for correctness and for first-run speed:
    a time into the pending store (which spills), so a restart after a burst needs no more
    memory than the burst did;
 3. Spark starts in the background (~5 s), intake opens (new updates get sequence numbers
-   after everything recovered) and the maintenance jobs start; once Spark is up and every
-   table exists in Delta, loading begins and /readyz turns ready.
+   after everything recovered) and the maintenance jobs start; once Spark is up, loading
+   begins, each table once its Delta table is checked or created (tables with pending
+   updates first), and /readyz turns ready when every table's is.
 
 Each step puts its undoing on the caller's exit stack (the pattern of APScheduler 4's
 ``start(exit_stack, ...)``), so a shutdown, or a start that fails half-way, runs them in
@@ -450,6 +451,9 @@ class LoaderService:
             committed = await asyncio.to_thread(committed_seqs, self.settings.warehouse_path, names)
             if self.sink is not None:
                 failed = await asyncio.to_thread(_ensure_tables, self.sink, [(t.name, t.schema_) for t in new])
+                for error in failed.values():
+                    if not isinstance(error, ValueError):  # not a schema conflict: the disk, the storage
+                        raise error
                 if failed:  # a Delta table of that name with another schema
                     first = next(iter(failed.values()))
                     raise _conflict(
