@@ -166,7 +166,22 @@ class TableStatusModel(BaseModel):
 
 
 class TablesModel(BaseModel):
+    """A page of GET /v1/tables, in the order asked for (``sort``)."""
+
     tables: list[TableStatusModel]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+    total: int = Field(description="Tables the caller may see, on all pages together.")
+
+
+class BulkTablesBody(BaseModel):
+    """POST /v1/admin/tables:bulk: the shape of the configuration's ``tables`` list."""
+
+    tables: list[TableConfig] = Field(description="Table declarations, as for POST /v1/admin/tables.")
+
+
+class BulkRegistrationModel(BaseModel):
+    created: list[str] = Field(description="Tables registered by this call.")
+    unchanged: list[str] = Field(description="Tables that were registered already with the same schema.")
 
 
 class PolicyStateModel(BaseModel):

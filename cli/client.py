@@ -107,4 +107,12 @@ class LoaderClient:
             return dict(response.headers)
 
     def tables(self) -> list[dict[str, Any]]:
-        return self._check(self.http.get("/v1/tables"))["tables"]
+        """Every table's status, following the pages of GET /v1/tables."""
+        tables: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 10_000}
+        while True:
+            page = self._check(self.http.get("/v1/tables", params=params))
+            tables.extend(page["tables"])
+            if not page.get("next_cursor"):
+                return tables
+            params["cursor"] = page["next_cursor"]

@@ -13,8 +13,9 @@ Start-up order matters for correctness and for first-run speed:
    a time into the pending store (which spills), so a restart after a burst needs no more
    memory than the burst did;
 3. Spark starts in the background (~5 s), intake opens (new updates get sequence numbers
-   after everything recovered) and the maintenance jobs start; once Spark is up and every
-   table exists in Delta, loading begins and /readyz turns ready.
+   after everything recovered) and the maintenance jobs start; once Spark is up, loading
+   begins, each table once its Delta table is checked or created (tables with pending
+   updates first), and /readyz turns ready when every table's is.
 
 Each step puts its undoing on the caller's exit stack (the pattern of APScheduler 4's
 ``start(exit_stack, ...)``), so a shutdown, or a start that fails half-way, runs them in
@@ -30,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from loader.abc import FailedBatch, FinishedBatch, QuarantinedBatch
@@ -40,13 +42,14 @@ from loader.config import ConfigError, Settings
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
 from loader.core.errors import Conflict, Invalid
-from loader.core.tables import TableConfig
+from loader.core.schema import TableSchema
+from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
 from loader.core.updates import Batch, LoadResult, Update
 from loader.durability.catalog import Catalog, CatalogEntry
 from loader.durability.quarantine import QuarantineStore
 from loader.durability.quarantine_desk import QuarantineDesk
 from loader.durability.recovery import RecoveryPlan
-from loader.durability.transactions import committed_seq
+from loader.durability.transactions import committed_seqs
 from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
 from loader.intake.landing import sweep_copies
@@ -72,6 +75,8 @@ log = logging.getLogger(__name__)
 SinkFactory = Callable[[Settings], Sink]
 #: The Idempotency-Key snapshot under the state directory (loader/intake/idempotency.py).
 IDEMPOTENCY_FILE = "idempotency.json"
+#: Tables whose Delta tables are checked or created per worker-thread call at start-up.
+ENSURE_CHUNK = 256
 
 
 class LoaderService:
@@ -154,7 +159,8 @@ class LoaderService:
         #: WAL updates of tables the catalog does not know, kept until they are registered again.
         self._orphans: dict[str, list[Update]] = {}
         self._admin_lock = asyncio.Lock()  # operator changes of the table set, one at a time
-        metrics.attach(self.dispatcher)
+        self._stopping = False
+        metrics.attach(self.dispatcher, top_k=s.metrics.top_k if s.metrics.per_table_series == "top-k" else None)
         metrics.workers.set(s.workers)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -229,7 +235,7 @@ class LoaderService:
         await service._recover()
         if load:
             loading = asyncio.create_task(service._start_loading())
-            exit_stack.push_async_callback(_wait_started, loading)
+            exit_stack.push_async_callback(service._wait_started, loading)
         service.intake.open()
         exit_stack.callback(service.intake.close)
         log.info(
@@ -253,7 +259,7 @@ class LoaderService:
         """Which logged updates Delta holds, which are pending again; sequence counters above both."""
         s = self.settings
         names = list(self.catalog.entries)
-        committed = await asyncio.to_thread(lambda: {n: committed_seq(s.warehouse_path / n, n) for n in names})
+        committed = await asyncio.to_thread(committed_seqs, s.warehouse_path, names)
         for entry in self.catalog.entries.values():
             self._schedule_table(entry)
         plan = RecoveryPlan(committed=committed, quarantined=self.quarantine.store.seqs())
@@ -291,13 +297,38 @@ class LoaderService:
     async def _start_loading(self) -> None:
         try:
             self.sink = await asyncio.to_thread(self._make_sink)
-            for entry in list(self.catalog.entries.values()):
-                await asyncio.to_thread(self.sink.ensure_table, entry.name, entry.schema)
         except Exception as exc:  # surfaced on /readyz and in the log
             self.failure = f"could not start loading: {exc}"
             log.exception("could not start loading")
             return
+        # Each table's Delta table is checked (or created) before its first load: ~2 ms of
+        # deltalake calls a table, 20 s at 10,000 tables. Loading starts at once, each table
+        # held until its check, tables with pending updates first; ready once all are done.
+        # (Under the admin lock: a registration that began while Spark was starting, and so
+        # created no Delta tables, has added all its tables before this list is made.)
+        async with self._admin_lock:
+            entries = sorted(self.catalog.entries.values(), key=lambda e: -self.dispatcher.state(e.name).pending_count)
+            for entry in entries:
+                self.dispatcher.hold(entry.name)
         self.dispatcher.start()
+        failed: dict[str, Exception] = {}
+        for first in range(0, len(entries), ENSURE_CHUNK):
+            if self._stopping:
+                return
+            chunk = [(entry.name, entry.schema) for entry in entries[first : first + ENSURE_CHUNK]]
+            failed_now = await asyncio.to_thread(_ensure_tables, self.sink, chunk)
+            for name, _ in chunk:
+                if name not in failed_now:
+                    self.dispatcher.release_hold(name)
+            failed.update(failed_now)
+        if failed:  # those tables stay held; the others load
+            name, exc = next(iter(failed.items()))
+            more = (
+                f" (and {len(failed) - 1} more tables: {sorted(failed)[:NAMED_IN_MESSAGE]})" if len(failed) > 1 else ""
+            )
+            self.failure = f"could not start loading: {exc}{more}"
+            log.error("could not start loading %d tables, the first %r: %s", len(failed), name, exc)
+            return
         self.ready = True
         self.metrics.ready.set(1)
         log.info(
@@ -306,6 +337,13 @@ class LoaderService:
             self.dispatcher.policy.name,
             self.settings.workers,
         )
+
+    async def _wait_started(self, loading: asyncio.Task[None]) -> None:
+        """On the way down: a start of Spark under way is let finish (at most a minute); the
+        check of the tables stops at the next chunk."""
+        self._stopping = True
+        if not loading.done():
+            await asyncio.wait({loading}, timeout=60)
 
     def _make_sink(self) -> Sink:
         if self._sink_factory is not None:
@@ -373,59 +411,105 @@ class LoaderService:
 
     async def register_table(self, table: TableConfig) -> CatalogEntry:
         """Register a table (idempotent for the same schema); adopts WAL updates kept for it."""
+        await self.register_tables([table])
+        return self.catalog.entries[table.name]
+
+    async def register_tables(self, tables: list[TableConfig]) -> Registered:
+        """Register tables all or nothing (idempotent for the same schema), one catalog save.
+
+        Every declaration is checked against the catalog, the WAL's kept updates and Delta
+        before any is registered; a conflict anywhere registers none and names them all.
+        Delta tables created before a conflict was found stay, empty and unregistered (a
+        later registration with their schema adopts them).
+        """
+        repeated = sorted(name for name, n in Counter(t.name for t in tables).items() if n > 1)
+        if repeated:
+            raise Invalid(f"tables declared more than once: {repeated[:NAMED_IN_MESSAGE]}; declare each once")
         async with self._admin_lock:
-            existing = self.catalog.entries.get(table.name)
-            if existing is not None:
-                if existing.schema == table.schema_:
-                    return existing
-                raise Conflict(f"table {table.name!r} already exists with another schema; choose a new name")
-            path = self.settings.warehouse_path / table.name
-            committed = await asyncio.to_thread(committed_seq, path, table.name)
-            kept = self._orphans.get(table.name, [])
-            arrow = table.schema_.arrow()
-            if any(u.rows is not None and not u.rows.schema.equals(arrow) for u in kept):
-                raise Conflict(
-                    f"the WAL holds acknowledged updates of table {table.name!r} written with another schema; "
-                    "register the table with the schema it had"
+            new, unchanged, conflicts = [], [], []
+            for table in tables:
+                existing = self.catalog.entries.get(table.name)
+                if existing is None:
+                    new.append(table)
+                elif existing.schema == table.schema_:
+                    unchanged.append(table.name)
+                else:
+                    conflicts.append(table.name)
+            if conflicts:
+                raise _conflict(
+                    conflicts,
+                    "table {} already exists with another schema; choose a new name",
+                    "tables {} already exist with other schemas; choose new names",
                 )
+            for table in new:
+                arrow, kept = table.schema_.arrow(), self._orphans.get(table.name, [])
+                if any(u.rows is not None and not u.rows.schema.equals(arrow) for u in kept):
+                    conflicts.append(table.name)
+            if conflicts:
+                raise _conflict(
+                    conflicts,
+                    "the WAL holds acknowledged updates of table {} written with another schema; register the "
+                    "table with the schema it had",
+                    "the WAL holds acknowledged updates of tables {} written with other schemas; register each "
+                    "with the schema it had",
+                )
+            names = [table.name for table in new]
+            committed = await asyncio.to_thread(committed_seqs, self.settings.warehouse_path, names)
             if self.sink is not None:
-                try:
-                    await asyncio.to_thread(self.sink.ensure_table, table.name, table.schema_)
-                except ValueError as exc:  # a Delta table of that name with another schema
-                    raise Conflict(f"{exc}; register it with the table's schema or choose a new name") from None
+                failed = await asyncio.to_thread(_ensure_tables, self.sink, [(t.name, t.schema_) for t in new])
+                for error in failed.values():
+                    if not isinstance(error, ValueError):  # not a schema conflict: the disk, the storage
+                        raise error
+                if failed:  # a Delta table of that name with another schema
+                    first = next(iter(failed.values()))
+                    raise _conflict(
+                        list(failed),
+                        "table {} cannot use the Delta table of its name: " + f"{first}; register the table with the "
+                        "Delta table's schema or choose a new name",
+                        "tables {} cannot use the Delta tables of their names, the first: " + f"{first}; register "
+                        "each with its Delta table's schema or choose new names",
+                    )
             now = time.time()
-            entry = CatalogEntry.from_config(table, now)
-            if kept:
-                # The data interval start of the first kept update is not recorded: 1 s assumed.
-                entry.created_at = min(now, kept[0].release - 1.0)
-            self.catalog.add(entry)
-            logged = max((u.seq for u in kept), default=0)
-            self._schedule_table(entry)
-            self.intake.add_table(
-                entry.name,
-                entry.schema,
-                self._sequence(entry, committed, logged, max((u.release for u in kept), default=None)),
-            )
-            for update in kept:
-                if update.seq > committed:
-                    self.dispatcher.released(update)
-            self._orphans.pop(table.name, None)
-            self.catalog.changed()
+            for k, table in enumerate(new, start=1):
+                self._add_table(table, committed[table.name], now)
+                if k % ENSURE_CHUNK == 0:
+                    await asyncio.sleep(0)  # intake runs between chunks (each table is whole when added)
+            if new:
+                self.catalog.changed(*names)
         await self.save_catalog()
-        return entry
+        return Registered(created=names, unchanged=unchanged)
+
+    def _add_table(self, table: TableConfig, committed: int, now: float) -> None:
+        """A checked table into the catalog, the dispatcher and intake; WAL updates kept for it are pending again."""
+        kept = self._orphans.pop(table.name, [])
+        entry = CatalogEntry.from_config(table, now)
+        if kept:
+            # The data interval start of the first kept update is not recorded: 1 s assumed.
+            entry.created_at = min(now, kept[0].release - 1.0)
+        self.catalog.add(entry)
+        logged = max((u.seq for u in kept), default=0)
+        self._schedule_table(entry)
+        self.intake.add_table(
+            entry.name,
+            entry.schema,
+            self._sequence(entry, committed, logged, max((u.release for u in kept), default=None)),
+        )
+        for update in kept:
+            if update.seq > committed:
+                self.dispatcher.released(update)
 
     async def set_weight(self, table: str, weight: float) -> None:
         entry = self.catalog.entry(table)
         entry.weight = weight
         self.dispatcher.set_weight(table, weight)
-        self.catalog.changed()
+        self.catalog.changed(table)
         await self.save_catalog()
 
     async def set_paused(self, table: str, paused: bool) -> None:
         entry = self.catalog.entry(table)
         entry.paused = paused
         self.dispatcher.set_paused(table, paused)
-        self.catalog.changed()
+        self.catalog.changed(table)
         await self.save_catalog()
 
     async def set_policy(self, name: str, params: dict[str, Any]) -> None:
@@ -444,10 +528,13 @@ class LoaderService:
         """Persist the catalog if something changed, with each table's freshness accounts."""
         await self.catalog.save_changes(self._note_accounts)
 
-    def _note_accounts(self) -> None:
-        for name, entry in self.catalog.entries.items():
+    def _note_accounts(self, tables: Collection[str]) -> None:
+        """The freshness accounts of ``tables`` (those changed: an account changes only when a
+        batch of the table is loaded or set aside)."""
+        entries = self.catalog.entries
+        for name in tables:
             if name in self.intake.tables:
-                entry.freshness = asdict(self.dispatcher.loaded_account(name))
+                entries[name].freshness = asdict(self.dispatcher.loaded_account(name))
 
     # -- around each batch (loader.abc.BatchHandler) ------------------------------------------
     def load(self, worker: int, batch: Batch) -> LoadResult:
@@ -484,7 +571,7 @@ class LoaderService:
             entry.delta_version = done.result.delta_version
             self.metrics.delta_version.labels(done.table).set(done.result.delta_version)
         entry.alpha, entry.overhead = done.alpha, done.overhead
-        self.catalog.changed()
+        self.catalog.changed(done.table)
         if done.result.skipped:
             log.info(
                 "%s updates %d..%d were already in Delta (committed before a restart); not loaded again",
@@ -507,15 +594,38 @@ class LoaderService:
         self.metrics.batches.labels(failed.table, "failed").inc()
 
     def quarantined(self, batch: QuarantinedBatch) -> None:
+        self.catalog.changed(batch.table)  # its freshness accounts moved on
         self.metrics.batches.labels(batch.table, "failed").inc()
         self.metrics.batches.labels(batch.table, "quarantined").inc()
         self.quarantine.count(batch.table)
 
 
-async def _wait_started(loading: asyncio.Task[None]) -> None:
-    """On the way down: a start of Spark under way is let finish (at most a minute)."""
-    if not loading.done():
-        await asyncio.wait({loading}, timeout=60)
+@dataclass(frozen=True)
+class Registered:
+    """What a registration did: tables created, and tables that already existed with that schema."""
+
+    created: list[str]
+    unchanged: list[str]
+
+
+def _conflict(names: list[str], one: str, many: str) -> Conflict:
+    """The 409 of a registration: ``one`` or ``many`` with the table names in its ``{}``."""
+    if len(names) == 1:
+        return Conflict(one.replace("{}", repr(names[0]), 1), table=names[0])
+    shown = ", ".join(repr(n) for n in names[:NAMED_IN_MESSAGE])
+    more = f" and {len(names) - NAMED_IN_MESSAGE} more" if len(names) > NAMED_IN_MESSAGE else ""
+    return Conflict(many.replace("{}", shown + more, 1) + "; none was registered", tables=names)
+
+
+def _ensure_tables(sink: Sink, tables: list[tuple[str, TableSchema]]) -> dict[str, Exception]:
+    """Check or create each table's Delta table (a worker thread); the ones that failed, with why."""
+    failed: dict[str, Exception] = {}
+    for name, schema in tables:
+        try:
+            sink.ensure_table(name, schema)
+        except Exception as exc:  # e.g. a Delta table of that name with another schema
+            failed[name] = exc
+    return failed
 
 
 def configured_policy(settings: Settings, name: str, params: dict[str, Any]) -> Policy:

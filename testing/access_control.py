@@ -80,6 +80,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/metrics"): Rule("/metrics", _any_token()),
     # operators
     ("POST", "/v1/admin/tables"): Rule("/v1/admin/tables", _operator(201), NEW_TABLE),
+    ("POST", "/v1/admin/tables:bulk"): Rule("/v1/admin/tables:bulk", _operator(), {"tables": [NEW_TABLE]}),
     ("PUT", "/v1/admin/tables/{table}/weight"): Rule("/v1/admin/tables/clicks/weight", _operator(), {"weight": 3}),
     ("POST", "/v1/admin/tables/{table}/pause"): Rule("/v1/admin/tables/clicks/pause", _operator()),
     ("POST", "/v1/admin/tables/{table}/resume"): Rule("/v1/admin/tables/clicks/resume", _operator()),

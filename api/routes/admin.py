@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from api.deps import Operator, Service
+from api.deps import Operator, Service, read_body
 from api.schemas import (
     OPERATOR_ONLY,
+    BulkRegistrationModel,
+    BulkTablesBody,
     PendingModel,
     PolicyBody,
     PolicyStateModel,
     TableStatusModel,
     WeightBody,
+    body_doc,
     error_responses,
     ok_response,
 )
-from loader.core.tables import TableConfig
+from loader.core.errors import BadRequest, Unsupported
+from loader.core.tables import TableConfig, table_declarations
 from schedulers.registry import POLICIES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -38,6 +44,36 @@ STATUS = "The table's status after the change."
 async def register_table(table: TableConfig, service: Service, operator: Operator) -> dict[str, Any]:
     await service.register_table(table)
     return service.status.table(table.name)
+
+
+@router.post(
+    "/tables:bulk",
+    response_model=None,
+    responses={
+        **ok_response(BulkRegistrationModel, "Every table is registered: which by this call, which before."),
+        **error_responses(400, *OPERATOR_ONLY, 409, 413, 415, 422),
+    },
+    openapi_extra=body_doc(BulkTablesBody),
+    summary="Register many tables in one call: all or nothing, idempotent for the same schemas",
+)
+async def register_tables(request: Request, service: Service, operator: Operator) -> dict[str, Any]:
+    """One catalog save for the whole list; a 422 names every invalid entry (index and
+    name), a 409 every conflicting table, and either registers nothing."""
+    media = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise Unsupported(f"content type {media!r} is not supported; POST /v1/admin/tables:bulk takes application/json")
+    body = await read_body(request)
+    # Parsed and validated off the event loop: 10,000 declarations take about a second.
+    done = await service.register_tables(await asyncio.to_thread(_declarations, body))
+    return {"created": done.created, "unchanged": done.unchanged}
+
+
+def _declarations(body: bytes) -> list[TableConfig]:
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON ({exc}); send UTF-8 JSON") from None
+    return table_declarations(document)
 
 
 @router.put(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from api.auth import Authenticator
 from api.deps import Caller, Service
 from api.schemas import AUTHENTICATED, TablesModel, TableStatusModel, error_responses, ok_response
+from loader.ops.status import DEFAULT_PAGE, MAX_PAGE, Sort
 
 router = APIRouter(prefix="/v1", tags=["tables"])
 
@@ -16,12 +17,42 @@ router = APIRouter(prefix="/v1", tags=["tables"])
 @router.get(
     "/tables",
     response_model=None,
-    responses={**ok_response(TablesModel, "Every table's status."), **error_responses(*AUTHENTICATED)},
-    summary="All tables with staleness, pending work and load progress",
+    responses={
+        **ok_response(TablesModel, "A page of tables' statuses; `next_cursor` asks for the next page."),
+        **error_responses(*AUTHENTICATED, 422),
+    },
+    summary="Tables with staleness, pending work and load progress, a page at a time",
 )
-async def list_tables(service: Service, caller: Caller) -> dict[str, Any]:
+async def list_tables(
+    service: Service,
+    caller: Caller,
+    limit: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_PAGE,
+            description=f"Tables per page (default {DEFAULT_PAGE}: a service with at most that many tables "
+            "answers with all of them at once).",
+        ),
+    ] = DEFAULT_PAGE,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=2048,
+            description="The `next_cursor` of the previous page, as is; leave out for the first page.",
+        ),
+    ] = None,
+    sort: Annotated[
+        Sort,
+        Query(
+            description="`name` (default; stable) or `staleness` (stalest first, ties by name; each page ranks "
+            "the tables as they are when it is asked for)."
+        ),
+    ] = "name",
+) -> dict[str, Any]:
     """A producer token limited to some tables sees only those."""
-    return {"tables": [t for t in service.status.all() if caller.may_read(t["name"])]}
+    page = service.status.page(limit=limit, cursor=cursor, sort=sort, visible=caller.may_read)
+    return {"tables": page.tables, "next_cursor": page.next_cursor, "total": page.total}
 
 
 @router.get(

@@ -7,8 +7,11 @@ estimates. New kinds of table extend it here.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from loader.core.errors import Invalid
 from loader.core.schema import TableSchema, check_name
 
 
@@ -29,3 +32,46 @@ class TableConfig(BaseModel):
     @classmethod
     def _valid_name(cls, value: str) -> str:
         return check_name(value, "table name")
+
+
+#: Entries a refusal of a bulk registration describes in its message (all are in ``detail``).
+NAMED_IN_MESSAGE = 5
+
+
+def table_declarations(document: object) -> list[TableConfig]:
+    """Every declaration of ``{"tables": [...]}`` (the shape of the TOML ``tables`` list), or
+    one ``Invalid`` naming each bad entry by index and name: all or nothing."""
+    if not isinstance(document, dict) or set(document) != {"tables"} or not isinstance(document["tables"], list):
+        raise Invalid('send {"tables": [<table declaration>, ...]}, the shape of the configuration\'s tables list')
+    items: list[Any] = document["tables"]
+    declared: list[TableConfig] = []
+    problems: dict[int, list[str]] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        try:
+            declared.append(TableConfig.model_validate(item))
+        except ValidationError as exc:
+            problems[index] = [f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: {e['msg']}" for e in exc.errors()]
+        name = _name(item)
+        if name is not None and name in first:
+            problems.setdefault(index, []).append(f"name: declared before, at #{first[name]}")
+        elif name is not None:
+            first[name] = index
+    if problems:
+        entries = [{"index": i, "name": _name(items[i]), "problems": found} for i, found in sorted(problems.items())]
+        named = "; ".join(
+            f"#{e['index']}" + (f" {e['name']!r}" if e["name"] is not None else "") + f": {', '.join(e['problems'])}"
+            for e in entries[:NAMED_IN_MESSAGE]
+        )
+        hidden = len(entries) - NAMED_IN_MESSAGE
+        more = f" (and {hidden} more, all in detail)" if hidden > 0 else ""
+        raise Invalid(
+            f"{len(entries)} of {len(items)} table declarations are invalid, so none was registered: {named}{more}",
+            detail=entries,
+        )
+    return declared
+
+
+def _name(item: object) -> str | None:
+    name = item.get("name") if isinstance(item, dict) else None
+    return name if isinstance(name, str) else None

@@ -10,6 +10,8 @@ before they write (loader/loading/sinks) and recovery reads it before replaying 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -28,3 +30,12 @@ def committed_seq(path: Path, table: str) -> int:
     except TableNotFoundError:
         return 0
     return version or 0
+
+
+def committed_seqs(warehouse: Path, tables: Sequence[str], threads: int = 8) -> dict[str, int]:
+    """Every table's ``committed_seq`` (recovery at start-up): about a millisecond of log
+    reading a table, overlapped on a few threads (deltalake's Rust core releases the GIL)."""
+    if len(tables) < 2 * threads:
+        return {table: committed_seq(warehouse / table, table) for table in tables}
+    with ThreadPoolExecutor(threads, thread_name_prefix="delta-log") as pool:
+        return dict(zip(tables, pool.map(lambda table: committed_seq(warehouse / table, table), tables)))

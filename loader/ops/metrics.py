@@ -6,21 +6,35 @@ max stretch, pending) are computed at scrape time by a custom collector from the
 a periodic job; the staleness integral includes the open segment since the last load
 and is therefore a true monotone counter. A dashboard computes the ratio to the lower
 bound over any window as increase(staleness) / increase(low).
+
+Series per table (``loader_table_*`` and the counters and histograms with a ``table``
+label) are about 60 per table; ``[metrics] per_table_series = "top-k"`` exports them
+only for the stalest tables, while the ``loader_tables_*`` aggregates (counts, the
+distribution of staleness across tables, sums of the counters) always cover every table
+(docs/scaling.md).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from loader.loading.dispatcher import Dispatcher
+from loader.ops.table_series import TableCounter, TableGauge, TableHistogram
 from loader.pending.spill.model import DiskOp
 from loader.pending.store import PendingStore
 
+#: Outcomes of a batch (loader_batches_total) and how an operator resolves quarantined updates.
+OUTCOMES = ("loaded", "skipped", "failed", "quarantined")
+RESOLUTIONS = ("retried", "discarded")
 STRETCH_BUCKETS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -28,19 +42,79 @@ JOB_TABLES_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 
 
-class FreshnessCollector(Collector):
-    def __init__(self, dispatcher: Dispatcher, clock: Callable[[], float] = time.time) -> None:
-        self._dispatcher = dispatcher
+#: Upper bounds (seconds) of ``loader_tables_staleness_bucket``: how many tables are at most that stale.
+TABLE_STALENESS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 21600.0, 86400.0)
+#: Quantiles of staleness across tables (exact, this instance); 1 is the stalest table.
+TABLE_STALENESS_QUANTILES = (0.5, 0.9, 0.99, 1.0)
+
+
+class TablesCollector(Collector):
+    """Every per-table family for the tables chosen at this scrape, and aggregates over all.
+
+    Freshness is computed here, at scrape time, from the dispatcher's ledger. With
+    ``top_k`` the per-table series are those of the ``top_k`` stalest tables (quiet feeds
+    among them: their tables are stale too), of the ``top_k`` whose oldest pending update
+    waits longest (the loader's backlog), and of up to ``top_k`` tables in trouble
+    (quarantined updates first, then failed loads), so that an alert on a table that
+    fails but is not stale still fires. The ``loader_tables_*`` aggregates always cover
+    every table, so instance-wide panels stay exact.
+    """
+
+    def __init__(self, metrics: Metrics, clock: Callable[[], float] = time.time) -> None:
+        self._metrics = metrics
         self._clock = clock
+        #: Where freshness comes from; until a service attaches one, only the families' own series.
+        self.dispatcher: Dispatcher | None = None
+        #: None: every table's series; k: the k stalest (and up to k in trouble).
+        self.top_k: int | None = None
+
+    def _chosen(self, staleness: list[float]) -> list[int]:
+        d, k = self.dispatcher, self.top_k
+        assert d is not None
+        n = len(staleness)
+        if k is None or n <= k:
+            return list(range(n))
+        stalest = heapq.nlargest(k, range(n), key=staleness.__getitem__)
+        waiting = heapq.nsmallest(
+            k,
+            (tid for tid, state in enumerate(d.states) if state.pending_count),
+            key=lambda tid: d.states[tid].oldest_pending,
+        )
+        quarantined = self._metrics.quarantined
+        trouble = []
+        for tid, state in enumerate(d.states):
+            held, failures = quarantined.value(state.name), d.failures(state.name)
+            if held or failures:
+                trouble.append(((held, failures, staleness[tid]), tid))
+        worst = heapq.nlargest(k, trouble)
+        return sorted(set(stalest).union(waiting, (tid for _, tid in worst)))
 
     def collect(self) -> Iterator[Metric]:
-        d = self._dispatcher
+        d = self.dispatcher
+        if d is None:
+            for family in self._metrics.table_families:
+                yield from family.collect(None)
+            return
+        now = self._clock()
+        ledger = d.ledger
+        states = d.states
+        staleness = [ledger.staleness_at(tid, now) for tid in range(len(states))]
+        chosen = self._chosen(staleness)
+        yield from self._per_table(chosen, staleness, now)
+        yield from self._aggregates(staleness, len(chosen), now)
+        names = None if len(chosen) == len(states) else [states[tid].name for tid in chosen]
+        for family in self._metrics.table_families:
+            yield from family.collect(names)
+
+    def _per_table(self, chosen: list[int], staleness: list[float], now: float) -> Iterator[Metric]:
+        d = self.dispatcher
+        assert d is not None
         upto = GaugeMetricFamily(
             "loader_table_current_upto_timestamp_seconds",
             "Release time (Unix seconds) of the newest update loaded into the table.",
             labels=["table"],
         )
-        staleness = GaugeMetricFamily("loader_table_staleness_seconds", "Staleness of the table now.", labels=["table"])
+        stale = GaugeMetricFamily("loader_table_staleness_seconds", "Staleness of the table now.", labels=["table"])
         integral = CounterMetricFamily(
             "loader_table_staleness_seconds_squared",
             "Integral of staleness over time since the service started (seconds^2).",
@@ -75,12 +149,12 @@ class FreshnessCollector(Collector):
             labels=["table"],
         )
         weight = GaugeMetricFamily("loader_table_weight", "Priority weight of the table.", labels=["table"])
-        now = self._clock()
         ledger = d.ledger
-        for tid, state in enumerate(d.states):
+        for tid in chosen:
+            state = d.states[tid]
             labels = [state.name]
             upto.add_metric(labels, ledger.current_upto(tid))
-            staleness.add_metric(labels, ledger.staleness_at(tid, now))
+            stale.add_metric(labels, staleness[tid])
             integral.add_metric(labels, ledger.staleness_integral_at(tid, now))
             low.add_metric(labels, ledger.low_bound(tid))
             stretch.add_metric(labels, ledger.max_stretch(tid))
@@ -91,8 +165,70 @@ class FreshnessCollector(Collector):
             alpha.add_metric(labels, state.alpha)
             overhead.add_metric(labels, state.overhead)
             weight.add_metric(labels, state.weight)
-        yield from (upto, staleness, integral, low, stretch, pending, pending_bytes, resident, spilled)
+        yield from (upto, stale, integral, low, stretch, pending, pending_bytes, resident, spilled)
         yield from (alpha, overhead, weight)
+
+    def _aggregates(self, staleness: list[float], exported: int, now: float) -> Iterator[Metric]:
+        """Freshness over every table: counts, the distribution of staleness, sums of the accounts."""
+        d = self.dispatcher
+        assert d is not None
+        ledger = d.ledger
+        n = len(staleness)
+        yield GaugeMetricFamily("loader_tables", "Registered tables.", value=n)
+        yield GaugeMetricFamily(
+            "loader_tables_exported",
+            "Tables whose per-table series (loader_table_*) this scrape carries ([metrics] per_table_series).",
+            value=exported,
+        )
+        ordered = sorted(staleness)
+        buckets = GaugeMetricFamily(
+            "loader_tables_staleness_bucket",
+            "Tables whose staleness now is at most le seconds (cumulative; histogram_quantile() applies as is).",
+            labels=["le"],
+        )
+        for bound in TABLE_STALENESS_BUCKETS:
+            buckets.add_metric([floatToGoString(bound)], bisect_right(ordered, bound))
+        buckets.add_metric(["+Inf"], n)
+        yield buckets
+        yield GaugeMetricFamily(
+            "loader_tables_total_staleness_seconds",
+            "Sum of every table's staleness now (divide by loader_tables for the mean).",
+            value=math.fsum(ordered),
+        )
+        quantiles = GaugeMetricFamily(
+            "loader_tables_staleness_quantile_seconds",
+            "Staleness now across this instance's tables, exact (nearest rank); quantile 1 is the stalest table.",
+            labels=["quantile"],
+        )
+        stalest = GaugeMetricFamily(
+            "loader_stalest_table_staleness_seconds", "The stalest table now and its staleness.", labels=["table"]
+        )
+        if n:
+            for q in TABLE_STALENESS_QUANTILES:
+                quantiles.add_metric([floatToGoString(q)], ordered[max(0, math.ceil(q * n) - 1)])
+            top = max(range(n), key=staleness.__getitem__)
+            stalest.add_metric([d.states[top].name], staleness[top])
+        yield from (quantiles, stalest)
+        yield CounterMetricFamily(
+            "loader_tables_staleness_seconds_squared",
+            "Sum over tables of loader_table_staleness_seconds_squared_total (every table, whatever is exported).",
+            value=math.fsum(ledger.staleness_integral_at(tid, now) for tid in range(n)),
+        )
+        yield CounterMetricFamily(
+            "loader_tables_low_bound_seconds_squared",
+            "Sum over tables of loader_table_low_bound_seconds_squared_total (every table).",
+            value=math.fsum(ledger.low_bound(tid) for tid in range(n)),
+        )
+        yield GaugeMetricFamily(
+            "loader_tables_pending_updates",
+            "Acknowledged updates not yet loaded, all tables.",
+            value=sum(state.pending_count for state in d.states),
+        )
+        yield GaugeMetricFamily(
+            "loader_tables_max_stretch",
+            "Largest stretch of any loaded update of any table.",
+            value=max((ledger.max_stretch(tid) for tid in range(n)), default=0.0),
+        )
 
 
 class Metrics:
@@ -107,21 +243,51 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.stretch = Histogram(
-            "loader_update_stretch", "Stretch of each loaded update.", ["table"], buckets=STRETCH_BUCKETS, registry=r
+        # Per table (loader/ops/table_series.py: exported for the tables a scrape chooses), each
+        # with its sum over all tables under loader_tables_*, always exported.
+        self.stretch = TableHistogram(
+            "loader_update_stretch",
+            "Stretch of each loaded update.",
+            STRETCH_BUCKETS,
+            "loader_tables_update_stretch",
+            "Stretch of each loaded update, all tables.",
         )
-        self.batches = Counter("loader_batches", "Batches attempted, by outcome.", ["table", "outcome"], registry=r)
-        self.rows_loaded = Counter("loader_rows_loaded", "Rows appended to Delta.", ["table"], registry=r)
-        self.updates_loaded = Counter("loader_updates_loaded", "Updates loaded into Delta.", ["table"], registry=r)
-        self.batch_duration = Histogram(
+        self.batches = TableCounter(
+            "loader_batches",
+            "Batches attempted, by outcome.",
+            ["outcome"],
+            "loader_tables_batches",
+            "Batches attempted, by outcome, all tables.",
+            zeros=[(outcome,) for outcome in OUTCOMES],
+        )
+        self.rows_loaded = TableCounter(
+            "loader_rows_loaded",
+            "Rows appended to Delta.",
+            [],
+            "loader_tables_rows_loaded",
+            "Rows appended, all tables.",
+        )
+        self.updates_loaded = TableCounter(
+            "loader_updates_loaded",
+            "Updates loaded into Delta.",
+            [],
+            "loader_tables_updates_loaded",
+            "Updates loaded, all tables.",
+        )
+        self.batch_duration = TableHistogram(
             "loader_batch_duration_seconds",
             "Wall time of a batch, Spark job and commit.",
-            ["table"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
+            DURATION_BUCKETS,
+            "loader_tables_batch_duration_seconds",
+            "Wall time of a batch, all tables.",
         )
-        self.delta_version = Gauge(
-            "loader_table_delta_version", "Delta version of the last commit.", ["table"], registry=r
+        self.delta_version = TableGauge("loader_table_delta_version", "Delta version of the last commit.", [], "", "")
+        self.updates_received = TableCounter(
+            "loader_updates_received",
+            "Updates acknowledged.",
+            [],
+            "loader_tables_updates_received",
+            "Updates acknowledged, all tables.",
         )
         self.job_tables = Histogram(
             "loader_batch_job_tables",
@@ -134,7 +300,34 @@ class Metrics:
             "Estimated fixed cost of a Spark job, shared by the tables of a multi-table job.",
             registry=r,
         )
-        self.updates_received = Counter("loader_updates_received", "Updates acknowledged.", ["table"], registry=r)
+        self.quarantined = TableGauge(
+            "loader_table_quarantined_updates",
+            "Acknowledged updates set aside after their batch kept failing, waiting for an operator.",
+            [],
+            "loader_tables_quarantined_updates",
+            "Quarantined updates, all tables.",
+        )
+        self.quarantine_resolved = TableCounter(
+            "loader_quarantine_resolved_updates",
+            "Quarantined updates an operator retried or discarded.",
+            ["action"],
+            "loader_tables_quarantine_resolved_updates",
+            "Quarantined updates an operator retried or discarded, all tables.",
+            zeros=[(action,) for action in RESOLUTIONS],
+        )
+        self.table_families = (
+            self.stretch,
+            self.batches,
+            self.rows_loaded,
+            self.updates_loaded,
+            self.batch_duration,
+            self.delta_version,
+            self.updates_received,
+            self.quarantined,
+            self.quarantine_resolved,
+        )
+        self._tables = TablesCollector(self)
+        r.register(self._tables)
         self.requests = Counter(
             "loader_http_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
         )
@@ -191,25 +384,12 @@ class Metrics:
         self.pressure_mode = Gauge(
             "loader_pressure_mode", "1 while the Chain memory-pressure mode chooses the batches.", registry=r
         )
-        self.quarantined = Gauge(
-            "loader_table_quarantined_updates",
-            "Acknowledged updates set aside after their batch kept failing, waiting for an operator.",
-            ["table"],
-            registry=r,
-        )
-        self.quarantine_resolved = Counter(
-            "loader_quarantine_resolved_updates",
-            "Quarantined updates an operator retried or discarded.",
-            ["table", "action"],
-            registry=r,
-        )
         self.intake_fault = Gauge(
             "loader_intake_fault",
             "1 while intake is closed by a fault of the WAL's disk (full, read-only); it reopens by itself.",
             registry=r,
         )
         self._policy_name: str | None = None
-        self._freshness: FreshnessCollector | None = None
         # Every known label value from the start, so a dashboard shows 0 rather than "no
         # data" and increase() counts the first event.
         for kind in ("write", "read_back", "read_in_place"):
@@ -218,13 +398,12 @@ class Metrics:
         for reason in ("spill_full", "wal_fault"):
             self.intake_refused.labels(reason)
 
-    def attach(self, dispatcher: Dispatcher) -> None:
+    def attach(self, dispatcher: Dispatcher, top_k: int | None = None) -> None:
         """Read freshness, workers and the pending store from ``dispatcher`` at scrape time
-        (from now on: a service started again with these metrics replaces the one before)."""
-        if self._freshness is not None:
-            self.registry.unregister(self._freshness)
-        self._freshness = FreshnessCollector(dispatcher)
-        self.registry.register(self._freshness)
+        (from now on: a service started again with these metrics replaces the one before).
+        ``top_k``: export per-table series of the k stalest tables only (``[metrics]``)."""
+        self._tables.dispatcher = dispatcher
+        self._tables.top_k = top_k
         self.workers_busy.set_function(lambda: dispatcher.busy_workers)
         pending: PendingStore = dispatcher.pending
         self.pending_resident.set_function(lambda: pending.resident)
@@ -240,14 +419,10 @@ class Metrics:
         self.spill_bytes.labels(kind).inc(op.nbytes)
 
     def table_added(self, table: str) -> None:
-        """Create the table's series at zero (see ``__init__``)."""
-        for outcome in ("loaded", "skipped", "failed", "quarantined"):
-            self.batches.labels(table, outcome)
-        self.quarantined.labels(table)
-        for action in ("retried", "discarded"):
-            self.quarantine_resolved.labels(table, action)
-        for family in (self.rows_loaded, self.updates_loaded, self.updates_received, self.stretch, self.batch_duration):
-            family.labels(table)
+        """The table's series exist from now on, at zero (see ``__init__``)."""
+        for family in self.table_families:
+            if family is not self.delta_version:  # (written once there is a version)
+                family.add_table(table)
 
     def watch_wal(self, size: Callable[[], float]) -> None:
         """WAL bytes on disk, read at scrape time rather than after each truncation."""

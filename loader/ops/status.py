@@ -1,18 +1,47 @@
 """What GET /v1/tables reports about a table: one read model over every stage's state of it.
 
 Freshness comes from the same ledger the metrics use, so the API and Prometheus agree.
+The list comes in pages (docs/scaling.md): at 10,000 tables all statuses are about 10 MB
+of JSON, so a page holds ``DEFAULT_PAGE`` tables unless the caller asks for another size,
+and a cursor continues where the previous page ended.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import heapq
+import json
 import time
-from typing import Any
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, Literal
 
+from loader.core.errors import Invalid
 from loader.durability.catalog import Catalog
 from loader.durability.quarantine import QuarantineStore
 from loader.intake.sequencing import iso
 from loader.intake.submission import Intake
 from loader.loading.dispatcher import Dispatcher
+
+#: Tables in a page of GET /v1/tables when the caller gives no limit: every table of a
+#: service with up to this many (clients written before paging see them all), a bounded
+#: response above it.
+DEFAULT_PAGE = 1000
+#: The largest page a caller may ask for.
+MAX_PAGE = 10_000
+Sort = Literal["name", "staleness"]
+
+
+@dataclass(frozen=True)
+class Page:
+    tables: list[dict[str, Any]]
+    #: Where the next page starts (None: this was the last one).
+    next_cursor: str | None
+    #: Tables the caller may see, on every page together.
+    total: int
 
 
 class TableStatuses:
@@ -24,6 +53,7 @@ class TableStatuses:
         self.intake = intake
         self.dispatcher = dispatcher
         self.quarantine = quarantine
+        self._by_name: list[str] = []  # every table's name, sorted (tables are only ever added)
 
     def policy_groups(self) -> dict[str, int]:
         """Table -> index of its GroupAndRun group (empty for policies without groups)."""
@@ -35,14 +65,65 @@ class TableStatuses:
         groups = self.policy_groups()
         return [self.table(name, groups) for name in self.intake.tables]
 
-    def table(self, table: str, groups: dict[str, int] | None = None) -> dict[str, Any]:
-        """NotFound for an unknown table; otherwise staleness, pending work and load progress."""
+    def page(
+        self,
+        *,
+        limit: int = DEFAULT_PAGE,
+        cursor: str | None = None,
+        sort: Sort = "name",
+        visible: Callable[[str], bool] = lambda _: True,
+    ) -> Page:
+        """Up to ``limit`` statuses after ``cursor``, by name or stalest first (ties by name).
+
+        The order is keyset, not offset: a page continues after the last table of the one
+        before, whatever was registered since. Staleness is now minus what a table is
+        current up to, so stalest first is the order of ``current_upto``, which only a load
+        changes: no table is left out between pages, and one loaded meanwhile (now fresher)
+        may show again on a later page.
+        """
+        after = _decode(cursor, sort) if cursor else None
+        if len(self._by_name) != len(self.intake.tables):
+            self._by_name = sorted(self.intake.tables)
+        names = self._by_name
+        if sort == "name":
+            total = sum(1 for n in names if visible(n))
+            chosen: list[str] = []
+            more = False
+            for name in islice(names, bisect_right(names, after) if after is not None else 0, None):
+                if visible(name):
+                    if len(chosen) == limit:
+                        more = True
+                        break
+                    chosen.append(name)
+            keys: list[Any] = list(chosen)
+        else:  # staleness is now - current_upto: stalest first is oldest current_upto first, at any time
+            d = self.dispatcher
+            ranked = [(d.ledger.current_upto(d.index[n]), n) for n in names if visible(n)]
+            total = len(ranked)
+            if after is not None:
+                key = (float(after[0]), str(after[1]))
+                ranked = [item for item in ranked if item > key]
+            top = heapq.nsmallest(limit + 1, ranked)
+            more = len(top) > limit
+            top = top[:limit]
+            chosen = [n for _, n in top]
+            keys = [[upto, n] for upto, n in top]
+        groups, now = self.policy_groups(), time.time()
+        return Page(
+            tables=[self.table(name, groups, now) for name in chosen],
+            next_cursor=_encode(sort, keys[-1]) if more and keys else None,
+            total=total,
+        )
+
+    def table(self, table: str, groups: dict[str, int] | None = None, now: float | None = None) -> dict[str, Any]:
+        """NotFound for an unknown table; otherwise staleness, pending work and load progress
+        (at ``now``: one instant for every table of a page)."""
         entry = self.catalog.entry(table)
         d = self.dispatcher
         tid = d.index[table]
         state = d.states[tid]
         sequence = self.intake.tables[table]
-        now = time.time()
+        now = time.time() if now is None else now
         group = (self.policy_groups() if groups is None else groups).get(table)
         return {
             "name": table,
@@ -73,3 +154,34 @@ class TableStatuses:
             "failures": d.failures(table),
             "quarantined_updates": sum(len(e.updates) for e in self.quarantine.active(table)),
         }
+
+
+def _encode(sort: str, key: Any) -> str:
+    raw = json.dumps({"sort": sort, "after": key}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str, sort: str) -> Any:
+    """The key a cursor continues after; Invalid (422) for one this service did not give out."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        document = json.loads(raw)
+        made_for, after = document["sort"], document["after"]
+        if made_for == "name" and not isinstance(after, str):
+            raise ValueError
+        if made_for == "staleness" and not (
+            isinstance(after, list)
+            and len(after) == 2
+            and isinstance(after[0], int | float)
+            and not isinstance(after[0], bool)
+            and isinstance(after[1], str)
+        ):
+            raise ValueError
+    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError):
+        raise Invalid(
+            "cursor is not one this service gave out; pass the next_cursor of the previous page as is, "
+            "or leave it out for the first page"
+        ) from None
+    if made_for != sort:
+        raise Invalid(f"cursor was made for sort={made_for}; ask with sort={made_for}, or start again without it")
+    return after

@@ -7,12 +7,16 @@ import logging
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 
+from api.app import create_app
+from loader.core.tables import TableConfig
 from loader.durability.wal import WalLockedError
 from loader.ops.metrics import Metrics
 from loader.service import LoaderService
-from testing.service_harness import make_settings
+from testing.fakes import ArrowSink
+from testing.service_harness import CLICKS, OPERATOR, Harness, make_settings
 
 CLEAN = "stopped cleanly"
 
@@ -119,3 +123,23 @@ def test_a_service_started_again_with_the_same_metrics_exports_each_series_once(
     asyncio.run(run_once())
     text = generate_latest(metrics.registry).decode()
     assert text.count('loader_table_staleness_seconds{table="clicks"}') == 1
+
+
+def test_tables_load_while_the_others_are_checked_and_a_bad_one_stops_readiness(tmp_path: Path) -> None:
+    """Each table's Delta table is checked after loading started, tables with work first; one
+    that exists with another schema is named in the failure, and the rest keep loading."""
+    settings = make_settings(tmp_path / "data")
+    sink = ArrowSink(settings.warehouse_path)
+    sink.ensure_table("orders", TableConfig.model_validate(CLICKS).schema_)
+    auth = {"Authorization": f"Bearer {OPERATOR}"}
+    with TestClient(create_app(settings, sink_factory=lambda _: sink)) as client:
+        service: LoaderService = client.app.state.service  # type: ignore[attr-defined]
+        Harness.wait(lambda: service.failure is not None)
+        assert "'orders'" in service.failure and "another schema" in service.failure  # type: ignore[operator]
+        assert not service.ready and client.get("/readyz", headers=auth).status_code == 503
+        assert client.post("/v1/tables/clicks/updates", json={"rows": [{"n": 1}]}, headers=auth).status_code == 202
+        Harness.wait(lambda: client.get("/v1/tables/clicks", headers=auth).json()["last_loaded_sequence"] == 1)
+        assert (
+            client.post("/v1/tables/orders/updates", json={"rows": [{"order_id": 1}]}, headers=auth).status_code == 202
+        )
+        assert client.get("/v1/tables/orders", headers=auth).json()["pending_updates"] == 1  # held: not loaded

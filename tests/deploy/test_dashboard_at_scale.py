@@ -1,0 +1,138 @@
+"""The dashboard with 1,000 tables: a real Prometheus scraping a loader that exports top-k series.
+
+One loader (Spark-free sink) with 1,002 tables, registered in one bulk call, ``[metrics]
+per_table_series = "top-k"``; a producer posts to a few hundred of them. Through
+Prometheus's query API: every dashboard expression returns data, none returns more series
+than a panel can show, the ``loader_tables_*`` aggregates count every table while the
+per-table series are only the chosen ones, and a scrape carries a few thousand samples
+rather than about 50,000. Waiting is polling with deadlines.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from testing.prometheus_server import PrometheusServer, binaries
+from testing.service_harness import OPERATOR, ORDERS_ONLY, PRODUCER, serve_in_thread
+from tests.deploy.test_observability import BUILTINS, JOB, Live, dashboard, queries, scrape_config, substitute
+
+TABLES = 1000
+TOP_K = 20
+#: Most series one panel query may return to stay readable (the panels ask for topk 10 or 20).
+MOST_SERIES = 20
+BULK = [
+    {"name": f"t{i:04d}", "schema": {"columns": [{"name": "k", "type": "int64"}, {"name": "v", "type": "string"}]}}
+    for i in range(TABLES)
+]
+
+
+@dataclass
+class Feed:
+    """Updates to 200 of the tables, 40 to a request, about 10 requests a second."""
+
+    url: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    statuses: Counter[int] = field(default_factory=Counter)
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        rng = random.Random(11)
+        fed = [row["name"] for row in BULK[:200]]
+        try:
+            with httpx.Client(base_url=self.url, timeout=30.0) as client:
+                while not self.stop.is_set():
+                    updates = [
+                        {"table": t, "rows": [{"k": rng.randrange(10**6), "v": "x"}]} for t in rng.sample(fed, 40)
+                    ]
+                    answer = client.post(
+                        "/v1/updates", json={"updates": updates}, headers={"Authorization": f"Bearer {PRODUCER}"}
+                    )
+                    self.statuses[answer.status_code] += 1
+                    self.stop.wait(0.1)
+        except BaseException as exc:  # shown by the test that waits for data
+            self.error = exc
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    prometheus_binary = binaries()[0]
+    tmp = tmp_path_factory.mktemp("dashboard-at-scale")
+    metrics = {"per_table_series": "top-k", "top_k": TOP_K}
+    with serve_in_thread(tmp / "data", metrics=metrics) as (url, _service):
+        registered = httpx.post(
+            f"{url}/v1/admin/tables:bulk",
+            json={"tables": BULK},
+            headers={"Authorization": f"Bearer {OPERATOR}"},
+            timeout=300,
+        )
+        assert registered.status_code == 200, registered.text
+        assert len(registered.json()["created"]) == TABLES
+        instance = url.removeprefix("http://")
+        token = tmp / "loader-token"
+        token.write_text(ORDERS_ONLY + "\n", encoding="utf-8")
+        config = scrape_config(tmp / "prometheus.yml", instance, token)
+        feed = Feed(url)
+        thread = threading.Thread(target=feed.run, name="feed", daemon=True)
+        thread.start()
+        try:
+            with PrometheusServer(prometheus_binary, config, tmp) as prometheus:
+                prometheus.wait(lambda: prometheus.query(f'up{{job="{JOB}"}} == 1'), 30.0, "the loader was not scraped")
+                yield Live(prometheus, instance, feed)  # type: ignore[arg-type]
+        finally:
+            feed.stop.set()
+            thread.join(30)
+
+
+def _values(live: Live) -> dict[str, str]:
+    board = dashboard()
+    out = dict(BUILTINS, instance=live.instance, table=".+")  # "All", as Grafana sends it
+    for var in board["templating"]["list"]:
+        if var["type"] in ("custom", "interval", "constant"):
+            out[var["name"]] = var["current"]["value"]
+    return out
+
+
+def test_every_panel_returns_data_and_no_more_series_than_it_can_show(live: Live) -> None:
+    values = _values(live)
+    expressions = [(where, substitute(expr, values)) for where, expr in queries(dashboard())]
+    live.wait_for_data(expressions, timeout=90.0)
+    crowded = {where: n for where, expr in expressions if (n := len(live.prometheus.query(expr))) > MOST_SERIES}
+    assert not crowded, f"panels that would draw more than {MOST_SERIES} series: {crowded}"
+
+
+def test_the_aggregates_count_every_table_while_only_the_chosen_tables_have_series(live: Live) -> None:
+    prometheus = live.prometheus
+    everyone = TABLES + 2  # and the harness's orders and clicks
+    prometheus.wait(lambda: prometheus.query("loader_tables"), 30.0, "no loader_tables")
+    [tables] = prometheus.query("loader_tables")
+    assert float(tables["value"][1]) == everyone
+    [counted] = prometheus.query('loader_tables_staleness_bucket{le="+Inf"}')
+    assert float(counted["value"][1]) == everyone
+    [exported] = prometheus.query("loader_tables_exported")
+    assert TOP_K <= float(exported["value"][1]) <= 3 * TOP_K  # stalest, waiting longest, in trouble
+    per_table = prometheus.query("loader_table_staleness_seconds")
+    assert TOP_K <= len(per_table) <= 3 * TOP_K
+    # The stalest table is among the exported ones (one scrape's samples compared).
+    same = 'max(loader_table_staleness_seconds) == scalar(loader_tables_staleness_quantile_seconds{quantile="1.0"})'
+    prometheus.wait(lambda: prometheus.query(same), 30.0, "the stalest table was not exported")
+    [quantile] = prometheus.query("histogram_quantile(0.9, loader_tables_staleness_bucket)")
+    assert float(quantile["value"][1]) > 0
+    named = "loader_stalest_table_staleness_seconds and on (table) loader_table_staleness_seconds"
+    prometheus.wait(lambda: prometheus.query(named), 30.0, "the stalest table is not named among the exported")
+
+
+def test_a_scrape_carries_a_few_thousand_samples_not_one_set_per_table(live: Live) -> None:
+    """About 50 samples a table would be ~50,000 at 1,002 tables; top-k keeps a scrape near
+    the chosen tables' share plus the instance-wide series."""
+    live.prometheus.wait(
+        lambda: live.prometheus.query(f'scrape_samples_scraped{{job="{JOB}"}}'), 30.0, "no scrape recorded"
+    )
+    [samples] = live.prometheus.query(f'scrape_samples_scraped{{job="{JOB}"}}')
+    assert float(samples["value"][1]) < 6000, samples
