@@ -190,6 +190,17 @@ def finish(results: dict[str, Any], args: argparse.Namespace) -> None:
     report.print_console(results)
 
 
+def _floats(value: Any) -> Any:
+    """Saved results back to numbers: strict JSON holds inf and nan as strings."""
+    if isinstance(value, dict):
+        return {k: _floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    return value
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -199,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so every system and helper process is stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
     if args.rerender:
-        finish(json.loads(args.json.read_text(encoding="utf-8")), args)
+        finish(_floats(json.loads(args.json.read_text(encoding="utf-8"))), args)
         return 0
     for variant in args.variant_list:
         try:
