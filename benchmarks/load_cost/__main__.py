@@ -94,6 +94,7 @@ def run_breakdown(args: argparse.Namespace, master: str, conf: dict[str, str]) -
         "variants": breakdown_variants(),
         "event_log": True,
         "jfr": True,
+        "jfr_loads": args.jfr_loads,
     }
     log(f"[breakdown] {master}: {args.breakdown_warmup} warm-up rounds, {args.breakdown_loads} loads per block")
     load = load_average()
@@ -137,6 +138,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--change-warmup", type=int, default=None, help="warm-up rounds per run (50; quick 3)")
     parser.add_argument("--breakdown-loads", type=int, default=None, help="loads per breakdown block (20; quick 3)")
     parser.add_argument("--breakdown-warmup", type=int, default=None, help="breakdown warm-up rounds (60; quick 2)")
+    parser.add_argument("--jfr-loads", type=int, default=None, help="loads per profiled block (10; quick 2)")
     parser.add_argument("--markdown", type=Path, default=None, help="file whose section to rewrite")
     parser.add_argument("--json", type=Path, default=None, help="raw results file")
     parser.add_argument("--rerender", action="store_true", help="measure nothing: rewrite the report from --json")
@@ -148,6 +150,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "change_warmup": (3, 50),
         "breakdown_loads": (3, 20),
         "breakdown_warmup": (2, 60),
+        "jfr_loads": (2, 10),
     }
     for name, (q, full) in defaults.items():
         if getattr(args, name) is None:

@@ -33,6 +33,11 @@ def _median(values: Iterable[float | None]) -> float:
     return statistics.median(kept) if kept else float("nan")
 
 
+def _mean(values: Iterable[float | None]) -> float:
+    kept = [v for v in values if v is not None]
+    return statistics.fmean(kept) if kept else float("nan")
+
+
 def _ms(value: float | None, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -53,26 +58,33 @@ def _load_figures(loads: list[dict[str, Any]]) -> dict[str, Any]:
         "py4j_calls": _median(sum(load["py4j_calls"].values()) for load in loads),
         "py4j_calls_by_phase": {n: _median(load["py4j_calls"].get(n, 0) for load in loads) for n in names},
         "py4j_ms": _median(1e3 * sum(load["py4j_seconds"].values()) for load in loads),
-        "python_cpu_ms": _median(1e3 * load["python_cpu"] for load in loads),
-        "jvm_cpu_ms": _median(1e3 * load["jvm_cpu"] if load["jvm_cpu"] is not None else None for load in loads),
+        # Means: the JVM's CPU clock ticks every 10 ms, so a median of single loads is a multiple of 10.
+        "python_cpu_ms": _mean(1e3 * load["python_cpu"] for load in loads),
+        "jvm_cpu_ms": _mean(1e3 * load["jvm_cpu"] if load["jvm_cpu"] is not None else None for load in loads),
     }
 
 
 def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
+    """Per variant: the median load, and against the baseline load of the same round (paired,
+    so the machine's load, which drifts over seconds, weighs on both alike) the median ratio
+    and saving over every round of every run."""
     runs = part["runs"]
     names = list(part["spec"]["variants"])
     per_run = [{n: _load_figures(run["variants"][n]["1"]) for n in names} for run in runs]
     out: dict[str, Any] = {"variants": {}, "runs": len(runs), "rounds": part["spec"]["runs"]}
     for name in names:
         figures = [r[name] for r in per_run]
-        medians = [f["total_ms"] for f in figures]
-        base = [r["baseline"]["total_ms"] for r in per_run]
+        pairs = [
+            (load["total"], base["total"])
+            for run in runs
+            for load, base in zip(run["variants"][name]["1"], run["variants"]["baseline"]["1"], strict=True)
+        ]
         out["variants"][name] = {
             "changes": part["spec"]["variants"][name],
-            "median_ms": _median(medians),
-            "run_medians_ms": medians,
-            "ratio": _median(m / b for m, b in zip(medians, base, strict=True)),
-            "saved_ms": _median(b - m for m, b in zip(medians, base, strict=True)),
+            "median_ms": _median(f["total_ms"] for f in figures),
+            "run_medians_ms": [f["total_ms"] for f in figures],
+            "ratio": _median(v / b for v, b in pairs),
+            "saved_ms": _median(1e3 * (b - v) for v, b in pairs),
             "py4j_calls": _median(f["py4j_calls"] for f in figures),
             "python_cpu_ms": _median(f["python_cpu_ms"] for f in figures),
             "jvm_cpu_ms": _median(f["jvm_cpu_ms"] for f in figures),
@@ -110,13 +122,14 @@ def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
             total = sum(jfr["samples"].values()) or 1
             figures["jfr_share"] = {k: v / total for k, v in jfr["samples"].items()}
             figures["jfr_samples"] = total
-            figures["forks_per_load"] = {k: v / len(block["loads"]) for k, v in jfr["forks"].items()}
+            figures["forks_per_load"] = {k: v / jfr["loads"] for k, v in jfr["forks"].items()}
         blocks[key] = figures
     return {
         "master": part["spec"]["master"],
         "sizes": part["spec"]["sizes"],
         "rows_per_update": part["spec"]["rows_per_update"],
         "loads_per_block": part["spec"]["runs"],
+        "jfr_loads": part["spec"].get("jfr_loads"),
         "warmup_rounds": part["spec"]["warmup"],
         "blocks": blocks,
         "hadoop_conf": result.get("hadoop_conf"),
@@ -380,8 +393,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         out.append(
             f"{changes['runs']} run(s), each a fresh JVM: {results['changes']['spec']['warmup']} warm-up rounds, then "
             f"{changes['rounds']} rounds of one load per variant in rotating order (each variant loads its own table). "
-            "Load ms: median of the runs' medians; ratio and saved ms: per run against that run's baseline, median "
-            "of runs. CPU: this process (Python, py4j, deltalake) and the driver JVM during the load.\n"
+            "Load ms: median of the runs' medians. Ratio and saved ms: each load against the baseline load of its "
+            "round, median over all rounds of all runs (pairs share the machine's momentary load). CPU: mean per "
+            "load of this process (Python, py4j, deltalake) and of the driver JVM during the load.\n"
         )
         out.append(md_table(*changes_table(changes)) + "\n")
         out.append("\nThe same loads by step (medians, ms):\n")
@@ -398,13 +412,11 @@ def render_markdown(results: dict[str, Any]) -> str:
                 "stopped after it; the executor is a JVM of its own, so a task's launch crosses a socket."
             )
         out.append(
-            f"Master `{p['master']}`; per batch size and variant a block of {p['loads_per_block']} loads after "
-            f"{p['warmup_rounds']} warm-up rounds, with Spark's event log on"
-            + (" and Java Flight Recorder sampling the driver JVM" if p["jfr"] else "")
-            + " (both cost a little: these loads run slower than the ones above)."
-            + extra
-            + " Steps are timed by wrappers around the sink's own methods; py4j round trips are counted at "
-            "py4j's socket.\n"
+            f"Master `{p['master']}`; per batch size, after {p['warmup_rounds']} warm-up rounds, "
+            f"{p['loads_per_block']} rounds of one baseline and one lean load (alternating), with Spark's event log "
+            "on (it costs a little: these loads run slower than the ones above). Steps are timed by wrappers around "
+            "the sink's own methods; py4j round trips are counted at py4j's socket; CPU is read from `/proc` before "
+            "and after each load." + extra + "\n"
         )
         out.append(md_table(*phases_table(p)) + "\n")
         out.append(
@@ -418,8 +430,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         jfr = jfr_table(p)
         if jfr:
             out.append(
-                "\nWhere the driver JVM's Java threads were, by Java Flight Recorder (a sample goes to the innermost "
-                "frame naming an activity; JIT and GC threads are in the CPU table):\n"
+                "\nWhere the driver JVM's Java threads were, by Java Flight Recorder (separate blocks of "
+                f"{p['jfr_loads']} loads each, after the timed ones: starting a recording re-instruments classes; "
+                "a sample goes to the innermost frame naming an activity; JIT and GC threads are in the CPU table):\n"
             )
             out.append(md_table(*jfr) + "\n")
     notes = build_notes(summary)

@@ -260,45 +260,55 @@ def _flight(session: Session) -> Flight | None:
 
 
 def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
+    """Per batch size, rounds of one load per variant (alternating), each load with the JVM's
+    CPU by thread kind around it; then, on a local master, one Java Flight Recorder block per
+    size and variant (a recording's start re-instruments classes and wakes the JIT, so the
+    timed loads run without one)."""
     names = list(spec["variants"])
     for r in range(spec["warmup"]):
         for updates in spec["sizes"]:
             for name in rotate(names, r):
                 session.load(name, updates)
         print(f"[load_cost] warm-up round {r + 1}/{spec['warmup']}", file=sys.stderr, flush=True)
-    flight = _flight(session)
     executor = None if session.local else find_executor_pid(session.app_id)
     executor_cpu = JvmThreads(executor) if executor is not None else None
-    blocks = []
+    blocks = {(name, updates): [] for updates in spec["sizes"] for name in names}
+    threads: dict[tuple[str, int], dict[str, float]] = {key: collections.defaultdict(float) for key in blocks}
+    executor_seconds: dict[tuple[str, int], float] = collections.defaultdict(float)
     for updates in spec["sizes"]:
-        for name in names:
-            recording = flight.start() if flight else None
-            if recording is not None:
-                time.sleep(0.5)  # let jcmd's own work settle
-            threads0 = session.jvm.snapshot() if session.jvm else None
-            exec0 = executor_cpu.total() if executor_cpu else None
-            loads = [session.load(name, updates) for _ in range(spec["runs"])]
-            threads = cpu_delta(threads0, session.jvm.snapshot()) if session.jvm and threads0 else None
-            exec_cpu = executor_cpu.total() - exec0 if executor_cpu and exec0 is not None else None
-            if flight and recording is not None:
-                flight.stop()
-            blocks.append(
-                {
-                    "variant": name,
-                    "updates": updates,
-                    "rows": updates * spec["rows_per_update"],
-                    "loads": loads,
-                    "jvm_threads": {k: v / len(loads) for k, v in threads.items()} if threads else None,
-                    "executor_cpu": exec_cpu / len(loads) if exec_cpu is not None else None,
-                    "recording": str(recording) if recording else None,
-                }
-            )
-            print(f"[load_cost] block {name}, {updates} update(s): done", file=sys.stderr, flush=True)
+        for r in range(spec["runs"]):
+            for name in rotate(names, r):
+                before = session.jvm.snapshot() if session.jvm else None
+                exec0 = executor_cpu.total() if executor_cpu else None
+                blocks[name, updates].append(session.load(name, updates))
+                if session.jvm and before is not None:
+                    for kind, seconds in cpu_delta(before, session.jvm.snapshot()).items():
+                        threads[name, updates][kind] += seconds
+                if executor_cpu and exec0 is not None:
+                    executor_seconds[name, updates] += executor_cpu.total() - exec0
+        print(f"[load_cost] {updates} update(s): {spec['runs']} rounds done", file=sys.stderr, flush=True)
+    out = [
+        {
+            "variant": name,
+            "updates": updates,
+            "rows": updates * spec["rows_per_update"],
+            "loads": loads,
+            "jvm_threads": {k: v / len(loads) for k, v in threads[name, updates].items()} if session.jvm else None,
+            "executor_cpu": executor_seconds[name, updates] / len(loads) if executor_cpu else None,
+        }
+        for (name, updates), loads in blocks.items()
+    ]
+    flight = _flight(session)
     if flight:
-        for block in blocks:
-            if block["recording"]:
-                block["jfr"] = flight.activities(Path(block.pop("recording")))
-    return {"blocks": blocks, "jfr_available": flight is not None, "executor_found": executor is not None}
+        for block in out:
+            path = flight.start()
+            time.sleep(0.5)  # let jcmd's own work settle
+            for _ in range(spec["jfr_loads"]):
+                session.load(block["variant"], block["updates"])
+            flight.stop()
+            block["jfr"] = flight.activities(path) | {"loads": spec["jfr_loads"]}
+            print(f"[load_cost] profiled {block['variant']}, {block['updates']} update(s)", file=sys.stderr, flush=True)
+    return {"blocks": out, "jfr_available": flight is not None, "executor_found": executor is not None}
 
 
 def attach_spark_phases(out: dict[str, Any], events: list[dict[str, Any]]) -> None:

@@ -67,14 +67,17 @@ def nullable_ddl(schema: TableSchema) -> str:
 
 
 def _sql_string(text: str) -> str:
-    """``text`` as a Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """``text`` as a Spark SQL string expression that parses the same whatever the parser's
+    settings (``escapedStringLiterals``, ANSI double-quoted identifiers): quotes and
+    backslashes become ``char()`` calls, folded to constants by the optimizer."""
+    pieces = [f"char({ord(p)})" if p in ("'", "\\") else f"'{p}'" for p in re.split(r"(['\\])", text) if p]
+    return pieces[0] if len(pieces) == 1 else f"concat({', '.join(pieces)})"
 
 
 def _rows_frame(
     spark: SparkSession, tables: Sequence[pa.Table], schema: TableSchema, scratch: Path, lean: frozenset[str]
 ) -> DataFrame:
-    """In-memory rows, handed to Spark as a Parquet file that executors read.
+    """In-memory rows, handed to Spark as a Parquet file that executors read, or inline.
 
     ``createDataFrame(arrow)`` serializes the rows in this process and sends them to the
     driver, which ships them inside the tasks: for a large batch that holds the GIL and
@@ -261,7 +264,7 @@ def build_batch_frame(
     target_file_bytes: int = TARGET_FILE_BYTES,
     lean: frozenset[str] = ALL_LEAN,
 ) -> DataFrame:
-    """The batch as one lazily evaluated DataFrame; no row reaches the driver.
+    """The batch as one lazily evaluated DataFrame; no row of a large batch passes through the driver.
 
     ``scratch`` is a directory (that executors can read) for the batch's in-memory rows;
     the caller removes it once the frame has been written. ``lean`` names the lean changes

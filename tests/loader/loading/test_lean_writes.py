@@ -175,8 +175,21 @@ def test_kept_table_handle_sees_commits_of_others(spark, tmp_path: Path) -> None
     assert sorted(read_delta(sink.table_path("orders")).column("id").to_pylist()) == list(range(10, 40))
 
 
-def test_not_null_violation_fails_a_lean_load_and_commits_nothing(spark, tmp_path: Path) -> None:
-    """The check runs in the SQL text of ``few_round_trips`` (in-memory rows were checked by intake)."""
+@pytest.mark.parametrize("escaped_literals", [False, True], ids=["default-parser", "escapedStringLiterals"])
+def test_not_null_violation_fails_a_lean_load_and_commits_nothing(
+    spark, tmp_path: Path, escaped_literals: bool
+) -> None:
+    """The check runs in the SQL text of ``few_round_trips`` (in-memory rows were checked by
+    intake), whose message parses whatever the operator set for string literals."""
+    if escaped_literals:
+        spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
+    try:
+        _load_a_null_id(spark, tmp_path)
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
+
+
+def _load_a_null_id(spark, tmp_path: Path) -> None:
     sink = DeltaRsSink(tmp_path / "warehouse", spark, ALL_LEAN)
     sink.ensure_table("orders", SCHEMA)
     bad = tmp_path / "bad.json"
