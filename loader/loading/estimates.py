@@ -12,31 +12,44 @@ from dataclasses import dataclass
 
 
 @dataclass
-class CostEstimate:
-    alpha: float
-    overhead: float
-    decay: float = 0.9
-    observations: int = 0
+class DecayedLine:
+    """Exponentially weighted sums for a least-squares line y = a + b * x (forgetting factor
+    ``decay``), shared by both estimates below."""
+
+    decay: float
     _w: float = 0.0
     _x: float = 0.0
     _y: float = 0.0
     _xx: float = 0.0
     _xy: float = 0.0
 
-    def observe(self, length: float, duration: float) -> None:
+    def add(self, x: float, y: float) -> tuple[float, float, float, float]:
+        """Fold in one point; returns (mean x, mean y, variance of x, covariance)."""
         d = self.decay
         self._w = d * self._w + 1.0
-        self._x = d * self._x + length
-        self._y = d * self._y + duration
-        self._xx = d * self._xx + length * length
-        self._xy = d * self._xy + length * duration
+        self._x = d * self._x + x
+        self._y = d * self._y + y
+        self._xx = d * self._xx + x * x
+        self._xy = d * self._xy + x * y
+        mean_x, mean_y = self._x / self._w, self._y / self._w
+        return mean_x, mean_y, self._xx / self._w - mean_x * mean_x, self._xy / self._w - mean_x * mean_y
+
+
+@dataclass
+class CostEstimate:
+    alpha: float
+    overhead: float
+    decay: float = 0.9
+    observations: int = 0
+
+    def __post_init__(self) -> None:
+        self._line = DecayedLine(self.decay)
+
+    def observe(self, length: float, duration: float) -> None:
+        mean_x, mean_y, var_x, cov = self._line.add(length, duration)
         self.observations += 1
-        mean_x = self._x / self._w
-        mean_y = self._y / self._w
-        var_x = self._xx / self._w - mean_x * mean_x
         if self.observations >= 3 and var_x > 1e-9 * max(1.0, mean_x * mean_x):
-            slope = (self._xy / self._w - mean_x * mean_y) / var_x
-            self.alpha = max(0.0, slope)
+            self.alpha = max(0.0, cov / var_x)
         self.overhead = max(0.0, mean_y - self.alpha * mean_x)
 
     def predict(self, length: float) -> float:
@@ -61,28 +74,17 @@ class JobOverheadEstimate:
     per_table: float = 0.0
     decay: float = 0.98
     observations: int = 0
-    _w: float = 0.0
-    _x: float = 0.0
-    _y: float = 0.0
-    _xx: float = 0.0
-    _xy: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._line = DecayedLine(self.decay)
 
     def observe(self, tables: int, duration: float, variable_work: float) -> None:
         """One finished job of ``tables`` tables; ``variable_work`` = sum of alpha_i * L_i."""
-        d = self.decay
-        x, y = float(tables), max(0.0, duration - variable_work)
-        self._w = d * self._w + 1.0
-        self._x = d * self._x + x
-        self._y = d * self._y + y
-        self._xx = d * self._xx + x * x
-        self._xy = d * self._xy + x * y
+        mean_x, mean_y, var_x, cov = self._line.add(float(tables), max(0.0, duration - variable_work))
         self.observations += 1
-        mean_x, mean_y = self._x / self._w, self._y / self._w
-        var_x = self._xx / self._w - mean_x * mean_x
         if var_x > 0.05:  # job sizes differ enough to separate O from the per-table part
-            slope = max(0.0, (self._xy / self._w - mean_x * mean_y) / var_x)
-            self.per_table = slope
-            self.overhead = max(0.0, mean_y - slope * mean_x)
+            self.per_table = max(0.0, cov / var_x)
+            self.overhead = max(0.0, mean_y - self.per_table * mean_x)
 
     def attribute(self, duration: float, marginals: list[float]) -> list[float]:
         """Each table's share of a job, as the duration a job of that table alone would have
