@@ -71,7 +71,7 @@ def test_the_pressure_mode_wraps_the_configured_policy_and_is_reported(tmp_path:
             h.client.put(
                 "/v1/admin/policy", json={"policy": "fifo"}, headers={"Authorization": f"Bearer {OPERATOR}"}
             ).json()["policy"]
-            == "fifo+chain"
+            == "fifo+chain+groups(32)"
         )
 
 
