@@ -14,6 +14,7 @@ does the scrape: there are no locks.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Collection, Iterator, Sequence
 
@@ -23,7 +24,7 @@ from prometheus_client.utils import floatToGoString
 INF = float("inf")
 
 
-class _Family:
+class _Family(ABC):
     """Children by (table, *extra labels), indexed by table for a selective scrape.
 
     A table the family was told about (``add_table``) is written with zeros for each label
@@ -70,8 +71,9 @@ class _Family:
             self._by_table.setdefault(table, []).append((key, child))
         return child
 
+    @abstractmethod
     def _new(self, total: object | None) -> object:
-        raise NotImplementedError
+        """A child series of this family's kind (its total for the aggregate, or None)."""
 
     def tables(self) -> Collection[str]:
         return self._by_table.keys()
