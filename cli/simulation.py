@@ -257,7 +257,8 @@ def gen_trace_command(
     except ValueError as exc:
         raise fail(str(exc)) from None
     write_trace(data, out)
-    err_console.print(f"wrote {out}: {len(data.tables)} tables, {data.n_updates:,} updates")
+    summary = f"{len(data.tables)} tables, {data.n_updates:,} updates"
+    err_console.print(f"wrote {escape(str(out))}: {summary}", soft_wrap=True)  # a long path is not wrapped
 
 
 @commands.command("report")
