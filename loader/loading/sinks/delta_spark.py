@@ -21,7 +21,7 @@ from loader.durability.transactions import app_id
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.probe import choose_writer
-from loader.loading.spark import ALL_LEAN
+from loader.loading.spark import DEFAULT_LEAN
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,7 +34,7 @@ class DeltaSparkSink(DeltaSinkBase):
 
     name = "delta-spark"
 
-    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = ALL_LEAN) -> None:
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = DEFAULT_LEAN) -> None:
         choose_writer("delta-spark", spark)  # DeltaJarsMissing now, not at the first load
         super().__init__(warehouse, spark, lean)
 
