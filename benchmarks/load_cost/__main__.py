@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks.load_cost import report
 from benchmarks.load_cost.cluster import ClusterError, StandaloneCluster
-from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN
+from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN, LEAN_CHANGES
 from testing.report import (
     BENCHMARKS_MD,
     RESULTS_DIR,
@@ -199,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": sorted(args.skip_parts),
         "rows_per_update": ROWS_PER_UPDATE,
         "machine": machine,
+        # What each change was when measured (the report shows this, not the code of a later day).
+        "lean_changes": {
+            name: {"why": c.why, "default": c.default, "conf": dict(c.conf), "write_options": dict(c.write_options)}
+            for name, c in LEAN_CHANGES.items()
+        },
     }
     results: dict[str, Any] = {"meta": meta}
     with LoadMonitor() as monitor:

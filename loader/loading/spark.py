@@ -93,8 +93,9 @@ LEAN_CHANGES: dict[str, LeanChange] = {
         "FileOutputCommitter algorithm 2: a task moves its file into the output directory when it "
         "commits, so the job commit lists and renames nothing. Its weakness (a failed job leaves "
         "files behind) does not reach a table: the output is the load's private staging directory, "
-        "published only after the job succeeded and removed otherwise. Off by default: for one "
-        "file on a local disk the job commit's renames cost next to nothing, and it measured no gain.",
+        "published only after the job succeeded and removed otherwise. Off by default: side by side "
+        "with the default set it measured within a few milliseconds either way (for one file on a "
+        "local disk the job commit's renames cost next to nothing), not worth a second commit algorithm.",
         write_options={"mapreduce.fileoutputcommitter.algorithm.version": "2"},
         default=False,
     ),
