@@ -409,19 +409,35 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
 # =====================================================================================
 # Rendering
 # =====================================================================================
+def _load_sentence(meta: dict[str, Any]) -> str:
+    """How busy the machine was (the benchmark's own driver and JVM count for about 1 to 2)."""
+    peak = meta.get("loadavg_peak")
+    cores = meta["machine"].get("nproc") or 1
+    if peak is None:
+        return "Read the ratios, which compare loads run side by side."
+    if peak > cores + 1:
+        return (
+            f"Other processes shared the {cores} cores during the run (load average up to {peak:.1f}): read the "
+            "ratios, which compare loads run side by side, more than the milliseconds."
+        )
+    return (
+        f"The load average stayed at or below {peak:.1f} on {cores} cores (this benchmark's own processes "
+        "count for about 1 to 2); ratios compare loads run side by side."
+    )
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     summary = results["summary"]
     meta = results["meta"]
     out = ["## Cost of one small load (`benchmarks/load_cost/`)\n", machine_markdown(meta, "loader")]
     out.append(
-        "\nEvery load is `DeltaRsSink.load` as the service runs it (read the table's app transaction, Spark writes "
+        "Every load is `DeltaRsSink.load` as the service runs it (read the table's app transaction, Spark writes "
         "the batch as Parquet into a staging directory, the files are renamed into the table, one deltalake commit, "
         f"the handle refreshed), of updates of {meta['rows_per_update']} rows "
         "(id bigint NOT NULL, v double, s string), "
         "from a thread in FAIR pool `worker-0`, after warm-up loads (a service's JIT is warm). *Baseline* is "
         "the loader without lean changes; *lean* / *default* with the default set of `LEAN_CHANGES` "
-        "(loader/loading/spark.py, `[spark] lean_writes = true`, the default). Other helpers shared the 2 cores during "
-        "the run: read the ratios, which compare loads run side by side.\n"
+        "(loader/loading/spark.py, `[spark] lean_writes = true`, the default). " + _load_sentence(meta) + "\n"
     )
     if "target" in summary:
         out.append("### Target\n")
