@@ -176,7 +176,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _compact(value: Any) -> Any:
+    """Seconds to the microsecond (the report shows tenths of milliseconds), the JSON smaller."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return value
+
+
+def compact_loads(results: dict[str, Any]) -> None:
+    """Drop each load's wall-clock marks (used only to find its Spark job in the event log)."""
+    loads = [
+        load
+        for run in results.get("changes", {}).get("runs", [])
+        for v in run["variants"].values()
+        for x in v.values()
+        for load in x
+    ]
+    for part in ("local", "cluster"):
+        for block in results.get(part, {}).get("result", {}).get("blocks", []):
+            loads.extend(block["loads"])
+    for load in loads:
+        load.pop("marks", None)
+
+
 def finish(results: dict[str, Any], args: argparse.Namespace) -> None:
+    compact_loads(results)
+    results = _compact(results)
     results["summary"] = report.summarize(results)
     write_json(args.json, results)
     log(f"raw results: {args.json}")
