@@ -79,7 +79,7 @@ class SparkConfig(BaseModel):
     #: Nice increment for the local driver JVM (Linux): loads yield the CPU to acks. 0: off.
     driver_nice: int = Field(default=10, ge=0, le=19)
     #: What a small append does without (loader/loading/spark.py LEAN_CHANGES, measured in
-    #: BENCHMARKS.md): true = every change, false = none, or a list of change names.
+    #: BENCHMARKS.md): true = the default set, false = none, or a list of change names.
     lean_writes: bool | list[str] = True
 
     @field_validator("lean_writes")

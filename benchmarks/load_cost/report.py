@@ -64,27 +64,34 @@ def _load_figures(loads: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def reference_of(name: str) -> str:
+    """What a variant is compared with: the default set for its variations, else the baseline."""
+    return "default" if name.startswith("default-") else "baseline"
+
+
 def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
-    """Per variant: the median load, and against the baseline load of the same round (paired,
-    so the machine's load, which drifts over seconds, weighs on both alike) the median ratio
-    and saving over every round of every run."""
+    """Per variant: the median load, and against its reference's load of the same round
+    (paired, so the machine's load, which drifts over seconds, weighs on both alike) the
+    median ratio and difference over every round of every run."""
     runs = part["runs"]
     names = list(part["spec"]["variants"])
     per_run = [{n: _load_figures(run["variants"][n]["1"]) for n in names} for run in runs]
     out: dict[str, Any] = {"variants": {}, "runs": len(runs), "rounds": part["spec"]["runs"]}
     for name in names:
         figures = [r[name] for r in per_run]
+        reference = reference_of(name)
         pairs = [
-            (load["total"], base["total"])
+            (load["total"], ref["total"])
             for run in runs
-            for load, base in zip(run["variants"][name]["1"], run["variants"]["baseline"]["1"], strict=True)
+            for load, ref in zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True)
         ]
         out["variants"][name] = {
             "changes": part["spec"]["variants"][name],
+            "reference": reference,
             "median_ms": _median(f["total_ms"] for f in figures),
             "run_medians_ms": [f["total_ms"] for f in figures],
-            "ratio": _median(v / b for v, b in pairs),
-            "saved_ms": _median(1e3 * (b - v) for v, b in pairs),
+            "ratio": _median(v / r for v, r in pairs),
+            "delta_ms": _median(1e3 * (v - r) for v, r in pairs),
             "py4j_calls": _median(f["py4j_calls"] for f in figures),
             "python_cpu_ms": _median(f["python_cpu_ms"] for f in figures),
             "jvm_cpu_ms": _median(f["jvm_cpu_ms"] for f in figures),
@@ -94,8 +101,6 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     out["reference_ms"] = _median(_median(1e3 * s for s in run["reference_range_count"]) for run in runs)
     out["audit_ok"] = all(v["ok"] for run in runs for v in run["audit"].values())
     out["loadavg"] = [run.get("loadavg") for run in runs]
-    single = [out["variants"][n]["saved_ms"] for n in names if n not in ("baseline", "all")]
-    out["sum_of_single_savings_ms"] = sum(s for s in single if not math.isnan(s))
     return out
 
 
@@ -145,7 +150,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "changes" in results:
         out["changes"] = summarize_changes(results["changes"])
-        everything = out["changes"]["variants"]["all"]
+        everything = out["changes"]["variants"]["default"]
         out["target"] = {
             "measured_ms": everything["median_ms"],
             "baseline_ms": out["changes"]["variants"]["baseline"]["median_ms"],
@@ -170,7 +175,7 @@ Table = tuple[list[str], list[list[str]]]
 def target_table(summary: dict[str, Any]) -> Table:
     t = summary["target"]
     measured = (
-        f"{_ms(t['measured_ms'])} ms with every lean change (baseline {_ms(t['baseline_ms'])} ms; "
+        f"{_ms(t['measured_ms'])} ms with the default lean changes (baseline {_ms(t['baseline_ms'])} ms; "
         f"`spark.range(100).count()` {_ms(t['reference_ms'])} ms), median of {t['loads_per_run']} warm loads, "
         f"median of {t['runs']} run(s)"
     )
@@ -187,20 +192,34 @@ def target_table(summary: dict[str, Any]) -> Table:
     )
 
 
+def _variant_label(name: str) -> str:
+    if name == "baseline":
+        return "baseline (no change)"
+    if name == "default":
+        return "**default set**"
+    for prefix, words in (
+        ("only-", "only"),
+        ("default-without-", "default without"),
+        ("default-with-", "default with"),
+    ):
+        if name.startswith(prefix):
+            return f"{words} `{name.removeprefix(prefix)}`"
+    return name
+
+
 def changes_table(changes: dict[str, Any]) -> Table:
     rows = []
     for name, v in changes["variants"].items():
         spread = f"{min(v['run_medians_ms']):.0f}–{max(v['run_medians_ms']):.0f}"
-        label = name if name in ("baseline", "all") else f"`{name}` alone"
-        if name == "all":
-            label = "all changes"
+        own = name == v["reference"]
         rows.append(
             [
-                label,
+                _variant_label(name),
                 _ms(v["median_ms"]),
                 spread,
-                f"{v['ratio']:.2f}",
-                "–" if name == "baseline" else _ms(v["saved_ms"]),
+                "–" if own else v["reference"],
+                "–" if own else f"{v['ratio']:.2f}",
+                "–" if own else f"{v['delta_ms']:+.1f}",
                 f"{v['py4j_calls']:.0f}",
                 _ms(v["python_cpu_ms"], 0),
                 _ms(v["jvm_cpu_ms"], 0),
@@ -210,8 +229,9 @@ def changes_table(changes: dict[str, Any]) -> Table:
         "variant",
         "load ms",
         "run medians",
-        "ratio to baseline",
-        "saved ms",
+        "against",
+        "ratio",
+        "Δ ms",
         "py4j round trips",
         "Python CPU ms",
         "JVM CPU ms",
@@ -220,8 +240,8 @@ def changes_table(changes: dict[str, Any]) -> Table:
 
 
 def change_phases_table(changes: dict[str, Any]) -> Table:
-    names = list(changes["variants"])
-    headers = ["step (ms)", *[("all" if n == "all" else n.replace("_", " ")) for n in names]]
+    names = [n for n in changes["variants"] if not n.startswith("default-")]
+    headers = ["step (ms)", *[n.removeprefix("only-").replace("_", " ") for n in names]]
     rows = [[p, *[_ms(changes["variants"][n]["phases_ms"][p]) for n in names]] for p in PHASES]
     rows.append(["load (median of totals)", *[_ms(changes["variants"][n]["median_ms"]) for n in names]])
     return headers, rows
@@ -231,7 +251,7 @@ def _columns(part: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         (f"{v}/{u}", f"{u} upd. {'base' if v == 'baseline' else 'lean'}")
         for u in part["sizes"]
-        for v in ("baseline", "all")
+        for v in ("baseline", "default")
     ]
 
 
@@ -292,9 +312,13 @@ def jfr_table(part: dict[str, Any]) -> Table | None:
     return ["driver JVM, Java samples by activity (JFR)", *[label for _, label in cols]], rows
 
 
-def lean_table() -> Table:
-    return ["change", "what it removes, and why a loader's append can do without it"], [
-        [f"`{name}`", change.why] for name, change in LEAN_CHANGES.items()
+def lean_table(meta: dict[str, Any]) -> Table:
+    """The changes as they were when measured (kept in the results), else as the code has them."""
+    changes = meta.get("lean_changes") or {
+        name: {"why": c.why, "default": c.default} for name, c in LEAN_CHANGES.items()
+    }
+    return ["change", "default", "what it removes, and why a loader's append can do without it"], [
+        [f"`{name}`", "yes" if c["default"] else "no", c["why"]] for name, c in changes.items()
     ]
 
 
@@ -306,29 +330,46 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
     target = summary.get("target")
     changes = summary.get("changes")
     if target and changes:
-        everything = changes["variants"]["all"]
+        default = changes["variants"]["default"]
         verdict = "met" if target["ok"] else "missed"
         notes.append(
-            f"Target {verdict}: a warm 100-row load took {_ms(target['measured_ms'])} ms with every lean change "
-            f"against {_ms(target['baseline_ms'])} ms without (ratio {everything['ratio']:.2f}); a bare "
+            f"Target {verdict}: a warm 100-row load took {_ms(target['measured_ms'])} ms with the default lean changes "
+            f"against {_ms(target['baseline_ms'])} ms without (ratio {default['ratio']:.2f}); a bare "
             f"`spark.range(100).count()` took {_ms(target['reference_ms'])} ms in the same runs."
         )
-        phases = sorted(everything["phases_ms"].items(), key=lambda kv: -kv[1])
+        phases = sorted(default["phases_ms"].items(), key=lambda kv: -kv[1])
         top = ", ".join(f"{name} {value:.0f} ms" for name, value in phases[:4])
-        notes.append(f"With every change on, the load's time goes to: {top} (medians).")
-        together, alone = everything["saved_ms"], changes["sum_of_single_savings_ms"]
-        notes.append(
-            f"The changes alone saved {alone:.0f} ms between them, all at once {together:.0f} ms"
-            + (
-                ": they add up."
-                if abs(together - alone) <= 0.2 * max(abs(alone), 1.0)
-                else " (single savings of a few milliseconds are within the noise of a shared machine; the "
-                "all-at-once figure is the one to trust)."
+        notes.append(f"With the default set, the load's time goes to: {top} (medians).")
+        without = {
+            n.removeprefix("default-without-"): v
+            for n, v in changes["variants"].items()
+            if n.startswith("default-without-")
+        }
+        if without:
+            parts = ", ".join(
+                f"`{n}` {v['delta_ms']:+.0f} ms" for n, v in sorted(without.items(), key=lambda kv: -kv[1]["delta_ms"])
             )
-        )
+            alone = {n: changes["variants"].get(f"only-{n}", {}).get("delta_ms", float("nan")) for n in without}
+            bigger = [n for n in without if -alone[n] < without[n]["delta_ms"]]
+            notes.append(
+                "Each change's share of the default set (the default set without it, against the default set; "
+                f"positive = slower without it): {parts}. "
+                + (
+                    f"{len(bigger)} of {len(without)} weigh more there than alone against the baseline: once the "
+                    "others are gone, what is left of a load is more of what each removes."
+                    if bigger
+                    else "Alone against the baseline each saved at least as much."
+                )
+            )
+        with_ = {
+            n.removeprefix("default-with-"): v for n, v in changes["variants"].items() if n.startswith("default-with-")
+        }
+        if with_:
+            parts = ", ".join(f"`{n}` {v['delta_ms']:+.0f} ms (ratio {v['ratio']:.2f})" for n, v in with_.items())
+            notes.append(f"The changes left out of the default set, added to it: {parts}.")
     local = summary.get("local")
     if local and "jfr_share" in local["blocks"].get("baseline/1", {}):
-        base, lean = local["blocks"]["baseline/1"], local["blocks"]["all/1"]
+        base, lean = local["blocks"]["baseline/1"], local["blocks"]["default/1"]
         notes.append(
             "Forked processes per load (Hadoop's local filesystem sets permissions with `chmod`): "
             f"{sum(base['forks_per_load'].values()):.1f} at baseline, {sum(lean['forks_per_load'].values()):.1f} "
@@ -368,37 +409,54 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
 # =====================================================================================
 # Rendering
 # =====================================================================================
+def _load_sentence(meta: dict[str, Any]) -> str:
+    """How busy the machine was (the benchmark's own driver and JVM count for about 1 to 2)."""
+    peak = meta.get("loadavg_peak")
+    cores = meta["machine"].get("nproc") or 1
+    if peak is None:
+        return "Read the ratios, which compare loads run side by side."
+    if peak > cores + 1:
+        return (
+            f"Other processes shared the {cores} cores during the run (load average up to {peak:.1f}): read the "
+            "ratios, which compare loads run side by side, more than the milliseconds."
+        )
+    return (
+        f"The load average stayed at or below {peak:.1f} on {cores} cores (this benchmark's own processes "
+        "count for about 1 to 2); ratios compare loads run side by side."
+    )
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     summary = results["summary"]
     meta = results["meta"]
     out = ["## Cost of one small load (`benchmarks/load_cost/`)\n", machine_markdown(meta, "loader")]
     out.append(
-        "\nEvery load is `DeltaRsSink.load` as the service runs it (read the table's app transaction, Spark writes "
+        "Every load is `DeltaRsSink.load` as the service runs it (read the table's app transaction, Spark writes "
         "the batch as Parquet into a staging directory, the files are renamed into the table, one deltalake commit, "
         f"the handle refreshed), of updates of {meta['rows_per_update']} rows "
         "(id bigint NOT NULL, v double, s string), "
         "from a thread in FAIR pool `worker-0`, after warm-up loads (a service's JIT is warm). *Baseline* is "
-        "the loader without lean changes; *lean* / *all* with every change of `LEAN_CHANGES` "
-        "(loader/loading/spark.py, `[spark] lean_writes`, default on). Other helpers shared the 2 cores during "
-        "the run: read the ratios, which compare loads run side by side.\n"
+        "the loader without lean changes; *lean* / *default* with the default set of `LEAN_CHANGES` "
+        "(loader/loading/spark.py, `[spark] lean_writes = true`, the default). " + _load_sentence(meta) + "\n"
     )
     if "target" in summary:
         out.append("### Target\n")
         out.append(md_table(*target_table(summary)) + "\n")
     out.append("### The lean changes\n")
-    out.append(md_table(*lean_table(), align="ll") + "\n")
+    out.append(md_table(*lean_table(meta), align="lcl") + "\n")
     changes = summary.get("changes")
     if changes:
         out.append("### What each change saves (`local[2]`, 1 update of 100 rows)\n")
         out.append(
             f"{changes['runs']} run(s), each a fresh JVM: {results['changes']['spec']['warmup']} warm-up rounds, then "
             f"{changes['rounds']} rounds of one load per variant in rotating order (each variant loads its own table). "
-            "Load ms: median of the runs' medians. Ratio and saved ms: each load against the baseline load of its "
-            "round, median over all rounds of all runs (pairs share the machine's momentary load). CPU: mean per "
-            "load of this process (Python, py4j, deltalake) and of the driver JVM during the load.\n"
+            "Load ms: median of the runs' medians. Ratio and Δ ms: each load against the load of its reference "
+            "(*against*) in the same round, median over all rounds of all runs (a pair shares the machine's "
+            "momentary load); negative Δ = faster. CPU: mean per load of this process (Python, py4j, deltalake) "
+            "and of the driver JVM during the load.\n"
         )
         out.append(md_table(*changes_table(changes)) + "\n")
-        out.append("\nThe same loads by step (medians, ms):\n")
+        out.append("\nThe baseline, each change alone and the default set by step (medians, ms):\n")
         out.append(md_table(*change_phases_table(changes)) + "\n")
     for part, title in (("local", "`local[2]`"), ("cluster", "standalone cluster (1 master, 1 worker of 2 cores)")):
         p = summary.get(part)

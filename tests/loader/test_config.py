@@ -44,10 +44,10 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_lean_writes_default_on_and_switch_per_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from loader.loading.spark import ALL_LEAN
+    from loader.loading.spark import DEFAULT_LEAN
 
     monkeypatch.delenv("LOADER_SPARK__LEAN_WRITES", raising=False)
-    assert load_settings(None).spark.lean == ALL_LEAN
+    assert load_settings(None).spark.lean == DEFAULT_LEAN
     path = tmp_path / "loader.toml"
     path.write_text('[spark]\nlean_writes = ["cached_table", "no_call_sites"]\n', encoding="utf-8")
     assert load_settings(path).spark.lean == {"cached_table", "no_call_sites"}

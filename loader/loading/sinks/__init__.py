@@ -23,12 +23,12 @@ __all__ = ["Sink", "make_sink"]
 def make_sink(kind: WriterKind, warehouse: Path, spark: SparkSession, lean: Iterable[str] | None = None) -> Sink:
     """The sink for ``writer = kind``; DeltaJarsMissing if delta-spark cannot run here.
 
-    ``lean``: the lean changes its code paths follow (loader/loading/spark.py); None = all.
+    ``lean``: the lean changes its code paths follow (loader/loading/spark.py); None = the default ones.
     """
     from loader.loading.sinks.probe import choose_writer
-    from loader.loading.spark import ALL_LEAN
+    from loader.loading.spark import DEFAULT_LEAN
 
-    changes = ALL_LEAN if lean is None else lean
+    changes = DEFAULT_LEAN if lean is None else lean
     if choose_writer(kind, spark) == "delta-spark":
         from loader.loading.sinks.delta_spark import DeltaSparkSink
 

@@ -34,7 +34,7 @@ from loader.loading.sinks.add_actions import file_stats, log_path, partition_val
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import describe, run_group_job
-from loader.loading.spark import ALL_LEAN, lean_write_options
+from loader.loading.spark import DEFAULT_LEAN, lean_write_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,7 +57,7 @@ class DeltaRsSink(DeltaSinkBase):
 
     name = "delta-rs"
 
-    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = ALL_LEAN) -> None:
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = DEFAULT_LEAN) -> None:
         super().__init__(warehouse, spark, lean)
         #: Handles kept by the ``cached_table`` lean change, one per table (one load of a table at a time).
         self._handles: dict[str, DeltaTable] = {}

@@ -22,7 +22,7 @@ from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.probe import choose_writer
-from loader.loading.spark import ALL_LEAN
+from loader.loading.spark import DEFAULT_LEAN
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,7 +35,7 @@ class DeltaSparkSink(DeltaSinkBase):
 
     name = "delta-spark"
 
-    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = ALL_LEAN) -> None:
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = DEFAULT_LEAN) -> None:
         choose_writer("delta-spark", spark)  # DeltaJarsMissing now, not at the first load
         super().__init__(warehouse, spark, lean)
 

@@ -18,7 +18,7 @@ from deltalake.exceptions import TableNotFoundError
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch
 from loader.durability.transactions import app_id
-from loader.loading.spark import ALL_LEAN, lean_changes, use_pool
+from loader.loading.spark import DEFAULT_LEAN, lean_changes, use_pool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,7 +71,7 @@ class DeltaSinkBase:
 
     name = "delta"
 
-    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = ALL_LEAN) -> None:
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = DEFAULT_LEAN) -> None:
         self.warehouse = Path(warehouse)
         self.spark = spark
         self.lean = lean_changes(lean)

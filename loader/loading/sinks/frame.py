@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from loader.core.schema import SPARK_TYPES, TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, SpilledRows
-from loader.loading.spark import ALL_LEAN
+from loader.loading.spark import DEFAULT_LEAN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -262,7 +262,7 @@ def build_batch_frame(
     schema: TableSchema,
     scratch: Path,
     target_file_bytes: int = TARGET_FILE_BYTES,
-    lean: frozenset[str] = ALL_LEAN,
+    lean: frozenset[str] = DEFAULT_LEAN,
 ) -> DataFrame:
     """The batch as one lazily evaluated DataFrame; no row of a large batch passes through the driver.
 

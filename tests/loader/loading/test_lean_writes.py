@@ -1,5 +1,8 @@
 """The lean changes (loader/loading/spark.py ``LEAN_CHANGES``) keep a load what it was.
 
+The tests switch every change on (``ALL_LEAN``), the ones off by default included, so that
+each code path is exercised; the suite's other sink tests run the default set.
+
 A lean load still lands every row exactly once with its app transaction, leaves no side
 file behind (no ``_SUCCESS``, no ``.crc``, no committer directory), reads back the same as
 a load without any change, and the kept table handle sees commits others made. How much
@@ -22,7 +25,7 @@ from loader.core.schema import TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, Update
 from loader.loading.sinks import frame
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
-from loader.loading.spark import ALL_LEAN, LEAN_CHANGES, lean_changes, set_write_checksums
+from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN, LEAN_CHANGES, lean_changes, set_write_checksums
 from testing.tables import read_delta
 
 pytest_plugins = ["tests.spark_fixtures"]
@@ -210,8 +213,9 @@ def _load_a_null_id(spark, tmp_path: Path) -> None:
 
 
 def test_lean_writes_setting_names_changes() -> None:
-    assert lean_changes(True) == ALL_LEAN == frozenset(LEAN_CHANGES)
+    assert lean_changes(True) == DEFAULT_LEAN == {n for n, c in LEAN_CHANGES.items() if c.default}
     assert lean_changes(False) == frozenset()
+    assert lean_changes(ALL_LEAN) == frozenset(LEAN_CHANGES)
     assert lean_changes(["cached_table"]) == {"cached_table"}
     with pytest.raises(ValueError, match=r"unknown lean_writes change\(s\) \['fast'\]; choose from"):
         lean_changes(["fast"])
