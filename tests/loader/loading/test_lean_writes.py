@@ -27,22 +27,13 @@ from loader.loading.sinks import frame
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
 from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN, LEAN_CHANGES, lean_changes, set_write_checksums
 from testing.tables import read_delta
+from tests.loader.loading.test_sinks import ORDERS
 
 pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 UTC = dt.UTC
-SCHEMA = TableSchema.model_validate(
-    {
-        "columns": [
-            {"name": "id", "type": "int64", "nullable": False},
-            {"name": "name", "type": "string"},
-            {"name": "amount", "type": "float64"},
-            {"name": "day", "type": "date"},
-            {"name": "at", "type": "timestamp"},
-        ]
-    }
-)
+SCHEMA = ORDERS
 BY_DAY = SCHEMA.model_copy(update={"partition_by": ("day",)})
 
 
