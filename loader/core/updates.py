@@ -164,3 +164,9 @@ class LoadResult:
     files_written: int = 0
     bytes_written: int = 0
     details: dict[str, float] = field(default_factory=dict)
+    #: In a job shared by several tables: the seconds this table's own part took (its input
+    #: file, its Parquet write on an executor, its publish and commit). The dispatcher splits
+    #: the job's duration by these, so each table's cost estimate learns from its own work,
+    #: not from what the estimates predicted (a split by prediction would feed itself back).
+    #: None when the sink cannot tell.
+    own_seconds: float | None = None

@@ -337,7 +337,12 @@ class Dispatcher:
         loaded = [(m, r) for m, r in zip(job.members, outcomes) if isinstance(r, LoadResult)]
         if loaded and len(loaded) == len(job.members):
             self._observe_job(job, now)
-        shares = self.job_overhead.attribute(now - job.started, [m.marginal for m in job.members])
+        measured = [r.own_seconds if isinstance(r, LoadResult) else None for r in outcomes]
+        if all(w is not None for w in measured):
+            work = [float(w) for w in measured if w is not None]
+        else:  # a sink that cannot tell, or a failed member: split by the prediction
+            work = [m.marginal for m in job.members]
+        shares = self.job_overhead.attribute(now - job.started, work)
         for member, outcome, share in zip(job.members, outcomes, shares):
             if isinstance(outcome, LoadResult):
                 self._member_loaded(worker, job, member, outcome, now, share)

@@ -14,6 +14,7 @@ ignore and vacuum deletes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -189,10 +190,13 @@ class DeltaRsSink(DeltaSinkBase):
         try:
             started = time.perf_counter()
             members = []
+            described: list[float] = []  # each member's driver-side preparation, seconds
             for entry in list(todo):
                 i, part, schema, _, staging = entry
+                began = time.perf_counter()
                 try:
                     members.append(describe(part, schema, staging))
+                    described.append(time.perf_counter() - began)
                 except Exception as exc:  # e.g. a null in a NOT NULL column: this table's outcome
                     outcomes[i] = exc
                     todo.remove(entry)
@@ -201,14 +205,19 @@ class DeltaRsSink(DeltaSinkBase):
                 written = run_group_job(self.spark, members, self.parallelism())
                 spark_seconds = time.perf_counter() - started
                 failpoints.hit("load.after-spark-write")
-                for position, ((i, part, schema, delta, staging), outcome) in enumerate(zip(todo, written)):
+                for position, ((i, part, schema, delta, staging), outcome, prepared) in enumerate(
+                    zip(todo, written, described)
+                ):
                     if position:
                         failpoints.hit("load.group.between-commits")
                     if outcome.error is not None:
                         outcomes[i] = RuntimeError(f"loading {part.table} in a group job failed: {outcome.error}")
                         continue
                     try:
-                        outcomes[i] = self._commit_staged(part, schema, delta, staging / "out", spark_seconds)
+                        began = time.perf_counter()
+                        result = self._commit_staged(part, schema, delta, staging / "out", spark_seconds)
+                        own = prepared + outcome.seconds + (time.perf_counter() - began)
+                        outcomes[i] = dataclasses.replace(result, own_seconds=own)
                     except Exception as exc:  # this table's commit; the others stand
                         outcomes[i] = exc
         finally:
@@ -217,7 +226,9 @@ class DeltaRsSink(DeltaSinkBase):
         for i, (batch, schema) in enumerate(zip(batches, schemas)):
             if outcomes[i] is None:  # partitioned: a job of its own
                 try:
-                    outcomes[i] = self.load(batch, schema)
+                    began = time.perf_counter()
+                    result = self.load(batch, schema)
+                    outcomes[i] = dataclasses.replace(result, own_seconds=time.perf_counter() - began)
                 except Exception as exc:
                     outcomes[i] = exc
         return [o for o in outcomes if o is not None]

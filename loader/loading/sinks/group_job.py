@@ -30,6 +30,7 @@ The executors import this module, so a cluster's Python workers need the loader 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 #: The answer of one task per table, as the job's result rows.
-RESULT_SCHEMA = "table string, rows long, files long, error string"
+RESULT_SCHEMA = "table string, rows long, files long, error string, seconds double"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class MemberOutcome:
     rows: int
     files: int
     error: str | None
+    #: Wall seconds the executor spent on this table (reading its inputs, writing its file).
+    seconds: float = 0.0
 
 
 def describe(batch: Batch, schema: TableSchema, staging: Path) -> GroupMember:
@@ -138,6 +141,7 @@ def _chunks(member: GroupMember, schema: TableSchema) -> Iterator[pa.Table]:
 
 def write_member(member: GroupMember) -> MemberOutcome:
     """Executor side: the table's batch as one Parquet file in its staging output directory."""
+    started = time.perf_counter()
     schema = TableSchema.model_validate_json(member.schema_json)
     file_schema = _spark_shaped(schema)
     required = [c.name for c in schema.columns if not c.nullable]
@@ -155,8 +159,8 @@ def write_member(member: GroupMember) -> MemberOutcome:
                 rows += chunk.num_rows
     except Exception as exc:  # the table's outcome, reported to the driver; the job goes on
         target.unlink(missing_ok=True)
-        return MemberOutcome(member.table, 0, 0, f"{type(exc).__name__}: {exc}")
-    return MemberOutcome(member.table, rows, 1, None)
+        return MemberOutcome(member.table, 0, 0, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
+    return MemberOutcome(member.table, rows, 1, None, time.perf_counter() - started)
 
 
 def _write_partition(batches: Iterator[pa.RecordBatch], members: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -166,7 +170,13 @@ def _write_partition(batches: Iterator[pa.RecordBatch], members: Sequence[str]) 
         yield pa.RecordBatch.from_pylist(
             [asdict(o) for o in outcomes],
             schema=pa.schema(
-                [("table", pa.string()), ("rows", pa.int64()), ("files", pa.int64()), ("error", pa.string())]
+                [
+                    ("table", pa.string()),
+                    ("rows", pa.int64()),
+                    ("files", pa.int64()),
+                    ("error", pa.string()),
+                    ("seconds", pa.float64()),
+                ]
             ),
         )
 
@@ -191,5 +201,5 @@ def run_group_job(spark: SparkSession, members: Sequence[GroupMember], paralleli
         if row is None:
             outcomes.append(MemberOutcome(member.table, 0, 0, "the group job returned no outcome for this table"))
         else:
-            outcomes.append(MemberOutcome(row["table"], row["rows"], row["files"], row["error"]))
+            outcomes.append(MemberOutcome(row["table"], row["rows"], row["files"], row["error"], row["seconds"]))
     return outcomes

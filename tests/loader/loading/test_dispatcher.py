@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import threading
 import time
@@ -178,6 +179,42 @@ def test_a_free_worker_loads_the_due_tables_in_one_job() -> None:
         assert {f.started for f in recorder.finished} == {recorder.finished[0].started}
         for name in names:
             assert d.ledger.current_upto(d.index[name]) == d.states[d.index[name]].current_upto
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+class MeasuringRecorder(Recorder):
+    """A sink that reports each table's own seconds in a shared job, as DeltaRsSink does."""
+
+    def __init__(self, own: dict[str, float], job_seconds: float) -> None:
+        super().__init__()
+        self.own, self.job_seconds = own, job_seconds
+
+    def load_group(self, worker: int, batches: list[Batch]) -> list[LoadResult | BaseException]:
+        outcomes = super().load_group(worker, batches)
+        time.sleep(self.job_seconds)
+        return [dataclasses.replace(o, own_seconds=self.own[o.table]) for o in outcomes if isinstance(o, LoadResult)]
+
+
+def test_a_group_job_is_split_by_each_tables_measured_work_not_by_the_prediction() -> None:
+    """The estimates must learn from what each table cost; split by their own predictions,
+    a table once predicted dear stays dear and is left out of groups."""
+
+    async def scenario() -> None:
+        recorder = MeasuringRecorder({"dear": 0.001, "cheap": 0.05}, job_seconds=0.3)
+        d = Dispatcher(make_policy("fifo", max_tables_per_job=8), 1, PendingStore(), recorder, job_overhead=0.15)
+        d.add_table(TableSpec(name="dear", alpha=0.0, overhead=0.9), origin=time.time() - 10)  # predicted dear
+        d.add_table(TableSpec(name="cheap", alpha=0.0, overhead=0.16), origin=time.time() - 10)
+        d.released(Update("dear", 1, time.time() - 5))  # the oldest: FIFO's head
+        d.released(Update("cheap", 1, time.time() - 4))
+        d.start()
+        await _until(lambda: len(recorder.finished) == 2)
+        assert recorder.groups == [["dear", "cheap"]]
+        learned = {f.table: f.overhead for f in recorder.finished}
+        # The job lasted about 0.3 s: O = 0.15 each, the rest split 1 : 50 by measured work.
+        assert learned["cheap"] > learned["dear"]
+        assert learned["dear"] == pytest.approx(0.15, abs=0.01)
         d.shutdown()
 
     asyncio.run(scenario())

@@ -124,6 +124,8 @@ def test_tables_of_different_schemas_share_one_job_and_read_back_as_single_loads
     outcomes += grouped.load_group([batches[-1]], [schemas[-1]])  # partitioned: a job of its own
 
     assert all(isinstance(o, LoadResult) and not o.skipped for o in outcomes), outcomes
+    # Each table's own part of the shared job is measured (the dispatcher splits the job by it).
+    assert all(isinstance(o, LoadResult) and o.own_seconds is not None and o.own_seconds > 0 for o in outcomes)
     for batch, schema, outcome in zip(batches, schemas, outcomes):
         assert isinstance(outcome, LoadResult)
         expected = single.load(batch, schema)
