@@ -81,6 +81,15 @@ class SparkConfig(BaseModel):
     #: What a small append does without (loader/loading/spark.py LEAN_CHANGES, measured in
     #: BENCHMARKS.md): true = the default set, false = none, or a list of change names.
     lean_writes: bool | list[str] = True
+    #: How the loader reaches Spark. "classic": the driver runs inside the loader (py4j).
+    #: "connect": through Spark Connect, to ``remote`` or, when that is empty, to a local
+    #: Spark Connect server the loader starts from the pyspark package as a child process
+    #: (``master`` and ``conf`` are then that server's), stops on shutdown.
+    mode: Literal["classic", "connect"] = "classic"
+    #: A running Spark Connect server, ``sc://host:port`` (mode "connect"); empty: start one.
+    remote: str = Field(default="", pattern=r"^(sc://\S+)?$")
+    #: Seconds a local Spark Connect server may take to answer before the start fails.
+    connect_start_timeout_seconds: float = Field(default=180.0, gt=0)
 
     @field_validator("lean_writes")
     @classmethod
@@ -92,6 +101,12 @@ class SparkConfig(BaseModel):
     def lean(self) -> frozenset[str]:
         """The lean changes switched on."""
         return lean_changes(self.lean_writes)
+
+    @model_validator(mode="after")
+    def _remote_needs_connect(self) -> SparkConfig:
+        if self.remote and self.mode != "connect":
+            raise ValueError(f'remote = "{self.remote}" is used only over Spark Connect: set mode = "connect"')
+        return self
 
 
 class MaintenanceConfig(BaseModel):

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loader.abc import FailedBatch, FinishedBatch, QuarantinedBatch
 from loader.config import ConfigError, Settings
@@ -69,6 +69,11 @@ from schedulers.chain import with_pressure
 from schedulers.job_groups import with_groups
 from schedulers.model import TableSpec
 from schedulers.registry import GROUPABLE, make_policy
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from loader.loading.connect_server import ConnectServer
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +157,9 @@ class LoaderService:
         )
         #: The Delta writer, once Spark is up (``ready``); None while Spark starts.
         self.sink: Sink | None = None
+        #: Spark Connect mode: the client session, and the local server when the loader runs one.
+        self._connect_client: SparkSession | None = None
+        self._connect_server: ConnectServer | None = None
         self.ready = False
         #: Why loading could not start (``/healthz`` and ``/readyz`` report it).
         self.failure: str | None = None
@@ -352,20 +360,58 @@ class LoaderService:
         from loader.loading.spark import build_spark_session, renice_driver_jvm
 
         s = self.settings
-        spark = build_spark_session(
-            master=s.spark.master,
-            conf=s.spark.conf,
-            app_name=s.spark.app_name,
-            fair_pools=s.workers,
-            lean=s.spark.lean,
-        )
-        if s.spark.driver_nice:
-            renice_driver_jvm(spark, s.spark.driver_nice)
+        if s.spark.mode == "connect":
+            spark = self._connect_spark()
+        else:
+            spark = build_spark_session(
+                master=s.spark.master,
+                conf=s.spark.conf,
+                app_name=s.spark.app_name,
+                fair_pools=s.workers,
+                lean=s.spark.lean,
+            )
+            if s.spark.driver_nice:
+                renice_driver_jvm(spark, s.spark.driver_nice)
         return make_sink(s.writer, s.warehouse_path, spark, lean=s.spark.lean)
+
+    def _connect_spark(self) -> SparkSession:
+        """A Spark Connect session: to ``[spark] remote``, or to a local server started here."""
+        from loader.loading.connect_server import ConnectServer
+        from loader.loading.spark import connect_session, java_version_ok, session_settings
+
+        s = self.settings.spark
+        url = s.remote
+        if not url:
+            java_version_ok()  # a clear message before a JVM fails to start
+            server = ConnectServer(
+                s.master,
+                session_settings(s.master, s.conf, self.settings.workers, s.lean),
+                self.settings.data_dir / "spark-connect.log",
+                app_name=s.app_name,
+                nice=s.driver_nice,
+            )
+            self._connect_server = server
+            url = server.start(timeout=s.connect_start_timeout_seconds)
+        self._connect_client = connect_session(url, timeout=s.connect_start_timeout_seconds)
+        return self._connect_client
+
+    def _stop_spark(self) -> None:
+        """The Connect client first (at exit it would ask a gone server to clean up, for
+        minutes), then the local server. An in-process driver ends with the process."""
+        client, self._connect_client = self._connect_client, None
+        if client is not None:
+            try:
+                client.stop()
+            except Exception:
+                log.warning("could not close the Spark Connect session", exc_info=True)
+        server, self._connect_server = self._connect_server, None
+        if server is not None:
+            server.stop()
 
     async def _stop_loading(self) -> None:
         await self.dispatcher.wait_idle()
         await asyncio.to_thread(self.dispatcher.shutdown)
+        await asyncio.to_thread(self._stop_spark)
         await self.save_catalog()
         self.ready = False
         self.metrics.ready.set(0)

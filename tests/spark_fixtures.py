@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from loader.loading.spark import build_spark_session
+from loader.loading.connect_server import ConnectServer
+from loader.loading.spark import DEFAULT_LEAN, build_spark_session, connect_session, session_settings
 
 
 @pytest.fixture(scope="session")
@@ -29,5 +30,26 @@ def spark() -> Iterator[SparkSession]:
         fair_pools=2,
         conf=json.loads(os.environ.get("LOADER_TEST_SPARK_CONF", "{}")),
     )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """One local Spark Connect server for the run (a second JVM, started only by tests that
+    ask for it), configured as the service configures its own."""
+    directory = tmp_path_factory.mktemp("connect-server")
+    server = ConnectServer(
+        "local[2]", session_settings("local[2]", {}, fair_pools=2, lean=DEFAULT_LEAN), directory / "server.log"
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(connect_server: ConnectServer) -> Iterator[SparkSession]:
+    """A Spark Connect client session of ``connect_server``, stopped before the server is."""
+    session = connect_session(connect_server.url)
     yield session
     session.stop()

@@ -19,9 +19,11 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
 
@@ -38,6 +40,10 @@ __all__ = [
     "JavaError",
     "LeanChange",
     "build_spark_session",
+    "connect_session",
+    "is_connect",
+    "session_settings",
+    "sql_functions",
     "default_conf",
     "delta_jvm_available",
     "java_version_ok",
@@ -233,6 +239,73 @@ def write_allocation_file(pools: int, directory: Path) -> Path:
     return path
 
 
+def session_settings(
+    master: str, conf: Mapping[str, str] | None, fair_pools: int, lean: Iterable[str]
+) -> dict[str, str]:
+    """The whole Spark configuration of the loader's driver, in process or a Connect server:
+    the defaults, the lean changes' settings, the FAIR pools, then the operator's ``conf``."""
+    user = dict(conf or {})
+    settings = default_conf(master)
+    settings.update(lean_conf(lean))
+    if _wants_delta_jars(user):
+        settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
+        settings["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG_CLASS
+    if fair_pools > 0 and "spark.scheduler.allocation.file" not in user:
+        directory = Path(tempfile.mkdtemp(prefix="loader-spark-"))
+        atexit.register(shutil.rmtree, directory, True)
+        settings["spark.scheduler.allocation.file"] = str(write_allocation_file(fair_pools, directory))
+    settings.update(user)
+    return settings
+
+
+def connect_session(url: str, timeout: float = 60.0) -> SparkSession:
+    """A new Spark Connect client session (``sc://host:port``), once the server runs a query.
+
+    The server's settings were fixed when it started (``session_settings``); a client
+    session has its own SQL settings but shares the server's executors and files. Stop it
+    (``spark.stop()``) while its server still runs: at exit an open client asks the server
+    to clean up, and retries for minutes when nobody answers.
+    """
+    # The Connect builder itself: pyspark.sql's refuses a remote session in a process that
+    # also runs an in-process one (the test suite does; a worker process never does).
+    from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            spark = ConnectSparkSession.builder.remote(url).create()  # never another server's session
+            spark.range(1).count()
+            return spark  # type: ignore[return-value]
+        except Exception as exc:  # the server is starting, or gone
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no Spark Connect server answered at {url} within {timeout:.0f} s ({exc}); "
+                    "start one, or set [spark] remote to the address of a running one"
+                ) from exc
+            time.sleep(0.5)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def sql_functions(spark: SparkSession) -> ModuleType:
+    """``pyspark.sql.functions`` for ``spark``'s kind of session.
+
+    The classic module picks its implementation from a process-wide switch that only
+    ``SparkSession.builder.remote`` sets; a process holding both kinds (the test suite)
+    must pick by session.
+    """
+    if is_connect(spark):
+        from pyspark.sql.connect.functions import builtin as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
+
+
 def build_spark_session(
     master: str = "local[*]",
     conf: dict[str, str] | None = None,
@@ -255,18 +328,8 @@ def build_spark_session(
     # interpreter has the loader package and pyarrow (PySpark's default is whatever `python3`
     # is on the PATH). A cluster's executors need the same packages (the Docker image has them).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    user = dict(conf or {})
     lean = lean_changes(lean)
-    settings = default_conf(master)
-    settings.update(lean_conf(lean))
-    if _wants_delta_jars(user):
-        settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
-        settings["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG_CLASS
-    if fair_pools > 0 and "spark.scheduler.allocation.file" not in user:
-        directory = Path(tempfile.mkdtemp(prefix="loader-spark-"))
-        atexit.register(shutil.rmtree, directory, True)
-        settings["spark.scheduler.allocation.file"] = str(write_allocation_file(fair_pools, directory))
-    settings.update(user)
+    settings = session_settings(master, conf, fair_pools, lean)
 
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
@@ -308,6 +371,8 @@ def use_pool(spark: SparkSession, name: str | None) -> None:
     The property is thread-local (PySpark pins Python threads to JVM threads), so each
     worker thread sets it once for itself.
     """
+    if is_connect(spark):  # pools are a driver-side property: one Connect session per worker process
+        return
     spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)  # type: ignore[arg-type]
 
 

@@ -182,7 +182,9 @@ def pins() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     found = {}
     for requirement in project["dependencies"]:
-        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][A-Za-z0-9.]*)", requirement.replace(" ", ""))
+        match = re.fullmatch(
+            r"([A-Za-z0-9_.-]+)(?:\[[A-Za-z0-9_,.-]+\])?==([0-9][A-Za-z0-9.]*)", requirement.replace(" ", "")
+        )
         if match:
             found[match[1].lower()] = match[2]
     return found

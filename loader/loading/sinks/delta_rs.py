@@ -35,7 +35,7 @@ from loader.loading.sinks.add_actions import file_stats, log_path, partition_val
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import describe, run_group_job
-from loader.loading.spark import DEFAULT_LEAN, lean_write_options
+from loader.loading.spark import DEFAULT_LEAN, is_connect, lean_write_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -235,7 +235,12 @@ class DeltaRsSink(DeltaSinkBase):
 
     def parallelism(self) -> int:
         """Tasks a group job may run at once: the executors' cores."""
-        return max(1, int(self.spark.sparkContext.defaultParallelism))
+        if not is_connect(self.spark):
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        # Over Spark Connect there is no SparkContext here: the server's setting (set for a
+        # local master by default_conf), else two tasks.
+        value = self.spark.conf.get("spark.default.parallelism", None)
+        return max(1, int(value)) if value else 2
 
     def _commit_staged(
         self, batch: Batch, schema: TableSchema, delta: DeltaTable, output: Path, spark_seconds: float

@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 
 from loader.core.schema import SPARK_TYPES, TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, SpilledRows
-from loader.loading.spark import DEFAULT_LEAN
+from loader.loading.spark import DEFAULT_LEAN, sql_functions
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -123,13 +124,13 @@ def _csv_header(path: str) -> tuple[str, ...]:
         return tuple(next(csv.reader(handle), []))
 
 
-def _from_csv_text(name: str, kind: DataType) -> Column:
+def _from_csv_text(F: ModuleType, name: str, kind: DataType) -> Column:  # noqa: N803
     """A CSV field (read as text) converted the way intake's pyarrow reader converts it.
 
     Strings: empty is "" (never null). Other types: pyarrow's null markers are null,
     anything else must parse; a value that does not fails the job, ANSI mode or not.
+    ``F``: the session's ``functions`` (loader.loading.spark.sql_functions).
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
     raw = F.col(name)
@@ -143,7 +144,7 @@ def _from_csv_text(name: str, kind: DataType) -> Column:
 
 def _csv_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSchema) -> list[DataFrame]:
     """CSV files, one read per distinct header: columns by name, missing null, extras dropped."""
-    from pyspark.sql import functions as F
+    F = sql_functions(spark)
     from pyspark.sql.types import StringType, StructField, StructType
 
     struct = spark_struct(schema)
@@ -163,7 +164,7 @@ def _csv_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSche
         frames.append(
             df.select(
                 [
-                    _from_csv_text(f.name, f.dataType)
+                    _from_csv_text(F, f.name, f.dataType)
                     if f.name in header
                     else F.lit(None).cast(f.dataType).alias(f.name)
                     for f in struct
@@ -187,7 +188,7 @@ def _nanos_columns(path: str, names: Sequence[str]) -> frozenset[str]:
 
 def _parquet_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSchema) -> list[DataFrame]:
     """Parquet files, columns by name; nanosecond timestamps (whole µs, intake checked) to µs."""
-    from pyspark.sql import functions as F
+    F = sql_functions(spark)
     from pyspark.sql.types import LongType, StructField, StructType
 
     struct = spark_struct(schema)
@@ -242,9 +243,8 @@ def _checked_sql(schema: TableSchema) -> list[str]:
     return out
 
 
-def _checked(schema: TableSchema) -> list[Column]:
+def _checked(F: ModuleType, schema: TableSchema) -> list[Column]:  # noqa: N803
     """Columns in table order; a null in a NOT NULL column fails the job (nothing is committed)."""
-    from pyspark.sql import functions as F
 
     out = []
     for column in schema.columns:
@@ -289,4 +289,4 @@ def build_batch_frame(
         # expression); the frame is a temporary view under a random name for its duration.
         query = f"SELECT /*+ COALESCE({files}) */ {', '.join(_checked_sql(schema))} FROM {{batch}}"
         return spark.sql(query, batch=df)
-    return df.select(_checked(schema)).coalesce(files)
+    return df.select(_checked(sql_functions(spark), schema)).coalesce(files)

@@ -1,0 +1,204 @@
+"""A local Spark Connect server as a child process of the loader (issue 15, embedded default).
+
+Why a server at all: with Spark Connect (``spark.remote = "sc://host:port"``) a Spark driver
+is a server that thin gRPC clients share, so the loader's workers can be processes of their
+own that all reach one Spark (local here, or a cluster's), instead of one driver JVM tied
+to one Python process through py4j. The server's jar ships in the pyspark package, so the
+embedded default needs nothing beyond ``./scripts/setup``.
+
+What this module owns: the server's command line (``spark-submit --class
+...SparkConnectServer spark-internal`` from the pyspark package, with the loader's Spark
+settings, which for a server are fixed at start), waiting until it answers, stopping it,
+and telling whether it is still alive so that its supervisor can start it again. The
+child gets ``PR_SET_PDEATHSIG`` on Linux: a loader killed outright does not leave a JVM
+holding the port and the cores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+PORT_SETTING = "spark.connect.grpc.binding.port"
+ADDRESS_SETTING = "spark.connect.grpc.binding.address"
+#: Lines of the server's log quoted in an error when it does not come up.
+LOG_TAIL_LINES = 30
+
+
+class ConnectServerError(RuntimeError):
+    """The local Spark Connect server did not start, or stopped answering."""
+
+
+def spark_home() -> Path:
+    """The pyspark package's directory: its ``bin/spark-submit`` and ``jars/`` are a Spark."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _child_setup(nice: int) -> None:  # pragma: no cover - runs in the child before exec
+    """Its own process group (stop() signals the JVM and nothing else), a lower CPU priority
+    (loads can wait a moment, acknowledgements should not), and on Linux SIGTERM when the
+    loader process dies, however it dies."""
+    os.setpgrp()
+    if nice > 0:
+        os.nice(nice)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+@dataclass
+class ConnectServer:
+    """One local Spark Connect server process (see the module docstring).
+
+    ``conf`` is the whole Spark configuration of the server (master included as
+    ``--master``); the gRPC address and port are added here.
+    """
+
+    master: str
+    conf: Mapping[str, str]
+    log_path: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    app_name: str = "warehouse-loader"
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Nice increment of the server JVM (``[spark] driver_nice``).
+    nice: int = 0
+    starts: int = 0
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def command(self) -> list[str]:
+        home = spark_home()
+        cmd = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", self.master]
+        cmd += ["--name", self.app_name]
+        settings = dict(self.conf)
+        settings[PORT_SETTING] = str(self.port)
+        settings[ADDRESS_SETTING] = self.host
+        for key, value in sorted(settings.items()):
+            cmd += ["--conf", f"{key}={value}"]
+        return [*cmd, "spark-internal"]
+
+    def start(self, timeout: float = 180.0) -> str:
+        """Start the server and wait until its port answers; returns its ``sc://`` URL.
+
+        Raises ConnectServerError with the tail of the server's log when it exits first or
+        does not answer in time (the log names the cause: Java, memory, a port in use).
+        """
+        if self.alive():
+            return self.url
+        if self.port == 0:
+            self.port = free_port(self.host)
+        home = spark_home()
+        env = {**os.environ, "SPARK_HOME": str(home), **self.env}
+        # The executors' Python (multi-table jobs) is the loader's own interpreter.
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        if self.master.startswith("local"):
+            env.setdefault("SPARK_LOCAL_IP", self.host)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=functools.partial(_child_setup, self.nice),  # noqa: PLW1509
+            )
+        self.starts += 1
+        log.info("starting a local Spark Connect server at %s (pid %d)", self.url, self._process.pid)
+        self.wait_ready(timeout)
+        return self.url
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            process = self._process
+            if process is None or process.poll() is not None:
+                code = None if process is None else process.returncode
+                raise ConnectServerError(
+                    f"the Spark Connect server exited (code {code}) before it answered on {self.url}; "
+                    f"its log {self.log_path} ends:\n{self.log_tail()}"
+                )
+            if port_open(self.host, self.port):
+                return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ConnectServerError(
+                    f"the Spark Connect server did not answer on {self.url} within {timeout:.0f} s; "
+                    f"its log {self.log_path} ends:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def answering(self) -> bool:
+        """Alive and its port accepts connections (what a supervisor checks)."""
+        return self.alive() and port_open(self.host, self.port)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (the server stops its SparkContext), then SIGKILL after ``timeout``."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("the Spark Connect server did not stop in %.0f s; killing it", timeout)
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+        self._process = None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,118 @@
+"""A real ``loader serve`` with ``[spark] mode = "connect"`` and no ``remote``: the loader
+starts a local Spark Connect server from the pyspark package, loads through it, stops it
+on shutdown, and a loader killed outright does not leave the server running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testing.server_process import ServerProcess, free_port, write_config
+from testing.tables import read_delta
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+TOKEN = "connect-test-operator-token-01"
+SERVER_LINE = re.compile(r"starting a local Spark Connect server at (sc://\S+) \(pid (\d+)\)")
+
+
+def _server_pid(proc: ServerProcess) -> int:
+    match = SERVER_LINE.search(proc.log_text())
+    assert match, f"the loader did not say it started a Spark Connect server:\n{proc.log_tail()}"
+    return int(match.group(2))
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _until_gone(pid: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while _running(pid):
+        assert time.monotonic() < deadline, f"the Spark Connect server (pid {pid}) is still running"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    config = write_config(
+        tmp_path / "loader.toml",
+        {
+            "port": (port := free_port()),
+            "data_dir": str(tmp_path / "data"),
+            "workers": 2,
+            "spark": {"master": "local[2]", "mode": "connect"},
+            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
+            "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
+            "tables": [
+                {
+                    "name": name,
+                    "schema": {
+                        "columns": [
+                            {"name": "id", "type": "int64", "nullable": False},
+                            {"name": "note", "type": "string"},
+                        ]
+                    },
+                }
+                for name in ("a", "b", "c")
+            ],
+        },
+    )
+    proc = ServerProcess(tmp_path, config, port, TOKEN)
+    proc.start()
+    yield proc
+    if proc.alive:
+        proc.kill()
+
+
+def _load(proc: ServerProcess, first: int, count: int) -> None:
+    with proc.client(timeout=60) as http:
+        for k in range(first, first + count):
+            for table in ("a", "b", "c"):
+                body = json.dumps({"rows": [{"id": k * 10 + i, "note": f"{table}{k}"} for i in range(10)]})
+                r = http.post(f"/v1/tables/{table}/updates", content=body, headers={"Content-Type": "application/json"})
+                assert r.status_code == 202, r.text
+        deadline = time.monotonic() + 120
+        for table in ("a", "b", "c"):
+            last = http.get(f"/v1/tables/{table}").json()["last_sequence"]
+            while http.get(f"/v1/tables/{table}").json()["last_loaded_sequence"] < last:
+                assert time.monotonic() < deadline, proc.log_tail()
+                time.sleep(0.1)
+
+
+def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> None:
+    assert server.wait_ready()
+    first = _server_pid(server)
+    assert _running(first)
+    _load(server, 0, 20)  # several tables due at once: multi-table jobs over Connect too
+    assert server.terminate() == 0
+    assert "stopped cleanly" in server.log_text()
+    _until_gone(first, 30)  # stopped on shutdown
+
+    # A crash of the loader takes its server along (PR_SET_PDEATHSIG), and a restart loads
+    # on, exactly once, through a new one.
+    server.start()
+    assert server.wait_ready()
+    second = _server_pid(server)
+    assert second != first
+    _load(server, 20, 5)
+    assert server.proc is not None
+    os.kill(server.proc.pid, 9)  # the loader alone: its server is in a process group of its own
+    server.proc.wait(30)
+    _until_gone(second, 60)
+
+    for table in ("a", "b", "c"):
+        ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
+        assert sorted(ids) == list(range(250))
