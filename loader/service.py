@@ -29,13 +29,15 @@ threads and report back through the dispatcher.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loader.abc import FailedBatch, FinishedBatch, QuarantinedBatch
 from loader.config import ConfigError, Settings
@@ -58,6 +60,7 @@ from loader.intake.submission import Intake
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.observed import ObservedRecord
 from loader.loading.sinks.base import Sink
+from loader.loading.spark import connect_session, spark_unreachable
 from loader.ops.maintenance import Maintenance, Schedule
 from loader.ops.metrics import Metrics
 from loader.ops.status import TableStatuses
@@ -76,6 +79,10 @@ if TYPE_CHECKING:
     from loader.loading.connect_server import ConnectServer
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+#: Seconds a reconnect to a Spark Connect server that is back may take before the load
+#: fails (and is retried with back-off).
+RECONNECT_SECONDS = 15.0
 
 SinkFactory = Callable[[Settings], Sink]
 #: The Idempotency-Key snapshot under the state directory (loader/intake/idempotency.py).
@@ -160,6 +167,10 @@ class LoaderService:
         #: Spark Connect mode: the client session, and the local server when the loader runs one.
         self._connect_client: SparkSession | None = None
         self._connect_server: ConnectServer | None = None
+        #: Set when a load found Spark unreachable: the next load first reconnects (and
+        #: restarts the local server if it died); None while Spark answers.
+        self._spark_outage: str | None = None
+        self._reconnect_lock = threading.Lock()
         self.ready = False
         #: Why loading could not start (``/healthz`` and ``/readyz`` report it).
         self.failure: str | None = None
@@ -377,7 +388,7 @@ class LoaderService:
     def _connect_spark(self) -> SparkSession:
         """A Spark Connect session: to ``[spark] remote``, or to a local server started here."""
         from loader.loading.connect_server import ConnectServer
-        from loader.loading.spark import connect_session, java_version_ok, session_settings
+        from loader.loading.spark import java_version_ok, session_settings
 
         s = self.settings.spark
         url = s.remote
@@ -394,6 +405,40 @@ class LoaderService:
             url = server.start(timeout=s.connect_start_timeout_seconds)
         self._connect_client = connect_session(url, timeout=s.connect_start_timeout_seconds)
         return self._connect_client
+
+    def _spark_call(self, call: Callable[[], T]) -> T:
+        """Run a sink call; a Spark Connect server found gone is reconnected to (restarted
+        first when it is the loader's own) before the next call. The call's error still
+        reaches the dispatcher, which retries with back-off and never quarantines for it."""
+        if self._spark_outage is not None:
+            self._reconnect()
+        try:
+            return call()
+        except Exception as exc:
+            if self.settings.spark.mode == "connect" and spark_unreachable(exc):
+                self._spark_outage = f"Spark Connect is unreachable ({type(exc).__name__}); loads back off and retry"
+                self.metrics.spark_reachable.set(0)
+            raise
+
+    def _reconnect(self) -> None:
+        with self._reconnect_lock:
+            if self._spark_outage is None or self.sink is None:
+                return  # another worker reconnected meanwhile
+            s = self.settings.spark
+            server = self._connect_server
+            if server is not None and not server.answering():
+                log.warning("the local Spark Connect server is gone; starting it again")
+                server.stop()
+                server.start(timeout=s.connect_start_timeout_seconds)
+            url = server.url if server is not None else s.remote
+            old, self._connect_client = self._connect_client, connect_session(url, timeout=RECONNECT_SECONDS)
+            self.sink.spark = self._connect_client  # type: ignore[attr-defined]
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    old.client.close()  # type: ignore[attr-defined]
+            self._spark_outage = None
+            self.metrics.spark_reachable.set(1)
+            log.info("reconnected to Spark Connect at %s", url)
 
     def _stop_spark(self) -> None:
         """The Connect client first (at exit it would ask a gone server to clean up, for
@@ -421,6 +466,8 @@ class LoaderService:
         found = {}
         if self.intake.wal_fault is not None:
             found["wal"] = self.intake.wal_fault
+        if self._spark_outage is not None:
+            found["spark"] = self._spark_outage
         if self.pending.spill_error is not None:
             found["spill"] = (
                 f"spilling pending updates to disk failed ({self.pending.spill_error}); "
@@ -590,7 +637,8 @@ class LoaderService:
         pool = getattr(sink, "use_pool", None)
         if pool is not None:
             pool(f"worker-{worker}")
-        result = sink.load(batch, self.catalog.entries[batch.table].schema)
+        schema = self.catalog.entries[batch.table].schema
+        result = self._spark_call(lambda: sink.load(batch, schema))
         remove_files([f.path for f in batch.files])
         return result
 
@@ -602,7 +650,7 @@ class LoaderService:
         if pool is not None:
             pool(f"worker-{worker}")
         schemas = [self.catalog.entries[b.table].schema for b in batches]
-        outcomes = sink.load_group(batches, schemas)
+        outcomes = self._spark_call(lambda: sink.load_group(batches, schemas))
         remove_files([f.path for b, o in zip(batches, outcomes) if isinstance(o, LoadResult) for f in b.files])
         return outcomes
 

@@ -24,6 +24,7 @@ from loader.core.durable_files import environmental
 from loader.core.updates import Batch, LoadResult, Update
 from loader.loading.estimates import CostEstimate, JobOverheadEstimate
 from loader.loading.observed import ObservedRecord
+from loader.loading.spark import spark_unreachable
 from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
@@ -303,7 +304,8 @@ class Dispatcher:
         if error is not None:
             tid = member.tid
             self._failures[tid] = self._failures.get(tid, 0) + 1
-            if not environmental(error):  # a full or read-only disk is not the batch's fault
+            # A full or read-only disk, or a Spark server that is gone, is not the batch's fault.
+            if not (environmental(error) or spark_unreachable(error)):
                 strikes = self._strikes[tid] = self._strikes.get(tid, 0) + 1
                 if 0 < self._max_attempts <= strikes:
                     self._set_aside(worker, job, error, strikes)

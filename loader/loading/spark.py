@@ -43,6 +43,7 @@ __all__ = [
     "connect_session",
     "is_connect",
     "session_settings",
+    "spark_unreachable",
     "sql_functions",
     "default_conf",
     "delta_jvm_available",
@@ -258,6 +259,35 @@ def session_settings(
     return settings
 
 
+#: Retries of a Spark Connect call, about 5 s in all. Connect's default policy retries for
+#: at least 10 minutes, so a load in flight when the server went away would hold its worker
+#: that long (measured: over 6 minutes); the loader has retries of its own, with back-off,
+#: and counts an unreachable Spark as the environment's failure, not the batch's.
+CONNECT_RETRY: dict[str, float | int] = {
+    "max_retries": 6,
+    "backoff_multiplier": 2.0,
+    "initial_backoff": 100,
+    "max_backoff": 2000,
+}
+
+
+#: How a Spark Connect client says its server is gone or was restarted (the load did not
+#: fail for its data; a new session, after the server is back, runs it).
+UNREACHABLE_WORDS = ("StatusCode.UNAVAILABLE", "[NO_ACTIVE_SESSION]", "SESSION_CHANGED")
+
+
+def spark_unreachable(error: BaseException) -> bool:
+    """True when ``error`` (or what caused it) says Spark could not be reached."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(word in str(current) for word in UNREACHABLE_WORDS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def connect_session(url: str, timeout: float = 60.0) -> SparkSession:
     """A new Spark Connect client session (``sc://host:port``), once the server runs a query.
 
@@ -268,12 +298,14 @@ def connect_session(url: str, timeout: float = 60.0) -> SparkSession:
     """
     # The Connect builder itself: pyspark.sql's refuses a remote session in a process that
     # also runs an in-process one (the test suite does; a worker process never does).
+    from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
 
     deadline = time.monotonic() + timeout
     while True:
         try:
             spark = ConnectSparkSession.builder.remote(url).create()  # never another server's session
+            spark.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY)])
             spark.range(1).count()
             return spark  # type: ignore[return-value]
         except Exception as exc:  # the server is starting, or gone

@@ -384,6 +384,12 @@ class Metrics:
         self.pressure_mode = Gauge(
             "loader_pressure_mode", "1 while the Chain memory-pressure mode chooses the batches.", registry=r
         )
+        self.spark_reachable = Gauge(
+            "loader_spark_reachable",
+            "0 while the Spark Connect server cannot be reached (loads back off and resume; intake stays open).",
+            registry=r,
+        )
+        self.spark_reachable.set(1)
         self.intake_fault = Gauge(
             "loader_intake_fault",
             "1 while intake is closed by a fault of the WAL's disk (full, read-only); it reopens by itself.",

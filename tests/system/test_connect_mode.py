@@ -1,6 +1,7 @@
 """A real ``loader serve`` with ``[spark] mode = "connect"`` and no ``remote``: the loader
 starts a local Spark Connect server from the pyspark package, loads through it, stops it
-on shutdown, and a loader killed outright does not leave the server running.
+on shutdown, and a loader killed outright does not leave the server running. A server that
+dies while the loader runs is started again and the loads resume (issue 15, part 3).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
 
@@ -116,3 +118,34 @@ def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> 
     for table in ("a", "b", "c"):
         ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
         assert sorted(ids) == list(range(250))
+
+
+def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server: ServerProcess) -> None:
+    """Intake stays open, /readyz names the outage, loads back off and resume on a new
+    server; nothing is quarantined, lost or loaded twice."""
+    assert server.wait_ready()
+    first = _server_pid(server)
+    _load(server, 0, 5)
+    os.kill(first, 9)  # the server alone, mid-run
+    _until_gone(first, 30)
+    with server.client(timeout=60) as http:
+        for k in range(5, 10):  # intake does not need Spark
+            for table in ("a", "b", "c"):
+                body = json.dumps({"rows": [{"id": k * 10 + i, "note": f"{table}{k}"} for i in range(10)]})
+                r = http.post(f"/v1/tables/{table}/updates", content=body, headers={"Content-Type": "application/json"})
+                assert r.status_code == 202, r.text
+        deadline = time.monotonic() + 90
+        while "spark" not in http.get("/readyz").json()["faults"]:
+            assert time.monotonic() < deadline, f"/readyz never named the outage:\n{server.log_tail()}"
+            time.sleep(0.05)
+    _load(server, 10, 5)  # waits until everything acknowledged is loaded
+    pids = [int(m.group(2)) for m in SERVER_LINE.finditer(server.log_text())]
+    assert len(pids) == 2 and _running(pids[1]), server.log_tail()
+    with server.client() as http:
+        assert http.get("/readyz").json()["faults"] == {}
+        text = http.get("/metrics").text
+        assert sample_value(text, "loader_spark_reachable") == 1
+        assert sample_value(text, "loader_tables_quarantined_updates") == 0
+    for table in ("a", "b", "c"):
+        ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
+        assert sorted(ids) == list(range(150))

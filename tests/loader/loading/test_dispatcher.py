@@ -130,6 +130,35 @@ def test_failed_batch_is_put_back_and_retried() -> None:
     asyncio.run(scenario())
 
 
+class Unreachable(Recorder):
+    """Spark Connect is down for the first ``outages`` loads."""
+
+    def __init__(self, outages: int) -> None:
+        super().__init__()
+        self.outages = outages
+
+    def load(self, worker: int, batch: Batch) -> LoadResult:
+        if self.outages > 0:
+            self.outages -= 1
+            raise RuntimeError("<_MultiThreadedRendezvous: status = StatusCode.UNAVAILABLE, failed to connect>")
+        return super().load(worker, batch)
+
+
+def test_an_unreachable_spark_is_retried_and_never_quarantines() -> None:
+    async def scenario() -> None:
+        recorder = Unreachable(outages=3)  # Recorder.set_aside fails the test if called
+        d = Dispatcher(make_policy("myopic"), 1, PendingStore(), recorder, max_retry_delay=0.01, max_attempts=1)
+        d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+        d.start()
+        d.released(Update("t", 1, 1.0))
+        await _until(lambda: len(recorder.batches) == 1)
+        assert len(recorder.failed_batches) == 3
+        assert [u.seq for b in recorder.batches for u in b.updates] == [1]
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
 def test_paused_table_is_not_loaded_until_resumed() -> None:
     async def scenario() -> None:
         recorder = Recorder()
