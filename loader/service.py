@@ -410,9 +410,9 @@ class LoaderService:
         """Run a sink call; a Spark Connect server found gone is reconnected to (restarted
         first when it is the loader's own) before the next call. The call's error still
         reaches the dispatcher, which retries with back-off and never quarantines for it."""
-        if self._spark_outage is not None:
-            self._reconnect()
         try:
+            if self._spark_outage is not None:
+                self._reconnect()  # a failure here (SparkUnreachable) is the outage going on
             return call()
         except Exception as exc:
             if self.settings.spark.mode == "connect" and spark_unreachable(exc):

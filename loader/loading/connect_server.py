@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loader.loading.spark import SparkUnreachable
+
 log = logging.getLogger(__name__)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -38,7 +40,7 @@ ADDRESS_SETTING = "spark.connect.grpc.binding.address"
 LOG_TAIL_LINES = 30
 
 
-class ConnectServerError(RuntimeError):
+class ConnectServerError(SparkUnreachable):
     """The local Spark Connect server did not start, or stopped answering."""
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "connect_session",
     "is_connect",
     "session_settings",
+    "SparkUnreachable",
     "spark_unreachable",
     "sql_functions",
     "default_conf",
@@ -276,13 +277,17 @@ CONNECT_RETRY: dict[str, float | int] = {
 UNREACHABLE_WORDS = ("StatusCode.UNAVAILABLE", "[NO_ACTIVE_SESSION]", "SESSION_CHANGED")
 
 
+class SparkUnreachable(RuntimeError):
+    """No Spark Connect server answered (or the loader's own could not be started)."""
+
+
 def spark_unreachable(error: BaseException) -> bool:
     """True when ``error`` (or what caused it) says Spark could not be reached."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if any(word in str(current) for word in UNREACHABLE_WORDS):
+        if isinstance(current, SparkUnreachable) or any(word in str(current) for word in UNREACHABLE_WORDS):
             return True
         current = current.__cause__ or current.__context__
     return False
@@ -310,7 +315,7 @@ def connect_session(url: str, timeout: float = 60.0) -> SparkSession:
             return spark  # type: ignore[return-value]
         except Exception as exc:  # the server is starting, or gone
             if time.monotonic() > deadline:
-                raise RuntimeError(
+                raise SparkUnreachable(
                     f"no Spark Connect server answered at {url} within {timeout:.0f} s ({exc}); "
                     "start one, or set [spark] remote to the address of a running one"
                 ) from exc

@@ -12,6 +12,7 @@ import pytest
 
 from loader.abc import FailedBatch, FinishedBatch
 from loader.core.updates import Batch, LoadResult, Update
+from loader.loading.connect_server import ConnectServerError
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.estimates import CostEstimate
 from loader.pending.store import PendingStore
@@ -140,7 +141,9 @@ class Unreachable(Recorder):
     def load(self, worker: int, batch: Batch) -> LoadResult:
         if self.outages > 0:
             self.outages -= 1
-            raise RuntimeError("<_MultiThreadedRendezvous: status = StatusCode.UNAVAILABLE, failed to connect>")
+            if self.outages % 2:  # as the gRPC client words it, and as the loader's reconnect does
+                raise RuntimeError("<_MultiThreadedRendezvous: status = StatusCode.UNAVAILABLE, failed to connect>")
+            raise ConnectServerError("the Spark Connect server exited (code 1) before it answered")
         return super().load(worker, batch)
 
 
