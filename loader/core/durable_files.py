@@ -17,6 +17,8 @@ import threading
 import uuid
 from pathlib import Path
 
+from loader.core.errors import caused_by
+
 log = logging.getLogger(__name__)
 
 ENVIRONMENTAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
@@ -26,16 +28,13 @@ ENVIRONMENTAL_WORDS = ("No space left on device", "Read-only file system", "Disk
 
 def environmental(error: BaseException) -> bool:
     """True for a failure of the disk rather than of the batch: retried, never quarantined."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in ENVIRONMENTAL_ERRNOS:
-            return True
-        if any(word in str(current) for word in ENVIRONMENTAL_WORDS):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return caused_by(
+        error,
+        lambda e: (
+            (isinstance(e, OSError) and e.errno in ENVIRONMENTAL_ERRNOS)
+            or any(word in str(e) for word in ENVIRONMENTAL_WORDS)
+        ),
+    )
 
 
 def fsync_directory(path: Path) -> None:

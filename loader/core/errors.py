@@ -1,8 +1,23 @@
-"""Errors the service reports to clients: each carries its HTTP status and says what to do."""
+"""Errors the service reports to clients: each carries its HTTP status and says what to do.
+Also how the loader tells what caused a failure (``caused_by``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+
+def caused_by(error: BaseException, test: Callable[[BaseException], bool]) -> bool:
+    """True when ``error`` or anything in its chain of causes passes ``test``: a Spark job's
+    or a library's error often wraps the one that tells what happened."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if test(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class ServiceError(Exception):

@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
 
+from loader.core.errors import caused_by
 from loader.loading.java import JavaError, check_java
 
 if TYPE_CHECKING:
@@ -283,14 +284,9 @@ class SparkUnreachable(RuntimeError):
 
 def spark_unreachable(error: BaseException) -> bool:
     """True when ``error`` (or what caused it) says Spark could not be reached."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, SparkUnreachable) or any(word in str(current) for word in UNREACHABLE_WORDS):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return caused_by(
+        error, lambda e: isinstance(e, SparkUnreachable) or any(word in str(e) for word in UNREACHABLE_WORDS)
+    )
 
 
 def connect_session(url: str, timeout: float = 60.0) -> SparkSession:

@@ -32,6 +32,7 @@ from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id
 from loader.loading.sinks.add_actions import file_stats, log_path, partition_values
+from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import describe, run_group_job
@@ -223,14 +224,9 @@ class DeltaRsSink(DeltaSinkBase):
         finally:
             for *_, staging in todo:
                 shutil.rmtree(staging, ignore_errors=True)
-        for i, (batch, schema) in enumerate(zip(batches, schemas)):
-            if outcomes[i] is None:  # partitioned: a job of its own
-                try:
-                    began = time.perf_counter()
-                    result = self.load(batch, schema)
-                    outcomes[i] = dataclasses.replace(result, own_seconds=time.perf_counter() - began)
-                except Exception as exc:
-                    outcomes[i] = exc
+        alone = [i for i, outcome in enumerate(outcomes) if outcome is None]  # partitioned: jobs of their own
+        for i, outcome in zip(alone, load_each(self, [batches[i] for i in alone], [schemas[i] for i in alone])):
+            outcomes[i] = outcome
         return [o for o in outcomes if o is not None]
 
     def parallelism(self) -> int:
