@@ -30,11 +30,13 @@ def _serve(settings: Settings, demo: bool) -> None:
     except JavaError as exc:
         raise fail(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Loads talk to Spark through py4j, giving up the GIL at every round trip and waiting
-    # up to the switch interval to win it back from a busy request handler. At 1 ms
-    # (default 5 ms) a load under intake pressure ran ~3x faster for ~9% of the handler's
-    # throughput: BENCHMARKS.md, "A load beside a busy request handler".
-    sys.setswitchinterval(0.001)
+    # Classic mode: loads talk to Spark through py4j from this process, giving up the GIL at
+    # every round trip and waiting up to the switch interval to win it back from a busy
+    # request handler. At 1 ms (default 5 ms) a load under intake pressure ran ~3x faster
+    # for ~9% of the handler's throughput: BENCHMARKS.md, "A load beside a busy request
+    # handler". In connect mode loads run in worker processes: the default stands.
+    if settings.spark.mode == "classic":
+        sys.setswitchinterval(0.001)
     for chatty in ("apscheduler", "httpx", "py4j"):  # a line per job run / request otherwise
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
@@ -99,3 +101,43 @@ def demo_command(
 ) -> None:
     """Run the service with a demo producer: watch tables fill and staleness move."""
     _serve(settings_or_fail(config, port=port, data_dir=data_dir), demo=True)
+
+
+@commands.command("spark-connect")
+def spark_connect_command(
+    config: ConfigOption = None,
+    master: Annotated[str | None, typer.Option(help="Cluster master URL (default: spark.master of the configuration).")] = None,
+    host: Annotated[str, typer.Option(help="gRPC listen address.")] = "0.0.0.0",
+    port: Annotated[int, typer.Option(help="gRPC port (what spark.remote of the loaders names).")] = 15002,
+) -> None:
+    """Run a Spark Connect server with the loader's Spark settings, in the foreground.
+
+    For a cluster: run it where it can reach the master, and point loaders at it with
+    spark.remote = "sc://<host>:<port>". The server needs the loader's session settings
+    (timestamps as Delta stores them, UTC, the lean changes), which this command applies
+    from the same configuration file the loaders read.
+    """
+    import os
+
+    from loader.loading.connect_server import ConnectServer
+    from loader.loading.java import JavaError, check_java
+    from loader.loading.spark import session_settings
+
+    settings = settings_or_fail(config)
+    try:
+        check_java()
+    except JavaError as exc:
+        raise fail(str(exc)) from None
+    s = settings.spark
+    chosen = master or s.master
+    server = ConnectServer(
+        chosen,
+        session_settings(chosen, s.conf, 0, s.lean),
+        settings.data_dir / "spark-connect.log",
+        host=host,
+        port=port,
+        app_name=s.app_name,
+    )
+    command = server.command()
+    err_console.print(f"Spark Connect server for {chosen} on sc://{host}:{port}")
+    os.execvpe(command[0], command, server.environment())

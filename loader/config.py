@@ -81,11 +81,13 @@ class SparkConfig(BaseModel):
     #: What a small append does without (loader/loading/spark.py LEAN_CHANGES, measured in
     #: BENCHMARKS.md): true = the default set, false = none, or a list of change names.
     lean_writes: bool | list[str] = True
-    #: How the loader reaches Spark. "classic": the driver runs inside the loader (py4j).
-    #: "connect": through Spark Connect, to ``remote`` or, when that is empty, to a local
+    #: How loads reach Spark. "connect" (default): each of the ``workers`` is a process of
+    #: its own, a Spark Connect client of ``remote`` or, when that is empty, of a local
     #: Spark Connect server the loader starts from the pyspark package as a child process
-    #: (``master`` and ``conf`` are then that server's), stops on shutdown.
-    mode: Literal["classic", "connect"] = "classic"
+    #: (``master`` and ``conf`` are then that server's), restarts if it dies and stops on
+    #: shutdown. "classic": the Spark driver runs inside the service process (py4j) and
+    #: loads run on its threads, sharing the GIL with intake (docs/service.md).
+    mode: Literal["classic", "connect"] = "connect"
     #: A running Spark Connect server, ``sc://host:port`` (mode "connect"); empty: start one.
     remote: str = Field(default="", pattern=r"^(sc://\S+)?$")
     #: Seconds a local Spark Connect server may take to answer before the start fails.

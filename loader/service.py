@@ -12,24 +12,26 @@ Start-up order matters for correctness and for first-run speed:
 2. recovery: each table's Delta transaction version, then the WAL replayed one record at
    a time into the pending store (which spills), so a restart after a burst needs no more
    memory than the burst did;
-3. Spark starts in the background (~5 s), intake opens (new updates get sequence numbers
-   after everything recovered) and the maintenance jobs start; once Spark is up, loading
-   begins, each table once its Delta table is checked or created (tables with pending
-   updates first), and /readyz turns ready when every table's is.
+3. Spark starts in the background (~5 s; with ``[spark] mode = "connect"`` the local Spark
+   Connect server, unless ``remote`` names one, and the P load worker processes), intake
+   opens (new updates get sequence numbers after everything recovered) and the maintenance
+   jobs start; once Spark is up, loading begins, each table once its Delta table is
+   checked or created (tables with pending updates first), and /readyz turns ready when
+   every table's is.
 
 Each step puts its undoing on the caller's exit stack (the pattern of APScheduler 4's
 ``start(exit_stack, ...)``), so a shutdown, or a start that fails half-way, runs them in
 reverse: maintenance stops, intake closes, the start of loading is waited for, running
 batches finish and the catalog is saved, the WAL is closed.
 
-All mutable state is touched on the event-loop thread only; Spark jobs run on worker
-threads and report back through the dispatcher.
+All mutable state is touched on the event-loop thread only; loads run on worker threads
+(classic mode: Spark jobs on them; connect mode: each hands its batch to a worker process,
+loader/loading/workers/) and report back through the dispatcher.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -60,7 +62,7 @@ from loader.intake.submission import Intake
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.observed import ObservedRecord
 from loader.loading.sinks.base import Sink
-from loader.loading.spark import connect_session, spark_unreachable
+from loader.loading.spark import spark_unreachable
 from loader.ops.maintenance import Maintenance, Schedule
 from loader.ops.metrics import Metrics
 from loader.ops.status import TableStatuses
@@ -74,15 +76,16 @@ from schedulers.model import TableSpec
 from schedulers.registry import GROUPABLE, make_policy
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from loader.loading.connect_server import ConnectServer
+    from loader.loading.workers.pool import ProcessSink
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 #: Seconds a reconnect to a Spark Connect server that is back may take before the load
 #: fails (and is retried with back-off).
 RECONNECT_SECONDS = 15.0
+#: Seconds between checks that the loader's own Spark Connect server still runs.
+SERVER_WATCH_SECONDS = 2.0
 
 SinkFactory = Callable[[Settings], Sink]
 #: The Idempotency-Key snapshot under the state directory (loader/intake/idempotency.py).
@@ -164,11 +167,11 @@ class LoaderService:
         )
         #: The Delta writer, once Spark is up (``ready``); None while Spark starts.
         self.sink: Sink | None = None
-        #: Spark Connect mode: the client session, and the local server when the loader runs one.
-        self._connect_client: SparkSession | None = None
+        #: Spark Connect mode: the local server when the loader runs one, and the worker processes.
         self._connect_server: ConnectServer | None = None
-        #: Set when a load found Spark unreachable: the next load first reconnects (and
-        #: restarts the local server if it died); None while Spark answers.
+        self._processes: ProcessSink | None = None
+        #: Set when a load found Spark unreachable: the next load first restarts the local
+        #: server if it died (the workers then reconnect); None while Spark answers.
         self._spark_outage: str | None = None
         self._reconnect_lock = threading.Lock()
         self.ready = False
@@ -367,49 +370,76 @@ class LoaderService:
     def _make_sink(self) -> Sink:
         if self._sink_factory is not None:
             return self._sink_factory(self.settings)
+        s = self.settings
+        if s.spark.mode == "connect":
+            return self._start_workers()
         from loader.loading.sinks import make_sink
         from loader.loading.spark import build_spark_session, renice_driver_jvm
 
-        s = self.settings
-        if s.spark.mode == "connect":
-            spark = self._connect_spark()
-        else:
-            spark = build_spark_session(
-                master=s.spark.master,
-                conf=s.spark.conf,
-                app_name=s.spark.app_name,
-                fair_pools=s.workers,
-                lean=s.spark.lean,
-            )
-            if s.spark.driver_nice:
-                renice_driver_jvm(spark, s.spark.driver_nice)
+        spark = build_spark_session(
+            master=s.spark.master,
+            conf=s.spark.conf,
+            app_name=s.spark.app_name,
+            fair_pools=s.workers,
+            lean=s.spark.lean,
+        )
+        if s.spark.driver_nice:
+            renice_driver_jvm(spark, s.spark.driver_nice)
         return make_sink(s.writer, s.warehouse_path, spark, lean=s.spark.lean)
 
-    def _connect_spark(self) -> SparkSession:
-        """A Spark Connect session: to ``[spark] remote``, or to a local server started here."""
+    def _start_workers(self) -> Sink:
+        """Connect mode: the local Spark Connect server (unless ``[spark] remote`` names one)
+        under supervision, then the P load worker processes, each a client of it."""
         from loader.loading.connect_server import ConnectServer
         from loader.loading.spark import java_version_ok, session_settings
+        from loader.loading.workers.pool import ProcessSink, WorkerOptions
 
-        s = self.settings.spark
-        url = s.remote
-        if not url:
+        s = self.settings
+        sp = s.spark
+        if not sp.remote:
             java_version_ok()  # a clear message before a JVM fails to start
             server = ConnectServer(
-                s.master,
-                session_settings(s.master, s.conf, self.settings.workers, s.lean),
-                self.settings.data_dir / "spark-connect.log",
-                app_name=s.app_name,
-                nice=s.driver_nice,
+                sp.master,
+                session_settings(sp.master, sp.conf, s.workers, sp.lean),
+                s.data_dir / "spark-connect.log",
+                app_name=sp.app_name,
+                nice=sp.driver_nice,
             )
             self._connect_server = server
-            url = server.start(timeout=s.connect_start_timeout_seconds)
-        self._connect_client = connect_session(url, timeout=s.connect_start_timeout_seconds)
-        return self._connect_client
+            server.start(timeout=sp.connect_start_timeout_seconds)
+            restarted = self.metrics.spark_server_restarts.inc
+            server.supervise(SERVER_WATCH_SECONDS, sp.connect_start_timeout_seconds, restarted)
+        options = WorkerOptions(
+            warehouse=s.warehouse_path,
+            writer=s.writer,
+            lean=sp.lean,
+            connect_timeout=sp.connect_start_timeout_seconds,
+            reconnect_timeout=RECONNECT_SECONDS,
+            nice=sp.driver_nice,
+            handoff_dir=s.data_dir / "handoff",
+            failpoints=failpoints.worker_spec(),
+            log_level=logging.getLogger("loader").getEffectiveLevel(),
+        )
+        processes = ProcessSink(s.workers, options, self._spark_url, on_death=self._worker_died)
+        self._processes = processes
+        processes.start()
+        self.metrics.load_processes.set(processes.live())
+        return processes
+
+    def _spark_url(self) -> str:
+        server = self._connect_server
+        return server.url if server is not None else self.settings.spark.remote
+
+    def _worker_died(self) -> None:
+        self.metrics.load_process_deaths.inc()
+        if self._processes is not None:
+            self.metrics.load_processes.set(self._processes.live())
 
     def _spark_call(self, call: Callable[[], T]) -> T:
-        """Run a sink call; a Spark Connect server found gone is reconnected to (restarted
-        first when it is the loader's own) before the next call. The call's error still
-        reaches the dispatcher, which retries with back-off and never quarantines for it."""
+        """Run a sink call; after Spark Connect was found unreachable, the loader's own server
+        is first started again if it died (the worker processes reconnect by themselves). The
+        call's error still reaches the dispatcher, which retries with back-off and never
+        quarantines for it."""
         try:
             if self._spark_outage is not None:
                 self._reconnect()  # a failure here (SparkUnreachable) is the outage going on
@@ -419,36 +449,29 @@ class LoaderService:
                 self._spark_outage = f"Spark Connect is unreachable ({type(exc).__name__}); loads back off and retry"
                 self.metrics.spark_reachable.set(0)
             raise
+        finally:
+            if self._processes is not None:
+                self.metrics.load_processes.set(self._processes.live())
 
     def _reconnect(self) -> None:
         with self._reconnect_lock:
-            if self._spark_outage is None or self.sink is None:
-                return  # another worker reconnected meanwhile
-            s = self.settings.spark
+            if self._spark_outage is None:
+                return  # another worker thread saw Spark back meanwhile
             server = self._connect_server
-            if server is not None and not server.answering():
-                log.warning("the local Spark Connect server is gone; starting it again")
-                server.stop()
-                server.start(timeout=s.connect_start_timeout_seconds)
-            url = server.url if server is not None else s.remote
-            old, self._connect_client = self._connect_client, connect_session(url, timeout=RECONNECT_SECONDS)
-            self.sink.spark = self._connect_client  # type: ignore[attr-defined]
-            if old is not None:
-                with contextlib.suppress(Exception):
-                    old.client.close()  # type: ignore[attr-defined]
+            if server is not None and server.ensure_running(self.settings.spark.connect_start_timeout_seconds):
+                self.metrics.spark_server_restarts.inc()
             self._spark_outage = None
             self.metrics.spark_reachable.set(1)
-            log.info("reconnected to Spark Connect at %s", url)
+            log.info("Spark Connect at %s answers again; loads resume", self._spark_url())
 
     def _stop_spark(self) -> None:
-        """The Connect client first (at exit it would ask a gone server to clean up, for
-        minutes), then the local server. An in-process driver ends with the process."""
-        client, self._connect_client = self._connect_client, None
-        if client is not None:
-            try:
-                client.stop()
-            except Exception:
-                log.warning("could not close the Spark Connect session", exc_info=True)
+        """The worker processes first (each stops its Connect session: at exit an open client
+        would ask a gone server to clean up, for minutes), then the local server. An
+        in-process driver ends with the process."""
+        processes, self._processes = self._processes, None
+        if processes is not None:
+            processes.stop()
+            self.metrics.load_processes.set(0)
         server, self._connect_server = self._connect_server, None
         if server is not None:
             server.stop()
@@ -668,7 +691,8 @@ class LoaderService:
         self.catalog.changed(done.table)
         if done.result.skipped:
             log.info(
-                "%s updates %d..%d were already in Delta (committed before a restart); not loaded again",
+                "%s updates %d..%d were already in Delta (committed by an attempt that did not report back: a crash); "
+                "not loaded again",
                 done.table,
                 done.batch.first_seq,
                 done.batch.last_seq,

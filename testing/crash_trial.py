@@ -5,7 +5,11 @@ Spark included). Each life is ended by SIGKILL: either a failpoint armed for tha
 (``loader/core/failpoints.py``: inside the WAL's group commit, during recovery, in a spill
 write, around a Delta commit) or a kill of the whole process group from outside at a
 random moment (seeded), before ``/readyz`` turns ready (WAL replay, Spark start-up) or
-while loads run. Producer threads submit numbered rows all along, each request with an
+while loads run. With loads in worker processes (the default, ``[spark] mode =
+"connect"``) the points around a Delta commit are reached in a worker: the ``worker:``
+kinds kill the first worker process there (or, ``worker:external``, a worker from
+outside), the life goes on until the service has replaced it, and then ends by a kill of
+the service as well. Producer threads submit numbered rows all along, each request with an
 Idempotency-Key, and retry a request left without an answer until it gets one, as a
 real producer does; a kill thus lands mid-burst.
 
@@ -27,6 +31,8 @@ import itertools
 import json
 import os
 import random
+import re
+import signal
 import statistics
 import threading
 import time
@@ -60,17 +66,34 @@ PAD = "x" * 96
 EXTERNAL_RECOVERY = "external:recovery"
 #: Kill from outside at a random delay after /readyz turned ready, producers mid-burst.
 EXTERNAL_SERVING = "external:serving"
-KINDS = (*sorted(POINTS), EXTERNAL_RECOVERY, EXTERNAL_SERVING)
+#: Points passed only where a load runs: in a worker process in connect mode.
+LOAD_POINTS = ("load.after-spark-write", "load.after-publish", "load.after-commit", "load.group.between-commits")
+#: ``worker:<point>``: the first worker process dies at the point; ``worker:external``: a
+#: worker process is killed from outside at a random moment while the service serves.
+WORKER = "worker:"
+WORKER_EXTERNAL = "worker:external"
+WORKER_KINDS = (*(WORKER + p for p in LOAD_POINTS), WORKER_EXTERNAL)
+#: The kinds of each Spark mode. Connect: the service still reaches load.after-commit (a
+#: worker's reply says it committed); the other load points are the workers'.
+CLASSIC_KINDS = (*sorted(POINTS), EXTERNAL_RECOVERY, EXTERNAL_SERVING)
+KINDS = (
+    *sorted(POINTS - set(LOAD_POINTS) | {"load.after-commit"}),
+    EXTERNAL_RECOVERY,
+    EXTERNAL_SERVING,
+    *WORKER_KINDS,
+)
 
 #: Log lines that tell how far a start got (loader/service.py, loader/pending/setup.py).
 RECOVERED_LINE = "pending updates from the WAL; intake open"
+#: loader/loading/workers/pool.py: a load worker process is up (the slot, its pid).
+WORKER_STARTED = re.compile(r"load worker (\d+) started \(pid (\d+)")
 SPILL_RESET_LINE = "spill files of an earlier run"
 #: Logged after the WAL was opened and before its replay ends (when there is something to say).
 REPLAYING_LINES = (SPILL_RESET_LINE, "WAL: cut a torn tail")
 CLEAN_STOP_LINE = "stopped cleanly"
 
 
-def crash_config(workdir: Path, port: int) -> Path:
+def crash_config(workdir: Path, port: int, mode: str = "connect") -> Path:
     """The service under trial: 2 workers, a tiny memory budget (spills), small WAL segments
     truncated every second (crashes meet rolled and deleted segments), tables compacted
     every 5 s (kills from outside may land in a compaction)."""
@@ -82,7 +105,7 @@ def crash_config(workdir: Path, port: int) -> Path:
             "workers": 2,
             "policy": "myopic",
             "wal": {"segment_bytes": 1 << 18},
-            "spark": {"master": "local[2]"},
+            "spark": {"master": "local[2]", "mode": mode},
             "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 5, "vacuum_seconds": 0},
             "spill": {"memory_budget_bytes": 65536},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
@@ -288,10 +311,12 @@ class Life:
     """One start of the server and how it ended."""
 
     index: int
-    #: What was planned: a failpoint name, EXTERNAL_RECOVERY or EXTERNAL_SERVING.
+    #: What was planned: a failpoint name, EXTERNAL_RECOVERY, EXTERNAL_SERVING or a worker kind.
     plan: str
     #: LOADER_FAILPOINTS of this start ("" for an external kill).
     spec: str
+    #: LOADER_WORKER_FAILPOINTS of this start (``worker:<point>`` kinds).
+    worker_spec: str
     #: External kills: what the delay is timed from ("start", "replay": the replay's first
     #: log line, "recovered": intake open, "ready": /readyz 200), and the delay in seconds.
     anchor: str
@@ -316,13 +341,22 @@ class Life:
 class CrashTrial:
     """A data directory, a server, producers, and the lives they go through."""
 
-    def __init__(self, workdir: Path, seed: int, *, producers: int = 2, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        seed: int,
+        *,
+        producers: int = 2,
+        mode: str = "connect",
+        log: Callable[[str], None] | None = None,
+    ):
         self.workdir = workdir
         self.seed = seed
         self.rng = random.Random(seed)
         self.log = log or (lambda message: None)
+        self.kinds = KINDS if mode == "connect" else CLASSIC_KINDS
         port = free_port()
-        self.server = ServerProcess(workdir, crash_config(workdir, port), port, TOKEN)
+        self.server = ServerProcess(workdir, crash_config(workdir, port, mode), port, TOKEN)
         self.producers = Producers(self.server.base, TOKEN, seed, producers, landing=workdir / "data" / "landing")
         self.lives: list[Life] = []
         self.failures: list[str] = []
@@ -346,11 +380,17 @@ class CrashTrial:
 
     # -- planning ---------------------------------------------------------------------------
     def _arm(self, kind: str, backlog: int) -> tuple[str, str, float]:
-        """For this life (seeded): LOADER_FAILPOINTS, and for an external kill the moment it
-        is timed from ("start", "replay": the WAL replay began, "ready") and the delay."""
+        """For this life (seeded): LOADER_FAILPOINTS (of the service, or for ``worker:``
+        kinds of its first worker), and for an external kill the moment it is timed from
+        ("start", "replay": the WAL replay began, "ready", "replaced": a worker was started
+        in place of one that died) and the delay."""
         rng = self.rng
-        if kind not in KINDS:
-            raise ValueError(f"unknown kill kind {kind!r}; known: {KINDS}")
+        if kind not in self.kinds:
+            raise ValueError(f"unknown kill kind {kind!r}; known: {self.kinds}")
+        if kind == WORKER_EXTERNAL:
+            return "", "ready", rng.uniform(0.0, 4.0)  # then a worker is killed, and the life goes on
+        if kind.startswith(WORKER):
+            return f"{kind.removeprefix(WORKER)}={rng.randint(1, 2)}", "replaced", rng.uniform(0.0, 2.0)
         if kind == EXTERNAL_RECOVERY:
             if rng.random() < 0.5:  # inside the replay of the backlog, as long as the last ones took
                 took = [
@@ -399,8 +439,11 @@ class CrashTrial:
         """Start the server armed for ``kind``, let the producers at it, and end it by SIGKILL."""
         backlog = wal_records(self.data / "wal")
         spec, anchor, delay = self._arm(kind, backlog)
+        worker_spec = ""
+        if kind.startswith(WORKER):
+            spec, worker_spec = "", spec
         acked_before = self.producers.acked_count()
-        self.server.start(spec)
+        self.server.start(spec, worker_failpoints=worker_spec)
         began = time.monotonic()
         if not self.producers.started:
             self.producers.start()
@@ -423,8 +466,14 @@ class CrashTrial:
                 self._watch_log(seen, now - began)
                 if anchor == "replay" and "replay" not in seen and "recovered" in seen:
                     anchor = "recovered"  # nothing was logged before the replay ended: time from its end
+                if anchor == "replaced" and "replaced" not in seen and self._replaced():
+                    seen["replaced"] = now - began
                 if anchor and anchor in seen and now >= began + seen[anchor] + delay:
-                    hit = self._state(probe)
+                    if kind == WORKER_EXTERNAL and anchor == "ready":
+                        self._kill_a_worker()
+                        anchor, delay = "replaced", self.rng.uniform(0.0, 2.0)
+                        continue
+                    hit = kind if anchor == "replaced" else self._state(probe)
                     self.server.kill()
                     break
                 if now > deadline:
@@ -451,6 +500,7 @@ class CrashTrial:
             index=len(self.lives) + 1,
             plan=kind,
             spec=spec,
+            worker_spec=worker_spec,
             anchor=anchor,
             delay=None if spec else delay,
             hit=hit,
@@ -464,13 +514,32 @@ class CrashTrial:
             failure=failure,
         )
         self.lives.append(life)
-        timing = spec or f"{delay:.2f} s after {anchor}"
+        timing = spec or (f"{worker_spec} " if worker_spec else "") + f"{delay:.2f} s after {anchor}"
         opened = f" (intake open at {life.recovered_after:.1f} s)" if life.recovered_after is not None else ""
         self.log(
             f"life {life.index:3d}: {life.plan:28s} {timing:34s} -> {life.hit:40s} "
             f"{life.seconds:5.1f} s, backlog {backlog}{opened}, +{life.acked_during} acks"
         )
         return life
+
+    def _workers_started(self) -> list[tuple[int, int]]:
+        """(slot, pid) of every load worker process this life started, in order."""
+        return [(int(m.group(1)), int(m.group(2))) for m in WORKER_STARTED.finditer(self.server.log_text())]
+
+    def _replaced(self) -> bool:
+        """A worker process was started in a slot that had one already (the first ones are
+        started together; a dead one is replaced when its slot is next used)."""
+        slots = [slot for slot, _ in self._workers_started()]
+        return len(slots) > len(set(slots))
+
+    def _kill_a_worker(self) -> None:
+        """SIGKILL the newest worker process of a random slot (mid-batch or idle)."""
+        newest = dict(self._workers_started())
+        if not newest:
+            return
+        slot = self.rng.choice(sorted(newest))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(newest[slot], signal.SIGKILL)
 
     def _watch_log(self, seen: dict[str, float], elapsed: float) -> None:
         """Note when the start logged that the WAL replay began, and that it ended."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,6 +28,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def toml_key(key: str) -> str:
+    """A bare key when it is one, else quoted (``"spark.executor.memory"`` is one key, not three)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_value(key)
+
+
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -35,7 +41,7 @@ def toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     return repr(value)
 
 
@@ -50,7 +56,7 @@ def write_config(path: Path, settings: dict[str, Any]) -> Path:
     for key, value in settings.items():
         if isinstance(value, dict):
             lines.append(f"[{key}]")
-            lines += [f"{k} = {toml_value(v)}" for k, v in value.items()]
+            lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()]
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             for item in value:
                 lines.append(f"[[{key}]]")
@@ -69,10 +75,14 @@ class ServerProcess:
         self.starts = 0
         self.log_path = workdir / "server-0.log"
 
-    def start(self, failpoints: str = "") -> None:
+    def start(self, failpoints: str = "", worker_failpoints: str = "") -> None:
+        """``failpoints``: the service's ``LOADER_FAILPOINTS``; ``worker_failpoints``: its
+        first load worker process's (``LOADER_WORKER_FAILPOINTS``, loader/core/failpoints.py)."""
         self.starts += 1
         self.log_path = self.workdir / f"server-{self.starts}.log"
-        env = dict(os.environ, LOADER_FAILPOINTS=failpoints, PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ, LOADER_FAILPOINTS=failpoints, LOADER_WORKER_FAILPOINTS=worker_failpoints, PYTHONUNBUFFERED="1"
+        )
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cli", "serve", "--config", str(self.config)],

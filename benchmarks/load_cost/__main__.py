@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.load_cost import report
-from benchmarks.load_cost.cluster import ClusterError, StandaloneCluster
 from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN, LEAN_CHANGES
 from testing.report import (
     BENCHMARKS_MD,
@@ -47,6 +46,7 @@ from testing.report import (
     write_section,
 )
 from testing.service_server import run_child
+from testing.spark_cluster import ClusterError, StandaloneCluster
 
 MODULE = "benchmarks.load_cost"
 WORKER = "benchmarks.load_cost.worker"

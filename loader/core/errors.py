@@ -3,21 +3,24 @@ Also how the loader tells what caused a failure (``caused_by``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and its chain of causes (``__cause__``, else ``__context__``), each once."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def caused_by(error: BaseException, test: Callable[[BaseException], bool]) -> bool:
     """True when ``error`` or anything in its chain of causes passes ``test``: a Spark job's
     or a library's error often wraps the one that tells what happened."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if test(current):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return any(test(e) for e in causes(error))
 
 
 class ServiceError(Exception):

@@ -25,12 +25,18 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
 - ``spill.write``: a spill segment file was written, its updates not yet marked spilled;
 - ``load.after-spark-write``: Spark wrote the batch's Parquet files into staging;
 - ``load.after-publish``: the files are in the table directory, not yet committed;
-- ``load.after-commit``: the Delta commit landed, the service has not recorded it;
+- ``load.after-commit``: the Delta commit landed, the service has not recorded it (with
+  loads in worker processes, in the service: a worker's reply says it committed);
 - ``load.group.between-commits``: in a multi-table job, one table's Delta commit landed
   and the next table's has not been made (loader/loading/sinks/delta_rs.py ``load_group``).
 
+With loads in worker processes (``[spark] mode = "connect"``) the ``load.*`` points are
+passed in a worker process, where ``LOADER_WORKER_FAILPOINTS="load.after-publish=2"``
+arms them: the first worker process the service starts SIGKILLs itself there (its
+replacement is not armed). ``load.after-commit`` is also reached in the service.
+
 The crash trial (``testing/crash_trial.py``, ``trials/crash.py``) arms one point
-per life of the server and also kills it from outside at random moments.
+per life of the server and also kills it, or a worker process, from outside at random moments.
 
 Written by hand: fault-injection libraries for Python patch functions from the test
 process, which cannot reach into a service running as a subprocess.
@@ -43,6 +49,9 @@ import signal
 import threading
 
 ENV = "LOADER_FAILPOINTS"
+#: Failpoints of the service's first load worker process (loader/loading/workers/pool.py),
+#: read by the service and handed to that process as its own ``LOADER_FAILPOINTS``.
+WORKER_ENV = "LOADER_WORKER_FAILPOINTS"
 POINTS = frozenset(
     {
         "intake.after-wal",
@@ -106,3 +115,11 @@ def tear(name: str, fd: int, data: bytes) -> None:
     if _reached(name):
         os.write(fd, data[: len(data) // 2 + 1] if len(data) > 1 else b"")
         _die()
+
+
+def worker_spec() -> str:
+    """``LOADER_WORKER_FAILPOINTS`` checked (a typo is an error here, in the service, not a
+    worker that silently never dies); "" when unset."""
+    spec = os.environ.get(WORKER_ENV, "")
+    parse(spec)
+    return spec

@@ -24,8 +24,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,6 +100,9 @@ class ConnectServer:
     nice: int = 0
     starts: int = 0
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: start/stop/restart one at a time (the supervisor and a load's reconnect may meet).
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def url(self) -> str:
@@ -119,22 +123,31 @@ class ConnectServer:
             cmd += ["--conf", f"{key}={value}"]
         return [*cmd, "spark-internal"]
 
+    def environment(self) -> dict[str, str]:
+        """The server's environment: this one, SPARK_HOME of the pyspark package, and the
+        loader's interpreter as the executors' Python (multi-table jobs)."""
+        env = {**os.environ, "SPARK_HOME": str(spark_home()), **self.env}
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        if self.master.startswith("local"):
+            env.setdefault("SPARK_LOCAL_IP", self.host)
+        return env
+
     def start(self, timeout: float = 180.0) -> str:
         """Start the server and wait until its port answers; returns its ``sc://`` URL.
 
         Raises ConnectServerError with the tail of the server's log when it exits first or
         does not answer in time (the log names the cause: Java, memory, a port in use).
         """
+        with self._lock:
+            return self._start(timeout)
+
+    def _start(self, timeout: float) -> str:
         if self.alive():
             return self.url
+        self._stopped.clear()
         if self.port == 0:
             self.port = free_port(self.host)
-        home = spark_home()
-        env = {**os.environ, "SPARK_HOME": str(home), **self.env}
-        # The executors' Python (multi-table jobs) is the loader's own interpreter.
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
-        if self.master.startswith("local"):
-            env.setdefault("SPARK_LOCAL_IP", self.host)
+        env = self.environment()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self._process = subprocess.Popen(
@@ -163,7 +176,7 @@ class ConnectServer:
             if port_open(self.host, self.port):
                 return
             if time.monotonic() > deadline:
-                self.stop()
+                self._stop()
                 raise ConnectServerError(
                     f"the Spark Connect server did not answer on {self.url} within {timeout:.0f} s; "
                     f"its log {self.log_path} ends:\n{self.log_tail()}"
@@ -173,12 +186,45 @@ class ConnectServer:
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def ensure_running(self, timeout: float = 180.0) -> bool:
+        """Start the server again if it is not answering; True when it had to be."""
+        with self._lock:
+            if self.answering():
+                return False
+            log.warning("the local Spark Connect server is gone; starting it again")
+            self._stop()
+            self._start(timeout)
+            return True
+
+    def supervise(self, interval: float, timeout: float, on_restart: Callable[[], None] = lambda: None) -> None:
+        """Watch the server from a daemon thread until ``stop``: one that exited is started
+        again at once, not only when the next load finds it gone (an idle loader's Spark
+        would otherwise stay down until data arrives, and ``/readyz`` would not say)."""
+
+        def watch() -> None:
+            while not self._stopped.wait(interval):
+                if self.alive():
+                    continue
+                try:
+                    if self.ensure_running(timeout):
+                        on_restart()
+                except Exception:  # tried again at the next interval
+                    log.exception("could not start the local Spark Connect server again")
+
+        threading.Thread(target=watch, name="spark-connect-supervisor", daemon=True).start()
+
     def answering(self) -> bool:
         """Alive and its port accepts connections (what a supervisor checks)."""
         return self.alive() and port_open(self.host, self.port)
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM (the server stops its SparkContext), then SIGKILL after ``timeout``."""
+        """SIGTERM (the server stops its SparkContext), then SIGKILL after ``timeout``; the
+        supervisor, if any, ends."""
+        self._stopped.set()
+        with self._lock:
+            self._stop(timeout)
+
+    def _stop(self, timeout: float = 20.0) -> None:
         process = self._process
         if process is None:
             return

@@ -410,7 +410,15 @@ def use_pool(spark: SparkSession, name: str | None) -> None:
 
 
 def delta_jvm_available(spark: SparkSession) -> bool:
-    """Whether Delta's JVM classes are on the driver's classpath (``format("delta")`` works)."""
+    """Whether Delta's JVM classes are on the driver's classpath (``format("delta")`` works).
+
+    A Spark Connect client sees no JVM: there the server's ``spark.sql.extensions`` tells
+    (a server cannot start with Delta's extension named and its jars missing)."""
+    if is_connect(spark):
+        try:
+            return DELTA_EXTENSION_CLASS in (spark.conf.get("spark.sql.extensions", "") or "")
+        except Exception:
+            return False
     try:
         utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
         return bool(utils.classIsLoadable(DELTA_EXTENSION_CLASS))

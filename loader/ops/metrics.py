@@ -390,6 +390,21 @@ class Metrics:
             registry=r,
         )
         self.spark_reachable.set(1)
+        self.load_processes = Gauge(
+            "loader_load_processes",
+            "Load worker processes running ([spark] mode = connect); below loader_workers while one is replaced.",
+            registry=r,
+        )
+        self.load_process_deaths = Counter(
+            "loader_load_process_deaths",
+            "Load worker processes that ended mid-batch (killed, out of memory); each was replaced, its batch retried.",
+            registry=r,
+        )
+        self.spark_server_restarts = Counter(
+            "loader_spark_server_restarts",
+            "Restarts of the loader's own Spark Connect server after it died.",
+            registry=r,
+        )
         self.intake_fault = Gauge(
             "loader_intake_fault",
             "1 while intake is closed by a fault of the WAL's disk (full, read-only); it reopens by itself.",

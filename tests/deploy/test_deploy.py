@@ -50,6 +50,7 @@ SERVICE_KEYS = {
     "build", "image", "init", "restart", "stop_grace_period", "stop_signal", "ports", "expose", "environment",
     "env_file", "volumes", "healthcheck", "depends_on", "secrets", "configs", "command", "entrypoint", "user",
     "working_dir", "networks", "labels", "logging", "deploy", "ulimits", "mem_limit", "cpus", "read_only", "tmpfs",
+    "hostname",
 }  # fmt: skip
 HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period", "start_interval", "disable"}
 TOP_LEVEL_KEYS = {"name", "services", "volumes", "secrets", "configs", "networks"}
@@ -227,6 +228,38 @@ def test_compose_services_volumes_and_healthcheck(compose: dict[str, Any]) -> No
     for name, service in services.items():
         for secret in service.get("secrets") or []:
             assert (secret if isinstance(secret, str) else secret["source"]) in secrets, f"{name}: secret {secret}"
+
+
+def _option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_compose_runs_the_loader_against_a_spark_cluster(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-master, spark-worker and spark-connect on the loader's image, wired to each other
+    and to the loader, sharing the loader's volume at the loader's data_dir."""
+    services = compose["services"]
+    master, worker, connect = services["spark-master"], services["spark-worker"], services["spark-connect"]
+    image = services["loader"]["image"]
+    assert master["image"] == worker["image"] == connect["image"] == image, "one image holds Spark, Java and Delta"
+
+    master_argv = master["entrypoint"]
+    assert master_argv[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    master_url = f"spark://{_option(master_argv, '--host')}:{_option(master_argv, '--port')}"
+    assert _option(master_argv, "--host") == master["hostname"] == "spark-master"
+    assert worker["entrypoint"][:3] == ["spark-class", "org.apache.spark.deploy.worker.Worker", master_url]
+    connect_argv = connect["entrypoint"]
+    assert connect_argv[:2] == ["loader", "spark-connect"] and _option(connect_argv, "--master") == master_url
+    assert _option(connect_argv, "--config") == "/etc/loader/loader.toml"
+    assert ("./deploy/loader.docker.toml", "/etc/loader/loader.toml") in mounts(connect), "the loader's Spark settings"
+
+    settings = loader_settings(compose, monkeypatch)
+    assert settings.spark.mode == "connect"
+    assert settings.spark.remote == f"sc://{connect['hostname']}:{_option(connect_argv, '--port')}"
+    data = {name: dict((t, s) for s, t in mounts(services[name])).get(str(settings.data_dir)) for name in services}
+    assert data["loader"] is not None
+    assert data["loader"] == data["spark-worker"] == data["spark-connect"], "executors need the warehouse's path"
 
 
 def test_every_host_path_in_compose_exists(compose: dict[str, Any]) -> None:

@@ -133,7 +133,7 @@ def test_old_names_as_keyword_arguments_keep_the_precedence(monkeypatch: pytest.
         ('[spark]\nlean_writes = ["fast"]\n', "unknown lean_writes change(s) ['fast']"),
         ('[spark]\nmode = "remote"\n', "spark.mode"),
         ('[spark]\nmode = "connect"\nremote = "localhost:15002"\n', "spark.remote"),
-        ('[spark]\nremote = "sc://spark:15002"\n', 'set mode = "connect"'),
+        ('[spark]\nmode = "classic"\nremote = "sc://spark:15002"\n', 'set mode = "connect"'),
     ],
 )
 def test_mistakes_are_named(tmp_path: Path, text: str, fragment: str) -> None:

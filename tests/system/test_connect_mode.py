@@ -1,7 +1,8 @@
 """A real ``loader serve`` with ``[spark] mode = "connect"`` and no ``remote``: the loader
-starts a local Spark Connect server from the pyspark package, loads through it, stops it
-on shutdown, and a loader killed outright does not leave the server running. A server that
-dies while the loader runs is started again and the loads resume (issue 15, part 3).
+starts a local Spark Connect server from the pyspark package and P load worker processes,
+loads through them, stops them on shutdown, and a loader killed outright leaves neither
+running. A server that dies while the loader runs is started again and the loads resume; a
+worker process that dies mid-batch is replaced and its batch loaded exactly once (issue 15).
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOKEN = "connect-test-operator-token-01"
 SERVER_LINE = re.compile(r"starting a local Spark Connect server at (sc://\S+) \(pid (\d+)\)")
+WORKER_LINE = re.compile(r"load worker (\d+) started \(pid (\d+)")
 
 
 def _server_pid(proc: ServerProcess) -> int:
     match = SERVER_LINE.search(proc.log_text())
     assert match, f"the loader did not say it started a Spark Connect server:\n{proc.log_tail()}"
     return int(match.group(2))
+
+
+def _worker_pids(proc: ServerProcess, slot: int | None = None) -> list[int]:
+    """The pids of the load workers started, in order (of one slot)."""
+    found = WORKER_LINE.finditer(proc.log_text())
+    return [int(m.group(2)) for m in found if slot is None or int(m.group(1)) == slot]
 
 
 def _running(pid: int) -> bool:
@@ -40,21 +48,26 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def _until_gone(pid: int, seconds: float) -> None:
+def _until_gone(pid: int, seconds: float, what: str = "the Spark Connect server") -> None:
     deadline = time.monotonic() + seconds
     while _running(pid):
-        assert time.monotonic() < deadline, f"the Spark Connect server (pid {pid}) is still running"
+        assert time.monotonic() < deadline, f"{what} (pid {pid}) is still running"
         time.sleep(0.1)
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+def workers() -> int:
+    return 2
+
+
+@pytest.fixture
+def server(tmp_path: Path, workers: int) -> Iterator[ServerProcess]:
     config = write_config(
         tmp_path / "loader.toml",
         {
             "port": (port := free_port()),
             "data_dir": str(tmp_path / "data"),
-            "workers": 2,
+            "workers": workers,
             "spark": {"master": "local[2]", "mode": "connect"},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
@@ -73,8 +86,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         },
     )
     proc = ServerProcess(tmp_path, config, port, TOKEN)
-    proc.start()
-    yield proc
+    yield proc  # not started: each test starts it as it needs
     if proc.alive:
         proc.kill()
 
@@ -95,25 +107,32 @@ def _load(proc: ServerProcess, first: int, count: int) -> None:
 
 
 def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> None:
+    server.start()
     assert server.wait_ready()
     first = _server_pid(server)
-    assert _running(first)
+    workers = _worker_pids(server)
+    assert _running(first) and len(workers) == 2 and all(map(_running, workers)), server.log_tail()
     _load(server, 0, 20)  # several tables due at once: multi-table jobs over Connect too
     assert server.terminate() == 0
     assert "stopped cleanly" in server.log_text()
     _until_gone(first, 30)  # stopped on shutdown
+    for pid in workers:
+        _until_gone(pid, 1, "a load worker")
 
     # A crash of the loader takes its server along (PR_SET_PDEATHSIG), and a restart loads
     # on, exactly once, through a new one.
     server.start()
     assert server.wait_ready()
     second = _server_pid(server)
+    workers = _worker_pids(server)
     assert second != first
     _load(server, 20, 5)
     assert server.proc is not None
-    os.kill(server.proc.pid, 9)  # the loader alone: its server is in a process group of its own
+    os.kill(server.proc.pid, 9)  # the loader alone: its server and workers have process groups of their own
     server.proc.wait(30)
     _until_gone(second, 60)
+    for pid in workers:
+        _until_gone(pid, 5, "a load worker of a killed loader")
 
     for table in ("a", "b", "c"):
         ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
@@ -123,6 +142,7 @@ def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> 
 def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server: ServerProcess) -> None:
     """Intake stays open, /readyz names the outage, loads back off and resume on a new
     server; nothing is quarantined, lost or loaded twice."""
+    server.start()
     assert server.wait_ready()
     first = _server_pid(server)
     _load(server, 0, 5)
@@ -145,7 +165,31 @@ def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server
         assert http.get("/readyz").json()["faults"] == {}
         text = http.get("/metrics").text
         assert sample_value(text, "loader_spark_reachable") == 1
+        assert sample_value(text, "loader_spark_server_restarts_total") == 1
+        assert sample_value(text, "loader_load_processes") == 2
         assert sample_value(text, "loader_tables_quarantined_updates") == 0
+    for table in ("a", "b", "c"):
+        ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
+        assert sorted(ids) == list(range(150))
+
+
+@pytest.mark.parametrize("workers", [1])  # one worker: the tables due meanwhile make the next job a group
+@pytest.mark.parametrize("point", ["load.after-publish=2", "load.group.between-commits=1"])
+def test_a_load_worker_that_dies_mid_batch_is_replaced(server: ServerProcess, point: str) -> None:
+    """The worker SIGKILLs itself at ``point`` (files in the table, not committed; or
+    between two tables' commits of one job); the service starts another in its place and
+    retries the batch: every row once, nothing quarantined."""
+    server.start(worker_failpoints=point)
+    assert server.wait_ready()
+    _load(server, 0, 15)
+    assert "its batch is retried and the worker started again" in server.log_text(), server.log_tail()
+    dead, replacement = _worker_pids(server, slot=0)
+    assert not _running(dead) and _running(replacement), server.log_tail()
+    with server.client() as http:
+        metrics = http.get("/metrics").text
+        assert sample_value(metrics, "loader_load_process_deaths_total") == 1
+        assert sample_value(metrics, "loader_load_processes") == 1
+        assert sample_value(metrics, "loader_tables_quarantined_updates") == 0
     for table in ("a", "b", "c"):
         ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
         assert sorted(ids) == list(range(150))

@@ -23,23 +23,34 @@ from loader.core.updates import Update, WalRecord
 from loader.durability.wal import WriteAheadLog
 from testing.crash_trial import EXTERNAL_RECOVERY, CrashTrial
 
-#: The lives of the server, each ended by this kill (seeded counts and delays).
+#: The lives of the server, each ended by this kill (seeded counts and delays). Loads run in
+#: worker processes (the default mode): the points around a Delta commit are theirs.
 KILLS = (
-    "load.after-commit",  # committed to Delta, not yet noted: the replay must be skipped
+    "load.after-commit",  # a worker committed, the service has not noted it: the replay must be skipped
     "wal.torn-write",  # half a record on disk: the restart cuts the torn tail
     "recovery.replay",  # killed while replaying the WAL: the next start replays it all again
     "intake.after-wal",  # durable but unanswered: the retry must get the first answer
     "wal.after-write",  # written, not fsynced, unanswered: durable all the same (page cache)
     "recovery.after-spill-reset",  # spill directory emptied, nothing replayed yet
-    "load.after-publish",  # files in the table directory, no commit: must be redone
-    "load.group.between-commits",  # a multi-table job committed one table, not the next
+    "worker:load.after-publish",  # a worker dies with files in the table, no commit: redone by its replacement
+    "worker:load.group.between-commits",  # a worker's multi-table job committed one table, not the next
+    "worker:external",  # a worker process killed from outside, mid-batch or idle
     EXTERNAL_RECOVERY,  # the whole process group, at a random moment before /readyz
 )
+#: The classic mode (the Spark driver in the service process): its load points are the service's.
+CLASSIC_KILLS = ("load.after-publish", "load.group.between-commits", "load.after-spark-write")
 
 
 @pytest.fixture
 def trial(tmp_path: Path) -> Iterator[CrashTrial]:
     trial = CrashTrial(tmp_path, seed=20240607, log=print)
+    yield trial
+    trial.close()
+
+
+@pytest.fixture
+def classic_trial(tmp_path: Path) -> Iterator[CrashTrial]:
+    trial = CrashTrial(tmp_path, seed=20261124, mode="classic", log=print)
     yield trial
     trial.close()
 
@@ -63,6 +74,16 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(trial: CrashTrial) -
     assert verdict.producer.replayed >= 1
     assert verdict.acked_file_updates >= 1, "no acknowledged update named a landing file"
     assert verdict.restarts_met_spill_files >= 1, "no restart met spill files"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigkill_of_a_classic_mode_service_mid_load_loses_and_duplicates_nothing(classic_trial: CrashTrial) -> None:
+    classic_trial.run(CLASSIC_KILLS)
+    verdict = classic_trial.finish()
+    assert verdict.problems() == []
+    assert [life.hit for life in verdict.lives] == list(CLASSIC_KILLS), "a failpoint was not reached"
+    assert verdict.lost == 0 and verdict.duplicated == 0
 
 
 #: Appends three calls of two records each (one with an Idempotency-Key), one call at a time.

@@ -33,7 +33,7 @@ from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id
 from loader.loading.sinks.add_actions import file_stats, log_path, partition_values
 from loader.loading.sinks.base import load_each
-from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
+from loader.loading.sinks.delta_table import STAGING_PREFIX, DeltaSinkBase, remove_staging, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import describe, run_group_job
 from loader.loading.spark import DEFAULT_LEAN, is_connect, lean_write_options
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Hidden from Delta readers and vacuum (a leading dot), unique per load.
-STAGING_PREFIX = ".staging-"
 #: Where Hadoop's FileOutputCommitter keeps task attempts under its output directory
 #: (``_temporary/<application attempt, 0>/_temporary``); made by the loader with the
 #: ``staging_dirs_premade`` lean change. Should the layout ever differ, Hadoop makes its
@@ -71,12 +69,7 @@ class DeltaRsSink(DeltaSinkBase):
     def cleanup(self, table: str) -> int:
         """Remove staging directories of crashed loads; only while no load of ``table`` runs."""
         self._handles.pop(table, None)
-        path = self.table_path(table)
-        stale = [p for p in path.glob(f"{STAGING_PREFIX}*") if p.is_dir()] if path.is_dir() else []
-        for directory in stale:
-            log.info("removing staging directory %s left by an interrupted load", directory)
-            shutil.rmtree(directory, ignore_errors=True)
-        return len(stale)
+        return remove_staging(self.table_path(table))
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)

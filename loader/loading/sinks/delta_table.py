@@ -7,6 +7,8 @@ answers do not depend on whether Delta's JVM classes are present.
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +24,11 @@ from loader.loading.spark import DEFAULT_LEAN, lean_changes, use_pool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: Hidden from Delta readers and vacuum (a leading dot), unique per load.
+STAGING_PREFIX = ".staging-"
 
 
 def _fields(schema: DeltaSchema) -> dict[str, tuple[str, bool]]:
@@ -62,26 +69,19 @@ def schema_differences(table: DeltaTable, schema: TableSchema) -> list[str]:
     return out
 
 
-class DeltaSinkBase:
-    """Table paths, ``ensure_table``, ``committed_seq`` and FAIR pools for a Spark-backed sink.
+class DeltaTables:
+    """The warehouse's Delta tables as the loader checks them, without Spark: paths, creation
+    with a schema, schema checks and the application transaction's version.
 
-    ``lean`` names the lean changes (loader/loading/spark.py ``LEAN_CHANGES``) the sink's
-    code paths follow; a plain attribute, so a benchmark can switch them between loads.
+    The service process uses this alone when loads run in worker processes
+    (loader/loading/workers/pool.py); the Spark-backed sinks build on it.
     """
 
-    name = "delta"
-
-    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = DEFAULT_LEAN) -> None:
+    def __init__(self, warehouse: Path) -> None:
         self.warehouse = Path(warehouse)
-        self.spark = spark
-        self.lean = lean_changes(lean)
 
     def table_path(self, table: str) -> Path:
         return self.warehouse / table
-
-    def use_pool(self, name: str) -> None:
-        """Called by each worker thread with its pool name (``worker-<i>``) before loading."""
-        use_pool(self.spark, name)
 
     def open(self, table: str) -> DeltaTable | None:
         try:
@@ -112,6 +112,35 @@ class DeltaSinkBase:
     def committed_seq(self, table: str) -> int:
         existing = self.open(table)
         return 0 if existing is None else existing.transaction_version(app_id(table)) or 0
+
+
+def remove_staging(path: Path) -> int:
+    """Remove the staging directories that crashed loads left in table directory ``path``;
+    only while no load of that table runs. Returns how many there were."""
+    stale = [p for p in path.glob(f"{STAGING_PREFIX}*") if p.is_dir()] if path.is_dir() else []
+    for directory in stale:
+        log.info("removing staging directory %s left by an interrupted load", directory)
+        shutil.rmtree(directory, ignore_errors=True)
+    return len(stale)
+
+
+class DeltaSinkBase(DeltaTables):
+    """``DeltaTables`` plus the Spark session and FAIR pools of a Spark-backed sink.
+
+    ``lean`` names the lean changes (loader/loading/spark.py ``LEAN_CHANGES``) the sink's
+    code paths follow; a plain attribute, so a benchmark can switch them between loads.
+    """
+
+    name = "delta"
+
+    def __init__(self, warehouse: Path, spark: SparkSession, lean: Iterable[str] = DEFAULT_LEAN) -> None:
+        super().__init__(warehouse)
+        self.spark = spark
+        self.lean = lean_changes(lean)
+
+    def use_pool(self, name: str) -> None:
+        """Called by each worker thread with its pool name (``worker-<i>``) before loading."""
+        use_pool(self.spark, name)
 
 
 def unloaded_part(batch: Batch, committed: int) -> Batch | None:

@@ -1,4 +1,5 @@
-"""A Spark standalone cluster on this machine (one master, one worker) from the pyspark package.
+"""A Spark standalone cluster on this machine (one master, one worker) from the pyspark package,
+for the cluster test (tests/system/test_cluster.py) and the load-cost benchmark.
 
 Both daemons are started with ``$SPARK_HOME/bin/spark-class`` (SPARK_HOME = the installed
 pyspark package), on loopback, in their own process groups, with their work and log
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,24 +21,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from loader.loading.connect_server import free_port, spark_home
+
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
 class ClusterError(RuntimeError):
     """The standalone cluster could not be started; the message says what and shows the logs."""
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -54,7 +44,7 @@ class StandaloneCluster:
     def __init__(self, cores: int = 2, memory: str = "1g", start_timeout: float = 90.0) -> None:
         self.cores, self.memory, self.start_timeout = cores, memory, start_timeout
         self.home = spark_home()
-        self.directory = Path(tempfile.mkdtemp(prefix="load-cost-cluster-"))
+        self.directory = Path(tempfile.mkdtemp(prefix="spark-cluster-"))
         self.port, self.master_ui, self.worker_ui = free_port(), free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -83,7 +73,7 @@ class StandaloneCluster:
         self._procs.append(proc)
         return proc
 
-    def _state(self) -> dict[str, Any] | None:
+    def state(self) -> dict[str, Any] | None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/", timeout=2) as answer:
                 return json.loads(answer.read())  # type: ignore[no-any-return]
@@ -99,7 +89,7 @@ class StandaloneCluster:
                         f"the standalone {name} exited with status {proc.returncode} while starting; "
                         f"its log:\n{_tail(self.directory / f'{name}.log')}"
                     )
-            state = self._state()
+            state = self.state()
             if state is not None and ready(state):
                 return
             time.sleep(0.25)

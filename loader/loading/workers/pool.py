@@ -1,0 +1,318 @@
+"""Loads in worker processes, the service's side: P processes, and the Sink that hands them batches.
+
+The dispatcher calls the service's sink from P worker threads, at most one batch (or one
+multi-table job) per thread at a time. With ``[spark] mode = "connect"`` that sink is a
+:class:`ProcessSink`: each call takes an idle worker process, writes the batch's in-memory
+rows to a handoff file (``handoff.py``), sends a small request over the process's socket and
+waits for the reply, the GIL released all the while. The service process keeps intake, the
+WAL, the pending store and the dispatcher; Arrow work, Spark calls and Delta commits run in
+the workers (``process.py``).
+
+A worker that dies mid-batch (killed, out of memory) fails that call with
+:class:`WorkerDied`; the dispatcher retries the batch with back-off as after any failed
+load, and the application transaction in the Delta log makes the retry load exactly what
+the dead worker had not committed (``unloaded_part``). The dead process is replaced when
+its slot is next taken, before anything is sent to it.
+
+Table checks (creating a table, its schema, its committed sequence) need no Spark and run
+here, with ``deltalake`` (``DeltaTables``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from loader.core import failpoints
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult
+from loader.loading.sinks.delta_table import DeltaTables, remove_staging
+from loader.loading.workers.handoff import hand_off
+from loader.loading.workers.messages import LoadFailure, LoadReply, LoadRequest, WorkerReady, WorkerSetup
+
+log = logging.getLogger(__name__)
+
+#: Seconds a worker process may take beyond its Spark connection to say it is ready.
+START_GRACE_SECONDS = 60.0
+#: Seconds an orderly stop waits for a worker before killing it.
+STOP_SECONDS = 10.0
+
+
+class WorkerDied(RuntimeError):
+    """A load worker process ended before it answered: the batch is retried (exactly once in
+    effect, by its application transaction) on the process that replaces it."""
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the service's worker processes are set up (from ``[spark]`` and ``writer``)."""
+
+    warehouse: Path
+    writer: str
+    lean: frozenset[str]
+    #: Seconds to wait for Spark Connect when a worker starts, and when it reconnects.
+    connect_timeout: float
+    reconnect_timeout: float
+    nice: int
+    #: Where batches' in-memory rows are handed over; emptied when the workers start.
+    handoff_dir: Path
+    #: ``LOADER_FAILPOINTS`` of the first process of slot 0 only (the crash trials' worker
+    #: kills: one death per life, and its replacement must not die the same way).
+    failpoints: str = ""
+    log_level: int = logging.INFO
+
+
+@dataclass
+class WorkerProcess:
+    """One load worker process and the socket to it; started again after it died."""
+
+    index: int
+    options: WorkerOptions
+    starts: int = 0
+    pid: int | None = None
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _conn: Connection | None = field(default=None, repr=False)
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None and self._conn is not None
+
+    def start(self, url: str) -> WorkerReady:
+        """Start the process and wait until it has a Spark Connect session; the error of a
+        worker that could not connect is raised as the worker classed it (SparkUnreachable)."""
+        self.kill()
+        ours, theirs = socket.socketpair()
+        armed = self.options.failpoints if self.index == 0 and self.starts == 0 else ""
+        root = str(Path(__file__).resolve().parents[3])  # where the loader package is: the worker imports it
+        env = {**os.environ, failpoints.ENV: armed}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env.pop(failpoints.WORKER_ENV, None)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "loader.loading.workers.process", "--fd", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the service, which stops it in order
+            )
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+        self.starts += 1
+        self.pid = self._process.pid
+        o = self.options
+        self._conn.send(
+            WorkerSetup(
+                index=self.index,
+                warehouse=str(o.warehouse),
+                writer=o.writer,
+                lean=tuple(sorted(o.lean)),
+                url=url,
+                connect_timeout=o.connect_timeout,
+                parent_pid=os.getpid(),
+                log_level=o.log_level,
+                nice=o.nice,
+            )
+        )
+        answer = self._receive(o.connect_timeout + START_GRACE_SECONDS)
+        if isinstance(answer, LoadFailure):
+            self.kill()
+            raise answer.error()
+        if not isinstance(answer, WorkerReady):
+            self.kill()
+            raise WorkerDied(f"load worker {self.index} answered its set-up with {type(answer).__name__}")
+        log.info("load worker %d started (pid %d, %s writer)", self.index, answer.pid, answer.writer)
+        return answer
+
+    def call(self, request: LoadRequest) -> LoadReply:
+        conn = self._conn
+        if conn is None:
+            raise WorkerDied(f"load worker {self.index} is not running")
+        try:
+            conn.send(request)
+        except OSError as exc:
+            raise self._died(f"could not be sent the batch ({exc})") from exc
+        reply = self._receive(None)
+        if not isinstance(reply, LoadReply):
+            self.kill()
+            raise WorkerDied(f"load worker {self.index} answered a load with {type(reply).__name__}")
+        return reply
+
+    def _receive(self, timeout: float | None) -> object:
+        """The worker's next message; WorkerDied if it ends (or, with ``timeout``, is silent) first."""
+        conn, process = self._conn, self._process
+        assert conn is not None and process is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if conn.poll(0.2):  # (readable at end of file too: a dead worker is seen here)
+                try:
+                    return conn.recv()
+                except (EOFError, OSError) as exc:
+                    raise self._died("ended mid-answer") from exc
+            if process.poll() is not None:
+                raise self._died("ended")
+            if deadline is not None and time.monotonic() > deadline:
+                self.kill()
+                raise WorkerDied(f"load worker {self.index} (pid {process.pid}) did not answer in {timeout:.0f} s")
+
+    def _died(self, what: str) -> WorkerDied:
+        process = self._process
+        code = None
+        if process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(5)
+        self.kill()
+        return WorkerDied(f"load worker {self.index} (pid {self.pid}) {what}, exit code {code}")
+
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """Ask the worker to stop its Spark session and end; kill it after ``timeout``."""
+        conn, process = self._conn, self._process
+        if conn is not None and process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout)
+        self.kill()
+
+    def kill(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait()
+
+
+class ProcessSink(DeltaTables):
+    """The service's Sink when loads run in worker processes (see the module docstring).
+
+    ``url`` gives the Spark Connect server's address at each call (the loader's own server
+    may come back on another port). ``on_death`` is told of each worker that died.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        options: WorkerOptions,
+        url: Callable[[], str],
+        on_death: Callable[[], None] = lambda: None,
+    ) -> None:
+        super().__init__(options.warehouse)
+        self.options = options
+        self.name = "delta-rs"
+        self._url = url
+        self._on_death = on_death
+        self.processes = [WorkerProcess(i, options) for i in range(workers)]
+        self._idle: queue.SimpleQueue[WorkerProcess] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.deaths = 0
+
+    def start(self) -> None:
+        """Start every worker at once (each connects to Spark: seconds); all or none."""
+        directory = self.options.handoff_dir
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        url = self._url()
+        with ThreadPoolExecutor(len(self.processes), thread_name_prefix="worker-start") as pool:
+            started = [pool.submit(p.start, url) for p in self.processes]
+        errors = [f.exception() for f in started if f.exception() is not None]
+        if errors:
+            self.stop()
+            raise errors[0]  # type: ignore[misc]
+        self.name = started[0].result().writer
+        for process in self.processes:
+            self._idle.put(process)
+
+    def live(self) -> int:
+        """Worker processes running now."""
+        return sum(p.alive() for p in self.processes)
+
+    def stop(self) -> None:
+        """Stop every worker (after the dispatcher finished its batches)."""
+        with ThreadPoolExecutor(max(1, len(self.processes)), thread_name_prefix="worker-stop") as pool:
+            list(pool.map(lambda p: p.stop(), self.processes))
+
+    def ensure_table(self, table: str, schema: TableSchema) -> None:
+        super().ensure_table(table, schema)
+        remove_staging(self.table_path(table))
+
+    def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
+        (outcome,) = self._run([batch], [schema], group=False)
+        if isinstance(outcome, LoadFailure):
+            raise outcome.error()
+        assert isinstance(outcome, LoadResult)  # (a hand-off failure of a single batch is raised)
+        return outcome
+
+    def load_group(self, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:
+        outcomes = self._run(batches, schemas, group=True)
+        return [o.error() if isinstance(o, LoadFailure) else o for o in outcomes]
+
+    def _run(
+        self, batches: list[Batch], schemas: list[TableSchema], group: bool
+    ) -> list[LoadResult | LoadFailure | Exception]:
+        """Hand the batches to an idle worker; one outcome per batch, in order. A batch whose
+        rows cannot be handed over (they do not fit the schema) fails alone, as its
+        preparation would in a multi-table job in process."""
+        worker = self._idle.get()  # never waits: the dispatcher runs at most P calls at once
+        outcomes: list[LoadResult | LoadFailure | Exception | None] = [None] * len(batches)
+        files: list[Path] = []
+        try:
+            if not worker.alive():
+                log.warning("starting load worker %d again (its process ended)", worker.index)
+                worker.start(self._url())
+            sent: list[int] = []
+            handed: list[Batch] = []
+            paths: list[str | None] = []
+            for i, (batch, schema) in enumerate(zip(batches, schemas)):
+                try:
+                    moved, file = hand_off(batch, schema, self.options.handoff_dir)
+                except Exception as exc:
+                    if not group:
+                        raise
+                    outcomes[i] = exc
+                    continue
+                sent.append(i)
+                handed.append(moved)
+                paths.append(None if file is None else str(file))
+                if file is not None:
+                    files.append(file)
+            if sent:
+                request = LoadRequest(
+                    tuple(handed),
+                    tuple(schemas[i] for i in sent),
+                    tuple(paths),
+                    group,
+                    self._url(),
+                    self.options.reconnect_timeout,
+                )
+                try:
+                    reply = worker.call(request)
+                except WorkerDied as died:
+                    with self._lock:
+                        self.deaths += 1
+                    log.warning("%s; its batch is retried and the worker started again", died)
+                    self._on_death()
+                    raise
+                if any(isinstance(o, LoadResult) and not o.skipped for o in reply.outcomes):
+                    failpoints.hit("load.after-commit")  # committed by the worker, not yet noted here
+                for i, outcome in zip(sent, reply.outcomes):
+                    outcomes[i] = outcome
+            return [o for o in outcomes if o is not None]
+        finally:
+            for file in files:
+                file.unlink(missing_ok=True)
+            self._idle.put(worker)

@@ -1,0 +1,139 @@
+"""Loads in worker processes (loader/loading/workers/): against a local Spark Connect
+server, the service-side sink hands batches to worker processes, which load them exactly
+as the in-process sink does; a worker killed mid-batch is replaced and the retry loads
+exactly what was not committed; failures cross the process boundary with their class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from loader.core.updates import Batch, FileFormat, FileRef, LoadResult
+from loader.durability.transactions import app_id
+from loader.loading.connect_server import ConnectServer, free_port
+from loader.loading.sinks.delta_rs import DeltaRsSink
+from loader.loading.spark import DEFAULT_LEAN, spark_unreachable
+from loader.loading.workers.messages import LoadFailedInWorker
+from loader.loading.workers.pool import ProcessSink, WorkerDied, WorkerOptions
+from testing.tables import read_delta
+from tests.loader.loading.test_group_job import _batches
+from tests.loader.loading.test_sinks import ORDERS, by_id, order_rows, rows_update
+
+pytest_plugins = ["tests.spark_fixtures"]
+pytestmark = pytest.mark.slow
+
+
+def _options(tmp_path: Path, failpoints: str = "", connect_timeout: float = 60.0) -> WorkerOptions:
+    return WorkerOptions(
+        warehouse=tmp_path / "warehouse",
+        writer="delta-rs",
+        lean=DEFAULT_LEAN,
+        connect_timeout=connect_timeout,
+        reconnect_timeout=15.0,
+        nice=0,
+        handoff_dir=tmp_path / "handoff",
+        failpoints=failpoints,
+    )
+
+
+@pytest.fixture
+def processes(connect_server: ConnectServer, tmp_path: Path) -> Iterator[ProcessSink]:
+    sink = ProcessSink(2, _options(tmp_path), lambda: connect_server.url)
+    sink.start()
+    yield sink
+    sink.stop()
+    assert sink.live() == 0
+
+
+def test_worker_processes_load_as_the_in_process_sink(processes: ProcessSink, spark, tmp_path: Path) -> None:
+    local = DeltaRsSink(tmp_path / "local", spark)
+    batches, schemas = _batches(tmp_path)
+    rng = random.Random(11)
+    big = order_rows(rng, range(1000, 41_000))  # > 1 MiB: Spark reads the handoff file itself
+    batches.append(Batch("big", (rows_update("big", 1, big),)))
+    schemas.append(ORDERS)
+    for sink in (processes, local):
+        for batch, schema in zip(batches, schemas):
+            sink.ensure_table(batch.table, schema)
+
+    grouped = processes.load_group(batches[:3], schemas[:3])
+    alone = [processes.load(b, s) for b, s in zip(batches[3:], schemas[3:])]
+    assert all(isinstance(o, LoadResult) and not o.skipped for o in [*grouped, *alone]), grouped
+    for batch, schema in zip(batches, schemas):
+        local.load(batch, schema)
+
+    for batch in batches:
+        got, want = read_delta(processes.table_path(batch.table)), read_delta(local.table_path(batch.table))
+        assert got.schema == want.schema
+        assert by_id(got) == by_id(want)
+    assert read_delta(processes.table_path("big")).num_rows == 40_000
+    assert not list((tmp_path / "handoff").iterdir()), "handoff files are removed once the worker answered"
+    again = processes.load_group(batches[:3], schemas[:3])
+    assert all(isinstance(o, LoadResult) and o.skipped for o in again)
+
+
+@pytest.mark.parametrize(("point", "retry_skipped"), [("load.after-publish", False), ("load.after-commit", True)])
+def test_a_worker_killed_mid_batch_is_replaced_and_the_retry_loads_once(
+    connect_server: ConnectServer, tmp_path: Path, point: str, retry_skipped: bool
+) -> None:
+    sink = ProcessSink(1, _options(tmp_path, failpoints=f"{point}=1"), lambda: connect_server.url)
+    sink.start()
+    try:
+        sink.ensure_table("orders", ORDERS)
+        first_pid = sink.processes[0].pid
+        batch = Batch("orders", (rows_update("orders", 1, order_rows(random.Random(5), range(50))),))
+        with pytest.raises(WorkerDied, match="load worker 0 .* exit code -9"):
+            sink.load(batch, ORDERS)
+        assert sink.deaths == 1 and sink.live() == 0
+
+        retry = sink.load(batch, ORDERS)  # the slot's worker is started again (not armed) first
+        assert sink.processes[0].pid != first_pid and sink.live() == 1
+        assert retry.skipped is retry_skipped
+        table = read_delta(sink.table_path("orders"))
+        assert sorted(table.column("id").to_pylist()) == list(range(50))
+        assert DeltaTable(str(sink.table_path("orders"))).transaction_version(app_id("orders")) == 1
+
+        later = sink.load(
+            Batch("orders", (rows_update("orders", 2, order_rows(random.Random(6), range(50, 60))),)), ORDERS
+        )
+        assert not later.skipped and later.rows == 10
+    finally:
+        sink.stop()
+
+
+def test_failures_cross_the_process_boundary_with_their_class(processes: ProcessSink, tmp_path: Path) -> None:
+    processes.ensure_table("orders", ORDERS)
+    rows = order_rows(random.Random(1), range(3))
+    gone = FileRef(str(tmp_path / "orders-gone.csv"), FileFormat.csv, 10)
+    nulls = rows.set_column(0, pa.field("id", pa.int64()), pa.array([1, None, 3], pa.int64()))
+    with pytest.raises(ValueError, match="null values to non-nullable") as caught:  # as in process
+        processes.load(Batch("orders", (rows_update("orders", 1, nulls),)), ORDERS)
+    assert not spark_unreachable(caught.value)
+    missing = Batch("orders", (dataclasses.replace(rows_update("orders", 1, rows), rows=None, files=(gone,)),))
+    with pytest.raises(LoadFailedInWorker, match="orders-gone.csv") as failed:  # failed in the worker
+        processes.load(missing, ORDERS)
+    assert not spark_unreachable(failed.value)
+    assert processes.live() == 2, "a batch's failure does not end its worker"
+    processes.ensure_table("orders2", ORDERS)
+    bad, good = (
+        Batch("orders", (rows_update("orders", 1, nulls),)),
+        Batch("orders2", (rows_update("orders2", 1, rows),)),
+    )
+    outcomes = processes.load_group([bad, good], [ORDERS, ORDERS])
+    assert isinstance(outcomes[0], ValueError) and "null" in str(outcomes[0]), outcomes
+    assert isinstance(outcomes[1], LoadResult) and outcomes[1].rows == 3, "one table's failure is its own"
+
+
+def test_a_worker_without_spark_says_spark_is_unreachable(tmp_path: Path) -> None:
+    sink = ProcessSink(1, _options(tmp_path, connect_timeout=2.0), lambda: f"sc://127.0.0.1:{free_port()}")
+    with pytest.raises(Exception) as caught:
+        sink.start()
+    assert spark_unreachable(caught.value), caught.value
+    assert sink.live() == 0
