@@ -106,7 +106,7 @@ def demo_command(
 @commands.command("spark-connect")
 def spark_connect_command(
     config: ConfigOption = None,
-    master: Annotated[str | None, typer.Option(help="Cluster master URL (default: spark.master of the configuration).")] = None,
+    master: Annotated[str | None, typer.Option(help="Cluster master URL (default: spark.master).")] = None,
     host: Annotated[str, typer.Option(help="gRPC listen address.")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="gRPC port (what spark.remote of the loaders names).")] = 15002,
 ) -> None:
