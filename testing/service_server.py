@@ -208,6 +208,48 @@ def group_cpu(pgid: int) -> dict[str, float]:
     return {"python": python, "jvm": other}
 
 
+#: How a load worker process of the service shows in its command line.
+WORKER_MODULE = "loader.loading.workers.process"
+
+
+def tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) of a server and every live process it started, by kind:
+    ``service`` (the server process itself), ``workers`` (its load worker processes) and
+    ``spark`` (the Spark Connect server's or the driver's JVM and their Python helpers).
+
+    By parentage, not process group: in connect mode the workers and the Spark server run in
+    sessions of their own."""
+    parent: dict[int, int] = {}
+    seconds: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        parent[int(entry)] = int(fields[1])
+        seconds[int(entry)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    out = {"service": seconds.get(root, 0.0), "workers": 0.0, "spark": 0.0}
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    stack = [(child, None) for child in children.get(root, [])]
+    while stack:
+        pid, kind = stack.pop()
+        if kind is None:
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                command = b""
+            kind = "workers" if WORKER_MODULE.encode() in command else "spark"
+        out[kind] += seconds.get(pid, 0.0)
+        stack.extend((child, kind) for child in children.get(pid, []))
+    return out
+
+
 def group_rss(pgid: int) -> dict[str, int]:
     """Resident bytes (VmRSS) of the server's process group: the Python service (the group
     leader, where pending payloads live) and the rest (Spark's JVM and its helpers)."""
