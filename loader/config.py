@@ -76,8 +76,14 @@ class SparkConfig(BaseModel):
     app_name: str = "warehouse-loader"
     #: Extra Spark configuration (e.g. spark.jars.packages for the native Delta writer).
     conf: dict[str, str] = Field(default_factory=dict)
-    #: Nice increment for the local driver JVM (Linux): loads yield the CPU to acks. 0: off.
+    #: Nice increment for the local driver JVM and the load worker processes (Linux): loads
+    #: yield the CPU to acks. 0: off.
     driver_nice: int = Field(default=10, ge=0, le=19)
+    #: The loader's own Spark Connect server runs under SCHED_IDLE (Linux): Spark gets only the
+    #: CPU time that acknowledgements leave (BENCHMARKS.md, issue 15). Under an intake that
+    #: takes every core, loads then wait, pending updates grow and spill, and intake answers
+    #: 503 once the budgets are full. False: ``driver_nice`` only.
+    driver_idle: bool = True
     #: What a small append does without (loader/loading/spark.py LEAN_CHANGES, measured in
     #: BENCHMARKS.md): true = the default set, false = none, or a list of change names.
     lean_writes: bool | list[str] = True

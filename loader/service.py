@@ -404,6 +404,7 @@ class LoaderService:
                 s.data_dir / "spark-connect.log",
                 app_name=sp.app_name,
                 nice=sp.driver_nice,
+                idle=sp.driver_idle,
             )
             self._connect_server = server
             server.start(timeout=sp.connect_start_timeout_seconds)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import sys
 import time
@@ -365,7 +366,11 @@ def main(argv: list[str]) -> int:
     }
     if spec.get("record"):
         out["records"] = stats.records
+    # The event loop may have left stdout non-blocking: a large result written to a full pipe
+    # would then be cut short (seen at 192 KiB) instead of waiting for the reader.
+    os.set_blocking(sys.stdout.fileno(), True)
     sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
     return 0
 
 

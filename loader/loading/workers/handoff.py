@@ -38,7 +38,10 @@ def hand_off(batch: Batch, schema: TableSchema, directory: Path) -> tuple[Batch,
     if not held:
         return batch, None
     arrow = schema.arrow()
-    data = pa.concat_tables([rows.select(arrow.names).cast(arrow) for rows in held])
+    if all(rows.schema.equals(arrow) for rows in held):  # as intake and the WAL's replay make them
+        data = pa.concat_tables(held)  # (a cast per update holds the GIL ~20 us each: ms per batch)
+    else:
+        data = pa.concat_tables([rows.select(arrow.names).cast(arrow) for rows in held])
     path = directory / f"{batch.table}-{batch.last_seq}-{uuid.uuid4().hex}{SUFFIX}"
     pq.write_table(data, path, compression="none", use_dictionary=False, write_statistics=False)
     updates: list[Update] = []

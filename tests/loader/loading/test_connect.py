@@ -60,13 +60,20 @@ def test_loads_over_connect_read_back_as_in_process_loads(spark, connect_spark, 
 
 def test_a_server_that_died_is_started_again(tmp_path: Path) -> None:
     server = ConnectServer(
-        "local[1]", session_settings("local[1]", {}, fair_pools=1, lean=DEFAULT_LEAN), tmp_path / "server.log"
+        "local[1]",
+        session_settings("local[1]", {}, fair_pools=1, lean=DEFAULT_LEAN),
+        tmp_path / "server.log",
+        nice=5,
+        idle=True,
     )
     try:
         server.start()
         assert server.answering()
         pid = server.pid
         assert pid is not None
+        # Spark runs on the CPU time acknowledgements leave: SCHED_IDLE (policy 5), nicer too.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert (int(fields[16]), int(fields[38])) == (5, 5)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while server.alive():
