@@ -366,11 +366,16 @@ def main(argv: list[str]) -> int:
     }
     if spec.get("record"):
         out["records"] = stats.records
-    # The event loop may have left stdout non-blocking: a large result written to a full pipe
-    # would then be cut short (seen at 192 KiB) instead of waiting for the reader.
-    os.set_blocking(sys.stdout.fileno(), True)
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+    text = json.dumps(out) + "\n"
+    if spec.get("result_path"):
+        # Large results (hundreds of KB of latencies) go to a file: through the stdout pipe
+        # they arrived cut at a multiple of 64 KiB now and then, cause not found.
+        with open(spec["result_path"], "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        os.set_blocking(sys.stdout.fileno(), True)
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return 0
 
 

@@ -307,10 +307,14 @@ def _spec_file(spec: dict[str, Any]) -> Iterator[Path]:
 
 
 def run_child(module: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """``python -m module SPEC`` in its own process group; its last stdout line as JSON.
+    """``python -m module SPEC`` in its own process group; its result as JSON: the file named
+    by the spec's ``result_path`` (set here; children that know it write there), else its
+    last stdout line.
 
     Killed with its whole group on timeout or error, so no JVM or generator outlives it.
     """
+    result = Path(tempfile.mkdtemp(prefix="bench-result-")) / "result.json"
+    spec = dict(spec, result_path=str(result))
     with _spec_file(spec) as path:
         proc = subprocess.Popen(
             [sys.executable, "-m", module, str(path)],
@@ -327,6 +331,12 @@ def run_child(module: str, spec: dict[str, Any], timeout: float) -> dict[str, An
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
+    try:
+        if proc.returncode == 0 and result.exists():
+            return json.loads(result.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    finally:
+        result.unlink(missing_ok=True)
+        result.parent.rmdir()
     if proc.returncode != 0 or not out.strip():
         raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n{err[-3000:]}")
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]

@@ -16,6 +16,9 @@ much the warehouse is loading? One run, side by side, on this machine:
    process: the service, its load workers, Spark (JVM and its Python helpers).
 3. The price of the boundary: one 100-row load in process (classic), over Connect from
    the same process, and through a worker process (``load_cost.py``).
+4. Freshness at 2 workers in the default (connect) mode: ``benchmarks.service``'s live
+   replay against the simulator (myopic), whose gap must stay within 15% as before.
+   ``--only freshness`` runs this part alone and adds it to the saved results.
 
 The generator is ``testing.loadgen`` (raw HTTP/1.1 keep-alive, asyncio + uvloop), as in
 ``benchmarks.service``. Results: ``benchmarks/results/isolation.json`` and the
@@ -66,6 +69,7 @@ TARGET_P99_MS = 20.0
 TARGET_RATE = 1000
 TARGET_CEILING_SHARE = 0.6
 TARGET_MULTI_UPDATES = 10_000.0
+TARGET_GAP = 0.15
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -265,8 +269,18 @@ def run(quick: bool, repeats: int) -> dict[str, Any]:
     spec = {"master": srv.SPARK_MASTER, "rows": 100, "runs": 10 if quick else 40, "warmup": 3}
     out["load_cost"] = srv.run_child("benchmarks.isolation.load_cost", spec, 900)
     log(f"[load cost] medians {out['load_cost']['median_seconds']}")
+    out["freshness"] = run_freshness(quick)
     out["seconds"] = time.time() - started
     return out
+
+
+def run_freshness(quick: bool) -> dict[str, Any]:
+    from benchmarks.service.__main__ import run_freshness as replay_against_simulator
+
+    result = replay_against_simulator(quick, ["myopic"])
+    record = result["policies"][0]
+    log(f"[freshness] myopic, connect mode: gap to the simulator {100 * record['gap']:+.1f}%")
+    return {"horizon": result["horizon"], "policy": "myopic", "gap": record["gap"], "result": result}
 
 
 # -- report -----------------------------------------------------------------------------
@@ -313,6 +327,15 @@ def render(out: dict[str, Any], argv: list[str] | None) -> str:
         f"{'yes' if verdict['ceiling_met'] else 'NO'} |",
         f"| 100-update requests, loading on ≥ {TARGET_MULTI_UPDATES:,.0f} durable updates/s | "
         f"{verdict['multi_updates_per_second']:,.0f} | {'yes' if verdict['multi_met'] else 'NO'} |",
+    ]
+    if "freshness" in out:
+        gap = out["freshness"]["gap"]
+        lines.append(
+            f"| freshness at 2 workers: live staleness ratio within {TARGET_GAP:.0%} of the simulator's "
+            f"(myopic, `benchmarks.service`'s {out['freshness']['horizon']:.0f}-s replay, connect mode) | "
+            f"{gap:+.1%} | {'yes' if abs(gap) <= TARGET_GAP else 'NO'} |"
+        )
+    lines += [
         "",
         "Closed-loop saturation (median requests/s and updates/s, median p99 ms; CPU cores by process):",
         "",
@@ -377,10 +400,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter windows, one open-loop rate")
     parser.add_argument("--repeats", type=int, default=None, help="saturation runs per configuration (default 3)")
     parser.add_argument("--rerender", action="store_true", help="rewrite the report from the saved results")
+    parser.add_argument("--only", choices=["freshness"], help="run one part alone, into the saved results")
     args = parser.parse_args(argv)
     path = RESULTS_DIR / ("isolation-quick.json" if args.quick else "isolation.json")
     if args.rerender:
         out = json.loads(path.read_text(encoding="utf-8"))
+    elif args.only == "freshness":
+        out = json.loads(path.read_text(encoding="utf-8"))
+        out["freshness"] = run_freshness(args.quick)
+        write_json(path, out)
     else:
         out = run(args.quick, args.repeats or (1 if args.quick else 3))
         write_json(path, out)
