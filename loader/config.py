@@ -79,8 +79,9 @@ class SparkConfig(BaseModel):
     #: Nice increment for the local driver JVM and the load worker processes (Linux): loads
     #: yield the CPU to acks. 0: off.
     driver_nice: int = Field(default=10, ge=0, le=19)
-    #: The loader's own Spark Connect server runs under SCHED_IDLE (Linux): Spark gets only the
-    #: CPU time that acknowledgements leave (BENCHMARKS.md, issue 15). Under an intake that
+    #: The loader's own Spark Connect server and its load worker processes run under
+    #: SCHED_IDLE (Linux): loads get only the CPU time that acknowledgements leave
+    #: (BENCHMARKS.md, issue 15). Under an intake that
     #: takes every core, loads then wait, pending updates grow and spill, and intake answers
     #: 503 once the budgets are full. False: ``driver_nice`` only.
     driver_idle: bool = True

@@ -417,6 +417,7 @@ class LoaderService:
             connect_timeout=sp.connect_start_timeout_seconds,
             reconnect_timeout=RECONNECT_SECONDS,
             nice=sp.driver_nice,
+            idle=sp.driver_idle,
             handoff_dir=s.data_dir / "handoff",
             failpoints=failpoints.worker_spec(),
             log_level=logging.getLogger("loader").getEffectiveLevel(),

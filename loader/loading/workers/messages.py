@@ -41,6 +41,8 @@ class WorkerSetup:
     log_level: int
     #: Nice increment (``[spark] driver_nice``): loads yield the CPU to acknowledgements.
     nice: int = 0
+    #: SCHED_IDLE (``[spark] driver_idle``): the CPU acknowledgements leave, and only that.
+    idle: bool = False
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,8 @@ class WorkerOptions:
     nice: int
     #: Where batches' in-memory rows are handed over; emptied when the workers start.
     handoff_dir: Path
+    #: SCHED_IDLE, as the loader's own Spark server (``[spark] driver_idle``).
+    idle: bool = False
     #: ``LOADER_FAILPOINTS`` of the first process of slot 0 only (the crash trials' worker
     #: kills: one death per life, and its replacement must not die the same way).
     failpoints: str = ""
@@ -105,7 +107,11 @@ class WorkerProcess:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,  # a terminal's Ctrl-C reaches the service, which stops it in order
+                # A process group of its own (a terminal's Ctrl-C reaches the service, which
+                # stops the workers in order) but the service's session: with the kernel's
+                # autogroups a new session would be a scheduling group of its own, as heavy
+                # as the whole service whatever its nice value.
+                process_group=0,
             )
         finally:
             theirs.close()
@@ -124,6 +130,7 @@ class WorkerProcess:
                 parent_pid=os.getpid(),
                 log_level=o.log_level,
                 nice=o.nice,
+                idle=o.idle,
             )
         )
         answer = self._receive(o.connect_timeout + START_GRACE_SECONDS)

@@ -105,6 +105,8 @@ def serve(conn: Connection) -> int:
     )
     if setup.nice > 0:
         os.nice(setup.nice)
+    if setup.idle and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     threading.Thread(target=_watch_parent, args=(setup.parent_pid,), name="parent-watch", daemon=True).start()
     worker = Worker(setup)
     try:
