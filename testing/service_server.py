@@ -186,22 +186,28 @@ def wal_delta(before: dict[str, float], after: dict[str, float], seconds: float)
     }
 
 
-def group_cpu(pgid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of the server's process group: Python service vs JVM."""
-    python = other = 0.0
+def _processes() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/<pid>/stat after the command name) of every process now:
+    index 1 is the parent, 2 the process group, 11 and 12 user and system ticks."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
                 stat = handle.read()
-        except OSError:
+        except OSError:  # ended meanwhile
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[2]) != pgid:  # field 5 (pgrp) is index 2 after the comm
+        yield int(entry), stat[stat.rfind(")") + 2 :].split()
+
+
+def group_cpu(pgid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the server's process group: Python service vs JVM."""
+    python = other = 0.0
+    for pid, fields in _processes():
+        if int(fields[2]) != pgid:
             continue
         seconds = (int(fields[11]) + int(fields[12])) / _CLK_TCK
-        if int(entry) == pgid:
+        if pid == pgid:
             python += seconds
         else:
             other += seconds
@@ -218,20 +224,12 @@ def tree_cpu(root: int) -> dict[str, float]:
     ``spark`` (the Spark Connect server's or the driver's JVM and their Python helpers).
 
     By parentage, not process group: in connect mode the workers and the Spark server run in
-    sessions of their own."""
+    process groups of their own."""
     parent: dict[int, int] = {}
     seconds: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        parent[int(entry)] = int(fields[1])
-        seconds[int(entry)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    for pid, fields in _processes():
+        parent[pid] = int(fields[1])
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
     out = {"service": seconds.get(root, 0.0), "workers": 0.0, "spark": 0.0}
     children: dict[int, list[int]] = {}
     for pid, ppid in parent.items():

@@ -41,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.service.__main__ import _row, percentile
 from testing import service_server as srv
 from testing.report import (
     BENCHMARKS_MD,
@@ -70,17 +71,6 @@ TARGET_RATE = 1000
 TARGET_CEILING_SHARE = 0.6
 TARGET_MULTI_UPDATES = 10_000.0
 TARGET_GAP = 0.15
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
-
-
-def _row(k: int) -> dict[str, Any]:
-    return {"id": k, "v": k * 0.5, "s": f"payload-{k % 1000:04d}"}
 
 
 def requests_for(size: int) -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
 """Periodic work, run in-process by APScheduler on the service's event loop.
 
 - every second: persist the catalog if loads changed it (last loaded sequence, estimates),
-  and try a failed WAL or spill disk again (intake reopens once it takes writes);
+  try a failed WAL or spill disk again (intake reopens once it takes writes), and freeze
+  the heap so that a backlog of pending updates does not lengthen collection pauses
+  (``loader/ops/heap.py``);
 - every ``wal_truncate_seconds``: delete WAL segments whose updates are all in Delta;
 - every ``compact_seconds``: compact each table's small files (one Delta commit per table);
 - every ``vacuum_seconds``: vacuum files no longer referenced and older than the retention.
@@ -27,6 +29,7 @@ from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
 from loader.intake.submission import WAL_HEAL_SECONDS, Intake
 from loader.loading.dispatcher import Dispatcher
+from loader.ops.heap import HeapKeeper
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,9 @@ class Maintenance:
         self.ready = ready
         self.scheduler = AsyncIOScheduler(timezone="UTC")
         self._running: set[asyncio.Task[None]] = set()
+        self.heap = HeapKeeper()
         self._every(1.0, save_catalog, "catalog")
+        self._every(1.0, self.keep_heap, "heap")
         self._every(WAL_HEAL_SECONDS, self.heal_faults, "heal-faults")
         self._every(schedule.wal_truncate_seconds, self.truncate_wal, "wal-truncate")
         if schedule.compact_seconds:
@@ -99,8 +104,13 @@ class Maintenance:
         if self._running:
             await asyncio.wait(set(self._running), timeout=60)
         self.scheduler.shutdown(wait=False)
+        self.heap.stop()
 
     # -- the jobs -----------------------------------------------------------------------------
+    async def keep_heap(self) -> None:
+        """Short collection pauses with many updates pending (loader/ops/heap.py)."""
+        self.heap.tick()
+
     async def heal_faults(self) -> None:
         """Reopen intake once the WAL's disk takes writes again, and spill what an earlier
         failed spill left in memory over the budget."""

@@ -29,11 +29,12 @@ from testing.server_process import ServerProcess, free_port, write_config
 from testing.spark_cluster import StandaloneCluster
 from testing.tables import read_delta
 from tests.system.test_connect_mode import SERVER_LINE, TOKEN, _load, _worker_pids
+from tests.system.test_connect_mode import TABLES as CONNECT_TABLES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 APP = "loader-cluster-test"
-TABLES = ("a", "b", "c")
+TABLES = [t["name"] for t in CONNECT_TABLES]
 
 
 @pytest.fixture
@@ -57,18 +58,7 @@ def _config(tmp_path: Path, port: int, remote: str) -> Path:
             },
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-            "tables": [
-                {
-                    "name": name,
-                    "schema": {
-                        "columns": [
-                            {"name": "id", "type": "int64", "nullable": False},
-                            {"name": "note", "type": "string"},
-                        ]
-                    },
-                }
-                for name in TABLES
-            ],
+            "tables": CONNECT_TABLES,
         },
     )
 

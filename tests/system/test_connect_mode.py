@@ -24,6 +24,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOKEN = "connect-test-operator-token-01"
 SERVER_LINE = re.compile(r"starting a local Spark Connect server at (sc://\S+) \(pid (\d+)\)")
+#: The three tables every test here loads (``_load``).
+TABLES = [
+    {
+        "name": name,
+        "schema": {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "note", "type": "string"}]},
+    }
+    for name in ("a", "b", "c")
+]
 WORKER_LINE = re.compile(r"load worker (\d+) started \(pid (\d+)")
 
 
@@ -71,18 +79,7 @@ def server(tmp_path: Path, workers: int) -> Iterator[ServerProcess]:
             "spark": {"master": "local[2]", "mode": "connect"},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-            "tables": [
-                {
-                    "name": name,
-                    "schema": {
-                        "columns": [
-                            {"name": "id", "type": "int64", "nullable": False},
-                            {"name": "note", "type": "string"},
-                        ]
-                    },
-                }
-                for name in ("a", "b", "c")
-            ],
+            "tables": TABLES,
         },
     )
     proc = ServerProcess(tmp_path, config, port, TOKEN)
