@@ -198,6 +198,9 @@ def create_app(
         version="0.1.0",
         description="Real-time warehouse loader: durable feed intake, freshness-optimal scheduling, Delta Lake loads.",
         lifespan=lifespan,
+        # The service exports Prometheus metrics itself (loader/ops/metrics.py); FastAPI's own
+        # OpenTelemetry instrumentation asked the global providers on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.authenticator = Authenticator.from_settings(settings)
     app.state.settings = settings
