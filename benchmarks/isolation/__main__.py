@@ -302,7 +302,7 @@ def render(out: dict[str, Any], argv: list[str] | None) -> str:
     lines = [
         "## Acknowledgements beside loads: loads in worker processes (issue 15)",
         "",
-        f"`{command_line(MODULE, argv)}`, {m['nproc']} cores ({m['cpu_model']}), {m['python']}, "
+        f"`{out.get('command') or command_line(MODULE, argv)}`, {m['nproc']} cores ({m['cpu_model']}), {m['python']}, "
         f"commit {m['git_commit']}, source {out['source']}; {out['seconds'] / 60:.0f} min. "
         f"Saturation figures are medians of {out['repeats']} runs of 8 s after 2 s of warm-up; "
         "open-loop runs are single 8-s runs with latency "
@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(path, out)
     else:
         out = run(args.quick, args.repeats or (1 if args.quick else 3))
+        out["command"] = command_line(MODULE, argv)  # (a --rerender names the run, not itself)
         write_json(path, out)
     text = render(out, argv)
     print(text)
