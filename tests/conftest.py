@@ -31,3 +31,18 @@ def harness(tmp_path: Path):  # type: ignore[no-untyped-def]
 settings.register_profile("repro", derandomize=True, deadline=None, database=None, print_blob=True)
 settings.register_profile("explore", deadline=None, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
+
+#: The longest tests (real servers, crash trials), in this order, before everything else.
+FIRST = ("tests/system/test_crash.py", "tests/system/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first: pytest-xdist (``./scripts/test`` runs two processes) hands
+    tests out in collection order, and a three-minute crash trial collected last ran
+    alone at the end while the other process sat idle (9:16 against 7:00 for the suite)."""
+
+    def rank(item: pytest.Item) -> int:
+        return next((k for k, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
+
+    items.sort(key=rank)  # stable: the order within each rank stays the collection order
