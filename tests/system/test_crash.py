@@ -32,13 +32,13 @@ KILLS = (
     "intake.after-wal",  # durable but unanswered: the retry must get the first answer
     "wal.after-write",  # written, not fsynced, unanswered: durable all the same (page cache)
     "recovery.after-spill-reset",  # spill directory emptied, nothing replayed yet
-    "worker:load.after-publish",  # a worker dies with files in the table, no commit: redone by its replacement
     "worker:load.group.between-commits",  # a worker's multi-table job committed one table, not the next
     "worker:external",  # a worker process killed from outside, mid-batch or idle
     EXTERNAL_RECOVERY,  # the whole process group, at a random moment before /readyz
 )
 #: The classic mode (the Spark driver in the service process): its load points are the service's.
-CLASSIC_KILLS = ("load.after-publish", "load.group.between-commits", "load.after-spark-write")
+#: (A worker dying at load.after-publish: tests/system/test_connect_mode.py and the pool's tests.)
+CLASSIC_KILLS = ("load.after-publish", "load.group.between-commits")
 
 
 @pytest.fixture
