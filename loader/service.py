@@ -400,7 +400,7 @@ class LoaderService:
             java_version_ok()  # a clear message before a JVM fails to start
             server = ConnectServer(
                 sp.master,
-                session_settings(sp.master, sp.conf, s.workers, sp.lean),
+                session_settings(sp.master, sp.conf, 0, sp.lean),  # (FAIR pools are per driver thread)
                 s.data_dir / "spark-connect.log",
                 app_name=sp.app_name,
                 nice=sp.driver_nice,
