@@ -441,27 +441,42 @@ class LoaderService:
         """Run a sink call; after Spark Connect was found unreachable, the loader's own server
         is first started again if it died (the worker processes reconnect by themselves). The
         call's error still reaches the dispatcher, which retries with back-off and never
-        quarantines for it."""
+        quarantines for it. The outage ends only when a call gets through: another worker
+        thread's call merely starting proves nothing (it made /readyz forget an outage at once)."""
         try:
             if self._spark_outage is not None:
-                self._reconnect()  # a failure here (SparkUnreachable) is the outage going on
-            return call()
+                self._restart_own_server()  # a failure here (SparkUnreachable) is the outage going on
+            result = call()
         except Exception as exc:
-            if self.settings.spark.mode == "connect" and spark_unreachable(exc):
-                self._spark_outage = f"Spark Connect is unreachable ({type(exc).__name__}); loads back off and retry"
-                self.metrics.spark_reachable.set(0)
+            self._spark_failed(exc)
             raise
         finally:
             if self._processes is not None:
                 self.metrics.load_processes.set(self._processes.live())
+        outcomes = result if isinstance(result, list) else [result]
+        if any(isinstance(o, LoadResult) for o in outcomes):
+            self._spark_answered()
+        else:
+            for o in outcomes:
+                if isinstance(o, Exception):
+                    self._spark_failed(o)
+        return result
 
-    def _reconnect(self) -> None:
+    def _spark_failed(self, exc: BaseException) -> None:
+        if self.settings.spark.mode == "connect" and spark_unreachable(exc):
+            self._spark_outage = f"Spark Connect is unreachable ({type(exc).__name__}); loads back off and retry"
+            self.metrics.spark_reachable.set(0)
+
+    def _restart_own_server(self) -> None:
         with self._reconnect_lock:
-            if self._spark_outage is None:
-                return  # another worker thread saw Spark back meanwhile
             server = self._connect_server
             if server is not None and server.ensure_running(self.settings.spark.connect_start_timeout_seconds):
                 self.metrics.spark_server_restarts.inc()
+
+    def _spark_answered(self) -> None:
+        with self._reconnect_lock:
+            if self._spark_outage is None:
+                return  # another worker thread saw Spark back first
             self._spark_outage = None
             self.metrics.spark_reachable.set(1)
             log.info("Spark Connect at %s answers again; loads resume", self._spark_url())

@@ -143,3 +143,34 @@ def test_tables_load_while_the_others_are_checked_and_a_bad_one_stops_readiness(
             client.post("/v1/tables/orders/updates", json={"rows": [{"order_id": 1}]}, headers=auth).status_code == 202
         )
         assert client.get("/v1/tables/orders", headers=auth).json()["pending_updates"] == 1  # held: not loaded
+
+
+def test_a_spark_connect_outage_ends_only_when_a_load_gets_through(tmp_path: Path) -> None:
+    """CI finding: a second worker thread's load merely starting cleared the outage, so /readyz
+    never showed it. It shows until a load (or one table of a group) succeeds."""
+    from loader.core.updates import LoadResult
+    from loader.loading.spark import SparkUnreachable
+
+    def gone() -> LoadResult:
+        raise SparkUnreachable("StatusCode.UNAVAILABLE: connection refused")
+
+    async def scenario() -> None:
+        settings = make_settings(tmp_path / "data", spark={"mode": "connect"})
+        async with LoaderService.running(settings, load=False) as service:
+            with pytest.raises(SparkUnreachable):
+                service._spark_call(gone)
+            assert "spark" in service.faults()
+            with pytest.raises(SparkUnreachable):
+                service._spark_call(gone)  # the other thread's attempt: still out
+            assert "spark" in service.faults()
+            # A group whose every table failed unreachable keeps it out; one success ends it.
+            unreachable = SparkUnreachable("StatusCode.UNAVAILABLE")
+            service._spark_call(lambda: [unreachable, unreachable])
+            assert "spark" in service.faults()
+            done = LoadResult("orders", 3, 10, 1)
+            assert service._spark_call(lambda: [done, unreachable]) == [done, unreachable]
+            assert "spark" not in service.faults()
+            assert service._spark_call(lambda: done) is done
+            assert service.faults() == {}
+
+    asyncio.run(scenario())
