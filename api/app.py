@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from http import HTTPStatus
@@ -15,60 +14,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from api.auth import Authenticator
 from api.deps import get_operator, get_principal
+from api.errors import error_response
+from api.fast_intake import FastIntake
+from api.request_metrics import RequestCounts, RequestMetrics
 from api.routes import admin, feeds, health, quarantine, tables, trace
 from api.schemas import ErrorModel, error_responses
 from loader.config import Settings
-from loader.core.errors import ServiceError, Unavailable
+from loader.core.errors import ServiceError
 from loader.ops.metrics import Metrics
 from loader.service import LoaderService, SinkFactory
-
-
-class RequestMetrics:
-    """Counts and times every request by route template and status (pure ASGI: cheap)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        began = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            key = (getattr(route, "path", "unmatched"), status)
-            children = self._children.get(key)
-            if children is None:  # labels() costs a lock and a dict build: once per pair
-                labels = (key[0], str(status))
-                children = self.metrics.requests.labels(*labels), self.metrics.request_duration.labels(*labels)
-                self._children[key] = children
-            children[0].inc()
-            children[1].observe(time.perf_counter() - began)
-
-
-def _error_response(error: ServiceError) -> JSONResponse:
-    headers = {}
-    if isinstance(error, Unavailable):
-        headers["Retry-After"] = str(max(1, round(error.retry_after)))
-    if error.status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
 def _dependency_calls(dependant: Any) -> Iterator[Any]:
@@ -170,18 +128,34 @@ def _document_validation_errors(schema: dict[str, Any]) -> None:
     components.setdefault("ErrorModel", ErrorModel.model_json_schema(ref_template="#/components/schemas/{model}"))
 
 
+class LoaderApp(FastAPI):
+    """FastAPI with the two submit routes served ahead of its middleware stack
+    (api/fast_intake.py); ``fast_intake=False`` leaves them to the declared routes."""
+
+    def __init__(self, *, counts: RequestCounts, fast_intake: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.request_counts = counts
+        self.fast_intake = fast_intake
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        return FastIntake(stack, self.state, self.request_counts) if self.fast_intake else stack
+
+
 def create_app(
     settings: Settings,
     *,
     load: bool = True,
     metrics: Metrics | None = None,
     sink_factory: SinkFactory | None = None,
-) -> FastAPI:
+    fast_intake: bool = True,
+) -> LoaderApp:
     """The HTTP face of one service: it is started with the app and stopped with it
     (``LoaderService.start`` on the lifespan's exit stack); ``app.state.service`` once started.
 
     ``load=False`` keeps Spark and loading off (intake only); ``sink_factory`` replaces the
-    Spark-backed Delta writer (tests).
+    Spark-backed Delta writer (tests); ``fast_intake=False`` serves the submit routes through
+    FastAPI like every other (the reference the fast path is compared with).
     """
     metrics = metrics or Metrics()
 
@@ -193,7 +167,9 @@ def create_app(
             )
             yield
 
-    app = FastAPI(
+    app = LoaderApp(
+        counts=RequestCounts(metrics),
+        fast_intake=fast_intake,
         title="warehouse-loader",
         version="0.1.0",
         description="Real-time warehouse loader: durable feed intake, freshness-optimal scheduling, Delta Lake loads.",
@@ -206,21 +182,21 @@ def create_app(
     app.state.settings = settings
     for module in (feeds, tables, admin, quarantine, trace, health):
         app.include_router(module.router)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(RequestMetrics, counts=app.request_counts)
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return _error_response(exc)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         refused = _refusal(request)
-        return _error_response(refused) if refused is not None else _validation_response(exc)
+        return error_response(refused) if refused is not None else _validation_response(exc)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         refused = _refusal(request) if exc.status_code == 400 else None  # 400: a body FastAPI could not parse
-        return _error_response(refused) if refused is not None else _http_error_response(exc, request)
+        return error_response(refused) if refused is not None else _http_error_response(exc, request)
 
     def openapi() -> dict[str, Any]:
         # Feed bodies are documented through openapi_extra; lift their $defs into components.

@@ -8,7 +8,7 @@ earlier stage must call a later one, it calls one of these Protocols, and the se
 ================== ======================================== ==========================================
 port               called by                                implemented by
 ================== ======================================== ==========================================
-``UpdateLog``      intake (append, heal)                    ``loader.durability.wal.WriteAheadLog``
+``UpdateLog``      intake (append_future, heal)             ``loader.durability.wal.WriteAheadLog``
 ``Admission``      intake (room for a request's rows)       ``loader.pending.store.PendingStore``
 ``ReleaseQueue``   intake (a durable update, in order)      ``loader.loading.dispatcher.Dispatcher``
 ``IntakeMetrics``  intake                                   ``loader.ops.metrics.Metrics``
@@ -21,6 +21,7 @@ The messages and the exception that cross these seams are defined here too.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,9 +40,10 @@ class UpdateLog(Protocol):
     def failed(self) -> BaseException | None:
         """The error that stopped appends, until ``heal`` succeeds."""
 
-    async def append(self, records: Sequence[WalRecord]) -> None:
-        """Durable (in the configured sense) when it returns; the records of one call are
-        replayed all or none. Raises once the log has failed, until it is healed."""
+    def append_future(self, records: Sequence[WalRecord]) -> asyncio.Future[None]:
+        """A future done once ``records`` are durable (in the configured sense); the records
+        of one call are replayed all or none. Raises once the log has failed, until it is
+        healed. (A future, not a coroutine: intake's hot path, where a task per request costs.)"""
 
     def heal(self) -> bool:
         """Roll a failed log back to its last good state; True once appends may resume."""

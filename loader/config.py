@@ -67,6 +67,12 @@ class WalConfig(BaseModel):
     durability: Durability = Durability.fsync
     #: A segment is closed past this size; whole segments are deleted once Delta holds them.
     segment_bytes: int = Field(default=64 << 20, ge=1 << 16)
+    #: While appends arrive together (the last group held more than one), how long the WAL
+    #: writer waits after a group's first record for more before it writes and fsyncs them
+    #: as one group. Each group wakes the event loop and hands the GIL between threads, which
+    #: costs the request path more than the wait (BENCHMARKS.md, isolation). A lone request
+    #: never waits. 0: write as soon as the writer is free.
+    group_delay_seconds: float = Field(default=0.001, ge=0.0, le=0.1)
 
 
 class SparkConfig(BaseModel):

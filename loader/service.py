@@ -214,7 +214,12 @@ class LoaderService:
         for directory in (s.data_dir, s.warehouse_path, s.landing_path, s.state_path):
             directory.mkdir(parents=True, exist_ok=True)
         wal = WriteAheadLog(
-            s.wal_path, durability=s.wal.durability, segment_bytes=s.wal.segment_bytes, on_fsync=metrics.on_fsync
+            s.wal_path,
+            durability=s.wal.durability,
+            segment_bytes=s.wal.segment_bytes,
+            max_delay_seconds=s.wal.group_delay_seconds,
+            siblings=1,  # (the delay only while appends arrive together)
+            on_fsync=metrics.on_fsync,
         )
         # The WAL's lock first: a second instance on the same data must fail before it
         # writes anything (the catalog may be written next, the spill directory emptied).

@@ -66,11 +66,13 @@ class Harness:
         data_dir: Path,
         fail: threading.Event | None = None,
         sink: Callable[[Settings], Sink] | None = None,
+        fast_intake: bool = True,
         **settings: Any,
     ) -> None:
         self.settings = make_settings(data_dir, **settings)
         self.sink = sink(self.settings) if sink else ArrowSink(self.settings.warehouse_path, fail)
-        self.client = TestClient(create_app(self.settings, sink_factory=lambda _: self.sink))
+        app = create_app(self.settings, sink_factory=lambda _: self.sink, fast_intake=fast_intake)
+        self.client = TestClient(app)
 
     def __enter__(self) -> Harness:
         self.client.__enter__()

@@ -226,6 +226,9 @@ class WriteAheadLog:
     ``max_delay_seconds`` > 0 makes the writer wait that long after the first queued
     record before writing, to collect larger groups; 0 (default) writes as soon as the
     writer is free, and groups form from requests arriving during the previous fsync.
+    With ``siblings`` = n it waits only when the previous group held more than n appends
+    (appends are arriving together), so a lone writer is not kept waiting (PostgreSQL's
+    ``commit_delay`` and ``commit_siblings``).
 
     ``on_fsync`` is called on the writer thread after each group is durable (in flush
     mode: written); it must be quick and thread-safe (a Prometheus observe is both).
@@ -238,6 +241,7 @@ class WriteAheadLog:
         durability: Durability | str = Durability.fsync,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         max_delay_seconds: float = 0.0,
+        siblings: int = 0,
         on_fsync: FsyncHook | None = None,
     ) -> None:
         if segment_bytes < 1:
@@ -248,6 +252,8 @@ class WriteAheadLog:
         self.durability = Durability(durability)
         self.segment_bytes = segment_bytes
         self.max_delay_seconds = float(max_delay_seconds)
+        self.siblings = siblings
+        self._last_group_appends = 0
         self._on_fsync = on_fsync
         #: Set by open() when it cut a torn tail; None when the log ended cleanly.
         self.last_repair: TailRepair | None = None
@@ -510,11 +516,19 @@ class WriteAheadLog:
         JSON, before anything is written; WalFailedError if the write or fsync failed.
         Cancelling the caller does not withdraw records already queued.
         """
-        if not records:
-            return
+        if records:
+            await self.append_future(records)
+
+    def append_future(self, records: Sequence[WalRecord]) -> asyncio.Future[None]:
+        """``append`` as the future it waits on, with no coroutine or task around it: intake's
+        hot path (a task per request costs the event loop more than the append's own work).
+        The errors ``append`` raises before writing are raised here, at once."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._enqueue(records, future)
-        await future
+        if records:
+            self._enqueue(records, future)
+        else:
+            future.set_result(None)
+        return future
 
     def append_sync(self, records: Sequence[WalRecord], timeout: float | None = None) -> None:
         """Blocking append() for tools, tests and non-async callers (not on the event loop)."""
@@ -556,12 +570,13 @@ class WriteAheadLog:
                     self._cond.wait()
                 if not self._queue:
                     return  # closing and drained
-                if self.max_delay_seconds > 0:
+                if self.max_delay_seconds > 0 and self._last_group_appends > self.siblings:
                     deadline = self._queue[0].queued_at + self.max_delay_seconds
                     while self._state == "open" and (left := deadline - time.monotonic()) > 0:
                         self._cond.wait(left)
                 batch = list(self._queue)
                 self._queue.clear()
+                self._last_group_appends = len(batch)
             if self._error is not None:
                 self._resolve(batch, self._error)
                 continue

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -142,14 +143,47 @@ _CONVERTERS: dict[ColumnType, Callable[[Any], Any]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _RowPlan:
+    """What checking rows against one schema needs, worked out once per schema: the
+    pydantic model's hash (an ``lru_cache`` key) and the Arrow schema's fields cost more
+    than the conversion of a small update's rows."""
+
+    schema: TableSchema  # held: the plan is found by ``id(schema)``, which stays unique while it lives
+    names: frozenset[str]
+    columns: tuple[tuple[str, bool, Callable[[Any], Any]], ...]
+    arrow: pa.Schema
+    types: tuple[pa.DataType, ...]
+
+
+_PLANS: dict[int, _RowPlan] = {}
+
+
+def _plan(schema: TableSchema) -> _RowPlan:
+    plan = _PLANS.get(id(schema))
+    if plan is None or plan.schema is not schema:
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        arrow = schema.arrow()
+        plan = _RowPlan(
+            schema,
+            frozenset(c.name for c in schema.columns),
+            tuple((c.name, c.nullable, _CONVERTERS[c.type]) for c in schema.columns),
+            arrow,
+            tuple(f.type for f in arrow),
+        )
+        _PLANS[id(schema)] = plan
+    return plan
+
+
 def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Table:
     """All rows valid, or Invalid naming the first bad row (0-based) and column."""
     if not rows:
         raise Invalid(f"update for table {table!r} has no rows; send at least one row", table=table)
-    columns = schema.columns
-    names = {c.name for c in columns}
-    out: list[list[Any]] = [[] for _ in columns]
-    plan = [(c.name, c.nullable, _CONVERTERS[c.type], out[k]) for k, c in enumerate(columns)]
+    rowplan = _plan(schema)
+    names = rowplan.names
+    out: list[list[Any]] = [[] for _ in rowplan.columns]
+    plan = [(name, nullable, convert, out[k]) for k, (name, nullable, convert) in enumerate(rowplan.columns)]
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             raise Invalid(
@@ -190,14 +224,14 @@ def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Ta
                     row=index,
                     column=name,
                 ) from None
-    arrow_schema = schema.arrow()
     try:
         data = pa.Table.from_arrays(
-            [pa.array(values, type=field.type) for values, field in zip(out, arrow_schema)], schema=arrow_schema
+            [pa.array(values, type=kind) for values, kind in zip(out, rowplan.types)], schema=rowplan.arrow
         )
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise Invalid(f"rows of table {table!r} do not fit the schema: {exc}; {RESEND}", table=table) from None
-    check_partition_values(data, schema, f"table {table!r}")
+    if schema.partition_by:
+        check_partition_values(data, schema, f"table {table!r}")
     return data
 
 

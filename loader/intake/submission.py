@@ -287,7 +287,11 @@ class Intake:
             )
             for k, u in enumerate(updates)
         ]
-        append = asyncio.ensure_future(self.log.append(records))
+        try:
+            append = self.log.append_future(records)
+        except Exception as refused:  # (a closed or failed log): one path for every failure, below
+            append = asyncio.get_running_loop().create_future()
+            append.set_exception(refused)
         append.add_done_callback(lambda done: self._appended(updates, planned, done, admitted))
         try:
             # Shielded: a request cancelled mid-append (client gone) still has its updates

@@ -42,14 +42,17 @@ async def _gated_burst(data_dir: Path, requests: int) -> dict[str, Any]:
         settings, load=False
     ) as service:  # nothing is loaded: every accepted byte stays pending
         gate, waiting = asyncio.Event(), []
-        real_append = service.wal.append
+        real_append = service.wal.append_future
 
-        async def slow_append(records: Any) -> None:
-            waiting.append(records)
+        async def held(records: Any) -> None:
             await gate.wait()
             await real_append(records)
 
-        service.wal.append = slow_append  # type: ignore[method-assign]
+        def slow_append(records: Any) -> asyncio.Future[None]:
+            waiting.append(records)
+            return asyncio.ensure_future(held(records))
+
+        service.wal.append_future = slow_append  # type: ignore[method-assign]
         tasks = [
             asyncio.ensure_future(
                 service.intake.submit(

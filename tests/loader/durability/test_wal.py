@@ -740,3 +740,25 @@ def test_every_acknowledged_record_survives_sigkill(tmp_path: Path, acks_before_
     for t in {t for t, _ in replayed}:  # no holes: each table's records are 0..n
         mine = [s for table, s in replayed if table == t]
         assert mine == list(range(len(mine)))
+
+
+def test_with_siblings_only_appends_arriving_together_wait_for_a_group(tmp_path: Path) -> None:
+    """The service's group delay (``wal.group_delay_seconds``) must not hold a lone request:
+    after a group of one append the next is written at once; after appends that arrived
+    together, the writer waits for more."""
+    groups: list[int] = []
+    with WriteAheadLog(tmp_path, max_delay_seconds=1.0, siblings=1, on_fsync=lambda s, r, b: groups.append(r)) as wal:
+
+        async def two_apart(first: int) -> None:  # one group if the writer waited, two if not
+            earlier = asyncio.ensure_future(wal.append([rec("t", first)]))
+            await asyncio.sleep(0.05)
+            await asyncio.gather(earlier, wal.append([rec("t", first + 1)]))
+
+        async def together(first: int) -> None:
+            await asyncio.gather(*(wal.append([rec("t", first + i)]) for i in range(20)))
+
+        wal.append_sync([rec("t", 0)])
+        asyncio.run(two_apart(1))  # after a lone append: written at once
+        asyncio.run(together(3))
+        asyncio.run(two_apart(23))  # after appends that came together: collected
+    assert groups[:3] == [1, 1, 1] and sum(groups[3:-1]) == 20 and groups[-1] == 2, groups

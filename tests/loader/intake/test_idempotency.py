@@ -263,14 +263,17 @@ def test_a_request_cancelled_during_its_wal_write_still_stores_its_answer(tmp_pa
     async def scenario() -> None:
         async with LoaderService.running(make_settings(tmp_path / "data"), load=False) as service:
             gate, entered = asyncio.Event(), asyncio.Event()
-            real_append = service.wal.append
+            real_append = service.wal.append_future
 
-            async def slow_append(records: object) -> None:
-                entered.set()
+            async def held(records: object) -> None:
                 await gate.wait()
                 await real_append(records)  # type: ignore[arg-type]
 
-            service.wal.append = slow_append  # type: ignore[method-assign]
+            def slow_append(records: object) -> asyncio.Future[None]:
+                entered.set()
+                return asyncio.ensure_future(held(records))
+
+            service.wal.append_future = slow_append  # type: ignore[method-assign]
             rows = [{"url": "/a", "n": 1}]
 
             def valid() -> list:
