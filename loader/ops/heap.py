@@ -10,13 +10,18 @@ collections skip: done every second, a full collection scans only what was alloc
 since, and the backlog costs nothing however large it is.
 
 Frozen objects are still freed by reference counting (an update leaves memory when it is
-loaded); only garbage *cycles* among frozen objects wait. So the frozen objects are
-handed back to the collector (``gc.unfreeze()``, the next full collection scans them all)
-when that is cheap: once the frozen population is back near its size at start-up (the
-backlog was loaded), at most once a minute; and in any case every ten minutes, so a
-backlog that never drains cannot keep cycles forever. Unfreezing on a timer alone put a
-full collection of the whole backlog into every minute (a 250 ms pause, the p99 of a
-10-s window at 1,000 requests/s).
+loaded); only garbage *cycles* among frozen objects wait. Each tick first collects the
+young generations (about a millisecond), so that cycles that are already garbage are
+collected rather than frozen; only cycles alive at a tick that die later wait. So the
+frozen objects are handed back to the collector (``gc.unfreeze()``, the next full
+collection scans them all) rarely, when it is cheapest: once the frozen population is
+back near its size at start-up (the backlog was loaded), at most every ten minutes; and
+every hour in any case, so a backlog that never drains cannot keep cycles forever. Even
+drained, that full collection scans the service's own heap (modules, classes, functions:
+65-80 ms measured with everything imported), a pause the p99 of a 10-s window at 1,000
+requests/s cannot hide; once a minute, as first written, it was in most such windows
+(BENCHMARKS.md, isolation). Unfreezing on a timer alone put a full collection of the
+whole backlog into every period (a 250 ms pause).
 
 Written by hand: the standard library's ``gc`` module is the whole mechanism; no library
 schedules it.
@@ -29,9 +34,9 @@ import time
 from collections.abc import Callable
 
 #: At most this often the frozen objects are handed back when the backlog has drained.
-UNFREEZE_SECONDS = 60.0
+UNFREEZE_SECONDS = 600.0
 #: At least this often they are, drained or not (cycles among them are collected then).
-UNFREEZE_ANYWAY_SECONDS = 600.0
+UNFREEZE_ANYWAY_SECONDS = 3600.0
 #: "Drained": the frozen population at most this many times its size at the first tick.
 DRAINED_RATIO = 1.5
 
@@ -64,6 +69,7 @@ class HeapKeeper:
             self._since = now
             self.unfreezes += 1
             return  # the next full collection covers everything; frozen again at the next tick
+        gc.collect(1)  # garbage cycles of the last second are collected, not frozen
         gc.freeze()
         if self.baseline is None:
             self.baseline = self.frozen()

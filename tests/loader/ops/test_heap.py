@@ -1,6 +1,7 @@
 """Collection pauses stay short with a backlog: what is alive at a tick is frozen (skipped by
-collections) and handed back to the collector once the backlog has drained, or after ten
-minutes in any case, so garbage cycles among frozen objects are collected, late but surely."""
+collections) and handed back to the collector once the backlog has drained (at most every ten
+minutes), or after an hour in any case, so garbage cycles among frozen objects are collected,
+late but surely; cycles already garbage at a tick are collected, not frozen."""
 
 from __future__ import annotations
 
@@ -43,26 +44,36 @@ def test_a_backlog_is_frozen_out_of_every_collection(clock: Clock) -> None:
     assert id(fresh) in {id(o) for o in gc.get_objects(generation=0)}
 
 
-def test_frozen_objects_go_back_once_the_backlog_drained_at_most_once_a_minute(clock: Clock) -> None:
+def test_frozen_objects_go_back_once_the_backlog_drained_at_most_every_ten_minutes(clock: Clock) -> None:
     frozen = {"count": 1000}
     keeper = HeapKeeper(clock=clock, frozen=lambda: frozen["count"])
     keeper.tick()
     assert keeper.baseline == 1000
     frozen["count"] = 50_000  # a backlog
-    clock.now = 61
+    clock.now = 601
     keeper.tick()
     assert keeper.unfreezes == 0, "a backlog stays frozen: its full collection would be long"
     frozen["count"] = 1200  # loaded
-    clock.now = 62
+    clock.now = 602
     keeper.tick()
     assert keeper.unfreezes == 1
-    clock.now = 100
+    clock.now = 1000
     keeper.tick()
-    assert keeper.unfreezes == 1, "at most once a minute"
+    assert keeper.unfreezes == 1, "at most every ten minutes"
     frozen["count"] = 50_000
-    clock.now = 62 + 600
+    clock.now = 602 + 3600
     keeper.tick()
-    assert keeper.unfreezes == 2, "every ten minutes in any case"
+    assert keeper.unfreezes == 2, "every hour in any case"
+
+
+def test_cycles_already_garbage_at_a_tick_are_collected_not_frozen(clock: Clock) -> None:
+    keeper = HeapKeeper(clock=clock)
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    del a, b
+    keeper.tick()
+    assert gone() is None
 
 
 def test_cycles_frozen_while_alive_are_collected_after_the_unfreeze(clock: Clock) -> None:
@@ -75,7 +86,7 @@ def test_cycles_frozen_while_alive_are_collected_after_the_unfreeze(clock: Clock
     gc.collect()
     assert alive() is not None, "a dead cycle waits in the permanent generation"
 
-    clock.now = 601
+    clock.now = 3601
     keeper.tick()
     assert gc.get_freeze_count() == 0 and keeper.unfreezes == 1
     gc.collect()
