@@ -22,7 +22,6 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl
 
-from starlette._utils import get_route_path
 from starlette.datastructures import State
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,6 +42,16 @@ _PREFIX, _SUFFIX = "/v1/tables/", "/updates"
 #: (nginx's "client closed request").
 CLIENT_CLOSED = 499
 PLAIN = b"text/plain; charset=utf-8"
+
+
+def route_path(scope: Scope) -> str:
+    """The path Starlette routes on (``starlette._utils.get_route_path``, a private helper:
+    copied rather than imported): ``path`` less a ``root_path`` prefix it starts with."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root) and path != root and path[len(root)] == "/":
+        return path[len(root) :]
+    return "" if root and path == root else path
 
 
 def submit_route(path: str) -> tuple[str, str | None] | None:
@@ -79,7 +88,7 @@ class FastIntake:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            route = submit_route(get_route_path(scope))
+            route = submit_route(route_path(scope))
             if route is not None:
                 await self._serve(route[0], route[1], scope, receive, send)
                 return

@@ -62,12 +62,13 @@ class Admission(Protocol):
 class ReleaseQueue(Protocol):
     """Where durable updates wait for loading, handed over in sequence order per table."""
 
-    def released(self, update: Update) -> None: ...
+    def released_many(self, updates: Sequence[Update]) -> None:
+        """Updates durable together, in sequence order per table."""
 
 
 class IntakeMetrics(Protocol):
-    def on_received(self, table: str) -> None:
-        """An update of ``table`` was acknowledged."""
+    def on_received(self, table: str, updates: int = 1) -> None:
+        """``updates`` updates of ``table`` were acknowledged."""
 
     def on_refused(self, reason: str) -> None:
         """A request was answered 503 for ``reason`` (``spill_full``, ``wal_fault``)."""

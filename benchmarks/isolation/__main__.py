@@ -260,8 +260,16 @@ def run(quick: bool, repeats: int) -> dict[str, Any]:
     out["load_cost"] = srv.run_child("benchmarks.isolation.load_cost", spec, 900)
     log(f"[load cost] medians {out['load_cost']['median_seconds']}")
     out["freshness"] = run_freshness(quick)
+    out["intake_cost"] = run_intake_cost(quick)
     out["seconds"] = time.time() - started
     return out
+
+
+def run_intake_cost(quick: bool) -> dict[str, Any]:
+    spec = {"requests": 4000 if quick else 8000, "rounds": 3 if quick else 5}
+    result = srv.run_child("benchmarks.isolation.intake_cost", spec, 900)
+    log(f"[intake cost] event-loop µs per request {result['median_cpu_us']}")
+    return result
 
 
 def run_freshness(quick: bool) -> dict[str, Any]:
@@ -375,10 +383,30 @@ def render(out: dict[str, Any], argv: list[str] | None) -> str:
     lines += [
         "",
         f"Where the ceiling goes: the service process spends {per_loader:.2f} ms of CPU per single-update "
-        f"request with no load running, the bare endpoint {per_bare:.2f} ms. With loads in worker processes "
-        "the service keeps about one core to itself (the Spark JVM and the workers run under SCHED_IDLE), so "
-        "intake's own cost per request, not the loads, now bounds saturation and the p99 at 1,000 req/s.",
+        f"request with no load running, the bare endpoint {per_bare:.2f} ms. Intake is one event loop (one "
+        "core at most, less the WAL writer's thread), so its own cost per request bounds saturation; with "
+        "loading on, the Spark JVM and the workers (under SCHED_IDLE) take the other core, and the "
+        "service's CPU per request rises (the dispatcher's handoff writes, caches shared with the JVM).",
     ]
+    ic = out.get("intake_cost")
+    if ic:
+        ic_med = ic["median_cpu_us"]
+        lines += [
+            "",
+            "The event loop's CPU per single-update request, in process (`benchmarks/isolation/intake_cost.py`: "
+            f"each app driven as ASGI by {ic['concurrency']} coroutines, no HTTP server or generator; median of "
+            f"{ic['rounds']} interleaved rounds of {ic['requests']:,} requests):",
+            "",
+            "| app | µs per request | ratio to the service as it runs |",
+            "| --- | --- | --- |",
+        ]
+        for name, label in (
+            ("bare", "bare FastAPI endpoint (parse the body, answer)"),
+            ("routes", "service, submit routes through FastAPI's middleware and routing"),
+            ("fast", "service as it runs: submit routes ahead of them (`api/fast_intake.py`)"),
+            ("fast, no group delay", "the same with `wal.group_delay_seconds = 0`"),
+        ):
+            lines.append(f"| {label} | {ic_med[name]:.0f} | {ic_med[name] / ic_med['fast']:.2f} |")
     cost = out["load_cost"]
     med = cost["median_seconds"]
     lines += [
@@ -403,14 +431,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter windows, one open-loop rate")
     parser.add_argument("--repeats", type=int, default=None, help="saturation runs per configuration (default 3)")
     parser.add_argument("--rerender", action="store_true", help="rewrite the report from the saved results")
-    parser.add_argument("--only", choices=["freshness"], help="run one part alone, into the saved results")
+    parser.add_argument(
+        "--only", choices=["freshness", "intake-cost"], help="run one part alone, into the saved results"
+    )
     args = parser.parse_args(argv)
     path = RESULTS_DIR / ("isolation-quick.json" if args.quick else "isolation.json")
     if args.rerender:
         out = json.loads(path.read_text(encoding="utf-8"))
-    elif args.only == "freshness":
+    elif args.only is not None:
         out = json.loads(path.read_text(encoding="utf-8"))
-        out["freshness"] = run_freshness(args.quick)
+        if args.only == "freshness":
+            out["freshness"] = run_freshness(args.quick)
+        else:
+            out["intake_cost"] = run_intake_cost(args.quick)
         write_json(path, out)
     else:
         out = run(args.quick, args.repeats or (1 if args.quick else 3))

@@ -112,6 +112,8 @@ def decode_segment_header(data: bytes) -> int | None:
     return int(first_index)
 
 
+#: One encoder for every header: ``json.dumps`` with options builds a new one per call.
+_HEADER_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 #: The Arrow IPC stream's end-of-stream marker (continuation token, zero length).
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 #: Each schema's IPC schema message, serialized once: a table's updates share it.
@@ -152,7 +154,7 @@ def encode_group(records: Sequence[WalRecord]) -> bytes:
             "created_at": float(record.created_at),
             "more": len(records) - 1 - i,
         }
-        head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        head = _HEADER_JSON.encode(header).encode()
         body = _rows_to_ipc(update.rows) if update.rows is not None else b""
         payload = b"".join((_U32.pack(len(head)), head, body))
         if len(payload) > MAX_RECORD_BYTES:

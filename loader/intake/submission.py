@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,14 +226,12 @@ class Intake:
         owned_files: bool,
     ) -> tuple[dict[str, Any], bool]:
         if key is None:
-            return acks_body(await self.submit(valid_thunk(), owned_files=owned_files)), False
+            return (await self._submit(valid_thunk(), owned_files=owned_files))[1], False
         async with self.idempotency.reserve(key, request_hash) as slot:
             if slot.response is not None:
                 return slot.response, True
-            response = acks_body(
-                await self.submit(
-                    valid_thunk(), idempotency_key=key, request_hash=request_hash, owned_files=owned_files
-                )
+            _, response = await self._submit(
+                valid_thunk(), idempotency_key=key, request_hash=request_hash, owned_files=owned_files
             )
             slot.complete(response)
             return response, False
@@ -247,6 +246,20 @@ class Intake:
     ) -> list[Ack]:
         """Number, log and acknowledge validated updates. ``owned_files``: the updates'
         files are already the service's (a quarantine retry), not landing files to take."""
+        acks, _ = await self._submit(
+            valid, idempotency_key=idempotency_key, request_hash=request_hash, owned_files=owned_files
+        )
+        return acks
+
+    async def _submit(
+        self,
+        valid: list[ValidUpdate],
+        *,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+        owned_files: bool = False,
+    ) -> tuple[list[Ack], dict[str, Any]]:
+        """``submit``, and the 202 body (built once: it is also the WAL's stored answer)."""
         if self.wal_fault is not None:
             self.metrics.on_refused("wal_fault")
             raise Unavailable(
@@ -308,7 +321,7 @@ class Intake:
                 retry_after=WAL_HEAL_SECONDS,
             ) from None
         failpoints.hit("intake.after-wal")
-        return acks
+        return acks, response
 
     async def _take_files_shielded(self, valid: list[ValidUpdate]) -> list[str]:
         """``_take_files`` on a thread; when the request is cancelled meanwhile (client gone),
@@ -349,10 +362,14 @@ class Intake:
         try:
             for u in updates:
                 self.tables[u.table].reorder[u.seq] = None if failed else u
-                if not failed:
-                    self.metrics.on_received(u.table)
+            if not failed:
+                for table, count in Counter(u.table for u in updates).items():
+                    self.metrics.on_received(table, count)
+            durable: list[Update] = []
             for table in tables:
-                self._drain(table)
+                self._drain(table, durable)
+            if durable:
+                self.queue.released_many(durable)
         finally:
             self.admission.release(admitted)  # in the store now (or refused): never leaked
         if failed and not done.cancelled() and self.wal_fault is None:
@@ -360,14 +377,14 @@ class Intake:
             self.metrics.on_intake_fault(True)
             log.error("WAL append failed (%s); intake closed until the log can be written again", done.exception())
 
-    def _drain(self, table: str) -> None:
-        """Hand durable updates to the dispatcher strictly in sequence order."""
+    def _drain(self, table: str, durable: list[Update]) -> None:
+        """Collect the table's durable updates for the dispatcher, strictly in sequence order."""
         runtime = self.tables[table]
         while runtime.next_to_release in runtime.reorder:
             update = runtime.reorder.pop(runtime.next_to_release)
             runtime.next_to_release += 1
             if update is not None:
-                self.queue.released(update)
+                durable.append(update)
 
     # -- the WAL's disk ---------------------------------------------------------------------
     def keep_until_healed(self, copies: list[str]) -> None:

@@ -15,7 +15,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -180,15 +180,29 @@ class Dispatcher:
     # -- events -----------------------------------------------------------------
     def released(self, update: Update) -> None:
         """An update became durable: it is pending from now on."""
-        tid = self.index[update.table]
-        state = self.states[tid]
-        previous = state.releases[-1] if state.releases else state.origin
-        self.pending.append(update)
-        state.release(update.release)
-        self.ledger.note_release(tid, update.release - previous)
-        self._observe_release(tid, update.release)
-        self.sync_resident()
-        self._changed(tid)
+        self.released_many([update])
+
+    def released_many(self, updates: Sequence[Update]) -> None:
+        """Updates that became durable together (one WAL group's, in sequence order per
+        table): each table the policy is told of once and one dispatch follows, rather than
+        one per update (a 100-update request spent 2.5 ms of the event loop on them)."""
+        touched: dict[int, None] = {}
+        for update in updates:
+            tid = self.index[update.table]
+            state = self.states[tid]
+            previous = state.releases[-1] if state.releases else state.origin
+            self.pending.append(update)
+            state.release(update.release)
+            self.ledger.note_release(tid, update.release - previous)
+            self._observe_release(tid, update.release)
+            touched[tid] = None
+        if not touched:
+            return
+        self.sync_resident()  # (tells the policy of every table whose resident bytes changed)
+        now = self._clock()
+        for tid in touched:
+            self.policy.notify(tid, now)
+        self.dispatch()
 
     def sync_resident(self) -> None:
         """Copy resident bytes of tables the store touched (a spill moves other tables' too)."""

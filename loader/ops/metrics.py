@@ -460,8 +460,8 @@ class Metrics:
         self.wal_records_per_fsync.observe(records)
 
     # -- intake (loader.abc.IntakeMetrics) ------------------------------------------------------
-    def on_received(self, table: str) -> None:
-        self.updates_received.labels(table).inc()
+    def on_received(self, table: str, updates: int = 1) -> None:
+        self.updates_received.labels(table).inc(updates)
 
     def on_refused(self, reason: str) -> None:
         self.intake_refused.labels(reason).inc()

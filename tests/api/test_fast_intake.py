@@ -130,3 +130,16 @@ def test_a_client_gone_before_its_body_arrived_submits_nothing() -> None:
 
     with pytest.raises(ClientDisconnect):
         asyncio.run(_read_body(receive, None, 1 << 20))
+
+
+@pytest.mark.parametrize(
+    ("path", "root"),
+    [("/v1/updates", ""), ("/api/v1/updates", "/api"), ("/api", "/api"), ("/apix/v1", "/api"), ("/v1/x", "/api")],
+)
+def test_the_fast_path_routes_on_the_path_starlette_routes_on(path: str, root: str) -> None:
+    from starlette._utils import get_route_path
+
+    from api.fast_intake import route_path
+
+    scope = {"path": path, "root_path": root}
+    assert route_path(scope) == get_route_path(scope)

@@ -1,0 +1,156 @@
+"""Where single-update intake's CPU goes: the event loop's CPU time per request, in process.
+
+    python -m benchmarks.isolation.intake_cost SPEC.json     # prints one JSON object on stdout
+
+The HTTP server and the load generator are left out: each way is driven as an ASGI app by
+16 concurrent coroutines sending the benchmark's single-update requests (8 tables, 3 rows),
+and the main thread's CPU time (``time.thread_time``) is divided by the requests. The
+event loop's thread is what caps intake, so this is the number the hot path's changes
+were made against:
+
+- ``bare``: the bare FastAPI endpoint (parse the JSON body, answer 202; the ceiling's app);
+- ``routes``: the service with its submit routes served by FastAPI (``fast_intake=False``);
+- ``fast``: the service as it runs, the submit routes served ahead of FastAPI's middleware
+  (api/fast_intake.py);
+- ``fast, no group delay``: the same with ``wal.group_delay_seconds = 0``.
+
+Each service has its own data directory and a WAL with fsync; loading is off (intake
+only). The ways are interleaved, ``rounds`` times, so the machine's noise falls on all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.types import ASGIApp
+
+from api.app import create_app
+from benchmarks.isolation.bare_app import app as bare_app
+from loader.config import load_settings
+from testing.service_server import PRODUCER_TOKEN, SCHEMA
+
+CONCURRENCY = 16
+
+
+def _scope(path: str, body: bytes) -> dict[str, Any]:
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"authorization", f"Bearer {PRODUCER_TOKEN}".encode()),
+    ]
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+
+
+def _receiver(body: bytes) -> Any:
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()  # (never: the body came whole)
+        raise AssertionError
+
+    return receive
+
+
+async def drive(app: ASGIApp, requests: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """``n`` requests through ``app`` from CONCURRENCY coroutines: the main thread's CPU µs per
+    request, requests per second, and the statuses answered."""
+    statuses: dict[int, int] = {}
+
+    async def client(k: int) -> None:
+        for i in range(n // CONCURRENCY):
+            request = requests[(k + i) % len(requests)]
+            body = request["body"].encode()
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    statuses[message["status"]] = statuses.get(message["status"], 0) + 1
+
+            await app(_scope(request["path"], body), _receiver(body), send)
+
+    began, cpu = time.perf_counter(), time.thread_time()
+    await asyncio.gather(*(client(k) for k in range(CONCURRENCY)))
+    wall, cpu = time.perf_counter() - began, time.thread_time() - cpu
+    done = CONCURRENCY * (n // CONCURRENCY)
+    return {"cpu_us": 1e6 * cpu / done, "requests_per_second": done / wall, "statuses": statuses}
+
+
+@contextlib.asynccontextmanager
+async def service(tables: list[str], fast: bool, group_delay: float) -> AsyncIterator[ASGIApp]:
+    with tempfile.TemporaryDirectory(prefix="intake-cost-") as data:
+        settings = load_settings(
+            None,
+            data_dir=Path(data),
+            workers=2,
+            tables=[{"name": t, "schema": SCHEMA} for t in tables],
+            auth_tokens=[{"token": PRODUCER_TOKEN, "role": "producer", "name": "bench"}],
+            wal={"group_delay_seconds": group_delay},
+        )
+        app = create_app(settings, load=False, fast_intake=fast)
+        async with app.router.lifespan_context(app):
+            yield app
+
+
+async def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks.isolation.__main__ import TABLES, requests_for
+
+    requests = requests_for(1)
+    n, rounds = int(spec.get("requests", 8000)), int(spec.get("rounds", 5))
+    out: dict[str, list[dict[str, Any]]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        ways: dict[str, ASGIApp] = {"bare": bare_app}
+        ways["routes"] = await stack.enter_async_context(service(TABLES, False, 0.001))
+        ways["fast"] = await stack.enter_async_context(service(TABLES, True, 0.001))
+        ways["fast, no group delay"] = await stack.enter_async_context(service(TABLES, True, 0.0))
+        for app in ways.values():
+            await drive(app, requests, n // 2)  # warm-up
+        for _ in range(rounds):
+            for name, app in ways.items():
+                out.setdefault(name, []).append(await drive(app, requests, n))
+    bad = {name: r["statuses"] for name, runs in out.items() for r in runs if set(r["statuses"]) != {202}}
+    if bad:
+        raise RuntimeError(f"requests were refused: {bad}")
+    return {
+        "requests": n,
+        "rounds": rounds,
+        "concurrency": CONCURRENCY,
+        "median_cpu_us": {name: statistics.median(r["cpu_us"] for r in runs) for name, runs in out.items()},
+        "runs": {name: [round(r["cpu_us"], 1) for r in runs] for name, runs in out.items()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text()) if argv else {}
+    result = asyncio.run(measure(spec))
+    if "result_path" in spec:
+        Path(spec["result_path"]).write_text(json.dumps(result))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
