@@ -154,9 +154,37 @@ class _RowPlan:
     columns: tuple[tuple[str, bool, Callable[[Any], Any]], ...]
     arrow: pa.Schema
     types: tuple[pa.DataType, ...]
+    #: Per column (name, nullable, check of a whole column), when every column's type has a
+    #: check; None otherwise (dates, timestamps and float32 are converted value by value).
+    fast: tuple[tuple[str, bool, Callable[[list[Any]], bool]], ...] | None
 
+
+def _ints(lo: int, hi: int) -> Callable[[list[Any]], bool]:
+    def check(values: list[Any]) -> bool:
+        return all(type(v) is int for v in values) and lo <= min(values) and max(values) <= hi
+
+    return check
+
+
+def _floats(values: list[Any]) -> bool:
+    return all(type(v) is float for v in values) and all(map(math.isfinite, values))
+
+
+#: Whole-column checks: True when every (non-null) value is already what the converter
+#: would return unchanged, so the values can go to Arrow as they are. False sends the rows
+#: through the value-by-value conversion, which accepts what these do not (an integral
+#: float for an integer) and names the first bad row and column.
+_COLUMN_CHECKS: dict[ColumnType, Callable[[list[Any]], bool]] = {
+    ColumnType.string: lambda values: all(type(v) is str for v in values),
+    ColumnType.int32: _ints(*_INT_RANGE[ColumnType.int32]),
+    ColumnType.int64: _ints(*_INT_RANGE[ColumnType.int64]),
+    ColumnType.float64: _floats,
+    ColumnType.boolean: lambda values: all(type(v) is bool for v in values),
+}
 
 _PLANS: dict[int, _RowPlan] = {}
+#: Fewer rows than this are converted value by value: the column passes cost as much.
+FAST_MIN_ROWS = 8
 
 
 def _plan(schema: TableSchema) -> _RowPlan:
@@ -171,6 +199,9 @@ def _plan(schema: TableSchema) -> _RowPlan:
             tuple((c.name, c.nullable, _CONVERTERS[c.type]) for c in schema.columns),
             arrow,
             tuple(f.type for f in arrow),
+            tuple((c.name, c.nullable, _COLUMN_CHECKS[c.type]) for c in schema.columns)
+            if all(c.type in _COLUMN_CHECKS for c in schema.columns)
+            else None,
         )
         _PLANS[id(schema)] = plan
     return plan
@@ -181,6 +212,41 @@ def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Ta
     if not rows:
         raise Invalid(f"update for table {table!r} has no rows; send at least one row", table=table)
     rowplan = _plan(schema)
+    checked = _checked_columns(rows, rowplan)
+    out = checked if checked is not None else _converted_columns(rows, rowplan, table)
+    try:
+        data = pa.Table.from_arrays(
+            [pa.array(values, type=kind) for values, kind in zip(out, rowplan.types)], schema=rowplan.arrow
+        )
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise Invalid(f"rows of table {table!r} do not fit the schema: {exc}; {RESEND}", table=table) from None
+    if schema.partition_by:
+        check_partition_values(data, schema, f"table {table!r}")
+    return data
+
+
+def _checked_columns(rows: Sequence[Any], plan: _RowPlan) -> list[list[Any]] | None:
+    """The columns as they are, when whole-column checks find every value valid (a few
+    list passes instead of a function call per value: 1.75x faster at 1,000 rows, 1.5x at
+    30, no faster at 3); None when any check fails, a type has none, or the rows are few."""
+    if plan.fast is None or len(rows) < FAST_MIN_ROWS:
+        return None
+    names = plan.names
+    for row in rows:
+        if type(row) is not dict or len(row) > len(names) or not names.issuperset(row):
+            return None
+    out = []
+    for name, nullable, check in plan.fast:
+        column = [row.get(name) for row in rows]
+        present = [v for v in column if v is not None] if None in column else column
+        if (present is not column and not nullable) or (present and not check(present)):
+            return None
+        out.append(column)
+    return out
+
+
+def _converted_columns(rows: Sequence[Any], rowplan: _RowPlan, table: str) -> list[list[Any]]:
+    """Every value converted (``_CONVERTERS``), or Invalid naming the first bad row and column."""
     names = rowplan.names
     out: list[list[Any]] = [[] for _ in rowplan.columns]
     plan = [(name, nullable, convert, out[k]) for k, (name, nullable, convert) in enumerate(rowplan.columns)]
@@ -224,15 +290,7 @@ def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Ta
                     row=index,
                     column=name,
                 ) from None
-    try:
-        data = pa.Table.from_arrays(
-            [pa.array(values, type=kind) for values, kind in zip(out, rowplan.types)], schema=rowplan.arrow
-        )
-    except (pa.ArrowInvalid, OverflowError) as exc:
-        raise Invalid(f"rows of table {table!r} do not fit the schema: {exc}; {RESEND}", table=table) from None
-    if schema.partition_by:
-        check_partition_values(data, schema, f"table {table!r}")
-    return data
+    return out
 
 
 def check_partition_values(data: pa.Table, schema: TableSchema, where: str, first_row: int = 0) -> None:

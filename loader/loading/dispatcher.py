@@ -183,9 +183,9 @@ class Dispatcher:
         self.released_many([update])
 
     def released_many(self, updates: Sequence[Update]) -> None:
-        """Updates that became durable together (one WAL group's, in sequence order per
-        table): each table the policy is told of once and one dispatch follows, rather than
-        one per update (a 100-update request spent 2.5 ms of the event loop on them)."""
+        """Updates that became durable together (one request's, and any earlier ones of their
+        tables they released, in sequence order per table): each table the policy is told of
+        once and one dispatch follows, rather than one per update (a 25 µs each)."""
         touched: dict[int, None] = {}
         for update in updates:
             tid = self.index[update.table]

@@ -104,3 +104,55 @@ def test_either_everything_or_a_clear_error(rows: list[dict]) -> None:
         return
     assert table.num_rows == len(rows)
     assert table.column("id").null_count == 0
+
+
+FAST_SCHEMA = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": False},
+            {"name": "small", "type": "int32"},
+            {"name": "v", "type": "float64"},
+            {"name": "s", "type": "string"},
+            {"name": "b", "type": "boolean"},
+        ]
+    }
+)
+JSON_VALUE = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)  # (JSON has no NaN; 1e400 parses to inf)
+    | st.text(max_size=5)
+    | st.lists(st.integers(), max_size=2)
+)
+JSON_ROW = st.dictionaries(st.sampled_from(["id", "small", "v", "s", "b", "extra"]), JSON_VALUE, max_size=6)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(JSON_ROW | st.integers(), min_size=1, max_size=12))
+def test_whole_column_checks_accept_only_what_conversion_leaves_unchanged(rows: list) -> None:
+    """The fast path (``_checked_columns``) may decline anything, but what it accepts must be
+    exactly what value-by-value conversion returns; everything else goes that way, so the
+    error names the same row and column."""
+    from loader.intake.rows import _checked_columns, _converted_columns, _plan
+
+    plan = _plan(FAST_SCHEMA)
+    rows = rows * -(-8 // len(rows))  # (at least FAST_MIN_ROWS: fewer never take the fast path)
+    fast = _checked_columns(rows, plan)
+    try:
+        slow = _converted_columns(rows, plan, "t")
+    except Invalid:
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast == slow and all(
+            type(a) is type(b) for fc, sc in zip(fast, slow) for a, b in zip(fc, sc)
+        )  # (1 == 1.0: the types too)
+
+
+def test_many_valid_rows_take_the_whole_column_checks() -> None:
+    from loader.intake.rows import _checked_columns, _plan
+
+    rows = [{"id": k, "small": None, "v": k / 2, "s": f"r{k}", "b": k % 2 == 0} for k in range(10)]
+    assert _checked_columns(rows, _plan(FAST_SCHEMA)) is not None
+    assert rows_to_arrow(rows, FAST_SCHEMA, "t").column("v").to_pylist() == [k / 2 for k in range(10)]
