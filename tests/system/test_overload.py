@@ -115,7 +115,7 @@ def test_a_failure_while_queueing_an_appended_update_still_releases_its_reservat
             drain = service.intake._drain
             failures: list[str] = []
 
-            def failing(table: str) -> None:
+            def failing(table: str, durable: list) -> None:
                 failures.append(table)
                 raise RuntimeError("injected")
 
