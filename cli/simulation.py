@@ -18,9 +18,11 @@ import typer
 from rich.markup import escape
 
 from cli.console import console, err_console, fail
-from cli.report import comparison_table, print_result
+from cli.report import comparison_table, key_comparison_table, print_result
 from schedulers import generators
 from schedulers.job_groups import RULES
+from schedulers.keys.simulator import compare_keys
+from schedulers.keys.workloads import KEYED_SHAPES, keyed_workload
 from schedulers.model import Trace
 from schedulers.registry import GROUPABLE, POLICIES, make_policy
 from schedulers.simulator import SimulationError, SimulationResult, simulate
@@ -186,10 +188,16 @@ def _compare(
     return results
 
 
+KeyedShape = Enum("KeyedShape", {name: name for name in KEYED_SHAPES}, type=str)  # type: ignore[misc]
+KEYED = "Latest tables (--keyed): UpStream's update queues"
+
+
 @commands.command("compare")
 def compare_command(
-    trace: TraceOption,
-    workers: WorkersOption,
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="Trace file (JSON Lines): table lines, then updates.")
+    ] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Number of workers P.")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object (a list of summaries) on the last line.")
     ] = False,
@@ -205,9 +213,70 @@ def compare_command(
     ] = 32,
     job_overhead: JobOverheadOption = 0.0,
     group_rule: GroupRuleOption = "rate",  # type: ignore[assignment]
+    keyed: Annotated[
+        KeyedShape | None,  # type: ignore[valid-type]
+        typer.Option(
+            "--keyed",
+            help="Instead of a trace: one latest table's keys under FIFO-AQ, FIFO-UQ, IN-PLACE and LINECUTTING.",
+            rich_help_panel=KEYED,
+        ),
+    ] = None,
+    keys: Annotated[int, typer.Option("--keys", min=1, help="Distinct keys.", rich_help_panel=KEYED)] = 10,
+    load: Annotated[
+        float,
+        typer.Option(
+            "--load", min=0.0, help="Arrival rate x cost of one key (the paper's load factor).", rich_help_panel=KEYED
+        ),
+    ] = 5.0,
+    slow: Annotated[int, typer.Option("--slow", min=0, help="two-class: slow keys.", rich_help_panel=KEYED)] = 1,
+    ratio: Annotated[
+        float, typer.Option("--ratio", min=1.0, help="two-class: how many times slower.", rich_help_panel=KEYED)
+    ] = 10.0,
+    theta: Annotated[float, typer.Option("--theta", min=0.0, help="zipf: skew.", rich_help_panel=KEYED)] = 0.9,
+    updates: Annotated[int, typer.Option("--updates", min=1, help="Arrivals to draw.", rich_help_panel=KEYED)] = 20_000,
+    cost: Annotated[
+        float, typer.Option("--cost", min=0.0, help="Seconds to load one key.", rich_help_panel=KEYED)
+    ] = 1.0,
+    overhead: Annotated[
+        float, typer.Option("--overhead", min=0.0, help="Fixed seconds per batch.", rich_help_panel=KEYED)
+    ] = 0.0,
+    max_keys: Annotated[
+        int | None,
+        typer.Option(
+            "--max-keys", min=1, help="Keys per batch (default 1: the paper's setting).", rich_help_panel=KEYED
+        ),
+    ] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the keyed workload.", rich_help_panel=KEYED)] = 0,
 ) -> None:
     """Run every policy on one trace and print them side by side (grouped vs single-table jobs
-    with --job-overhead)."""
+    with --job-overhead); with --keyed, every key policy on a seeded keyed workload."""
+    if keyed is not None:
+        if trace is not None:
+            raise fail("give --trace or --keyed, not both: --keyed compares key policies on a generated workload")
+        try:
+            workload = keyed_workload(
+                keyed.value,
+                keys=keys,
+                load=load,
+                cost=cost,
+                updates=updates,
+                seed=seed,
+                slow=slow,
+                ratio=ratio,
+                theta=theta,
+            )
+            keyed_results = compare_keys(workload, cost=cost, overhead=overhead, max_keys=max_keys)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        if as_json:
+            print(json.dumps({"workload": workload.name, "results": [r.summary() for r in keyed_results]}))
+        else:
+            console.print(
+                key_comparison_table(keyed_results, title=f"{workload.name}: {len(workload.arrivals):,} updates")
+            )
+        return
+    if trace is None or workers is None:
+        raise fail("compare needs --trace FILE and --workers N (or --keyed SHAPE for a latest table's key policies)")
     data = _load(trace)
     results = _compare(
         data,

@@ -380,3 +380,20 @@ def test_number_as_string_in_table_line_is_rejected(tmp_path: Path) -> None:
     result = invoke("simulate", "--trace", trace, "--policy", "myopic", "--workers", "1")
     assert result.exit_code == 2
     assert "'alpha'" in flat(result.output)
+
+
+def test_compare_keyed_puts_the_key_policies_side_by_side() -> None:
+    result = invoke("compare", "--keyed", "two-class", "--slow", "2", "--updates", "2000", "--json")
+    assert result.exit_code == 0, result.output
+    data = last_json(result.stdout)
+    assert data["workload"] == "two-class(2 slow, 10x), 10 keys, load 5"
+    assert [r["policy"] for r in data["results"]] == ["fifo-aq", "fifo-uq", "in-place", "linecutting"]
+    shown = invoke("compare", "--keyed", "zipf", "--updates", "2000")
+    assert shown.exit_code == 0 and "linecutting" in shown.stdout and "superseded" in shown.stdout
+
+
+def test_compare_refuses_a_trace_and_a_keyed_workload_together(traces: dict[str, Path]) -> None:
+    both = invoke("compare", "--keyed", "uniform", "--trace", traces["poisson"])
+    assert both.exit_code == 2 and "not both" in both.output
+    neither = invoke("compare")
+    assert neither.exit_code == 2 and "--trace FILE and --workers N" in neither.output

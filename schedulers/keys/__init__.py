@@ -1,0 +1,1 @@
+"""Latest-state tables' key scheduling (UpStream): update queues, staleness per key, simulator."""
