@@ -140,6 +140,10 @@ class TableStatusModel(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
     name: str
     schema_: TableSchema = Field(alias="schema")
+    mode: str = Field(description="append (every row kept) or latest (one row per schema.key, loaded by upsert).")
+    superseded_rows: int = Field(
+        description="Latest tables: rows dropped by design since registration, a newer value of their key won."
+    )
     weight: float
     period_hint: float | None
     period_estimate: float | None
@@ -182,6 +186,11 @@ class BulkTablesBody(BaseModel):
 class BulkRegistrationModel(BaseModel):
     created: list[str] = Field(description="Tables registered by this call.")
     unchanged: list[str] = Field(description="Tables that were registered already with the same schema.")
+    changed: list[str] = Field(
+        default_factory=list,
+        description="Tables registered before that had never received an update, now with the mode, key or "
+        "order_by of this call.",
+    )
 
 
 class PolicyStateModel(BaseModel):

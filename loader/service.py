@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loader.abc import FailedBatch, FinishedBatch, QuarantinedBatch
@@ -564,21 +564,29 @@ class LoaderService:
         if repeated:
             raise Invalid(f"tables declared more than once: {repeated[:NAMED_IN_MESSAGE]}; declare each once")
         async with self._admin_lock:
-            new, unchanged, conflicts = [], [], []
+            new, unchanged, rekeyed, conflicts = [], [], [], []
             for table in tables:
                 existing = self.catalog.entries.get(table.name)
                 if existing is None:
                     new.append(table)
                 elif existing.schema == table.schema_:
                     unchanged.append(table.name)
+                elif _same_columns(existing.schema, table.schema_) and self._never_written(table.name):
+                    rekeyed.append(table)  # mode, key or order_by of a table that holds nothing yet
                 else:
                     conflicts.append(table.name)
             if conflicts:
                 raise _conflict(
                     conflicts,
-                    "table {} already exists with another schema; choose a new name",
-                    "tables {} already exist with other schemas; choose new names",
+                    "table {} already exists with another schema, mode or key, and has received updates; "
+                    "choose a new name",
+                    "tables {} already exist with other schemas, modes or keys, and have received updates; "
+                    "choose new names",
                 )
+            for table in rekeyed:
+                self.catalog.entries[table.name].schema = table.schema_
+                self.intake.schemas[table.name] = table.schema_
+                self.catalog.changed(table.name)
             for table in new:
                 arrow, kept = table.schema_.arrow(), self._orphans.get(table.name, [])
                 if any(u.rows is not None and not u.rows.schema.equals(arrow) for u in kept):
@@ -615,7 +623,12 @@ class LoaderService:
             if new:
                 self.catalog.changed(*names)
         await self.save_catalog()
-        return Registered(created=names, unchanged=unchanged)
+        return Registered(created=names, unchanged=unchanged, changed=[t.name for t in rekeyed])
+
+    def _never_written(self, table: str) -> bool:
+        """No update of ``table`` was ever acknowledged: its Delta table is empty, the WAL holds none."""
+        sequence = self.intake.tables.get(table)
+        return sequence is not None and sequence.next_seq <= 1 and sequence.committed_seq == 0
 
     def _add_table(self, table: TableConfig, committed: int, now: float) -> None:
         """A checked table into the catalog, the dispatcher and intake; WAL updates kept for it are pending again."""
@@ -722,6 +735,10 @@ class LoaderService:
         m = self.metrics
         m.batches.labels(done.table, "skipped" if done.result.skipped else "loaded").inc()
         m.rows_loaded.labels(done.table).inc(done.result.rows)
+        superseded = int(done.result.details.get("superseded_rows", 0))
+        if superseded:  # latest tables (loader/loading/sinks/upsert.py)
+            m.superseded_rows.labels(done.table).inc(superseded)
+            entry.superseded_rows += superseded
         m.updates_loaded.labels(done.table).inc(len(done.batch.updates))
         m.batch_duration.labels(done.table).observe(done.finished - done.started)
         m.job_tables.observe(done.job_tables)
@@ -746,6 +763,13 @@ class Registered:
 
     created: list[str]
     unchanged: list[str]
+    #: Registered before, never written to, now with another mode, key or order_by.
+    changed: list[str] = field(default_factory=list)
+
+
+def _same_columns(a: TableSchema, b: TableSchema) -> bool:
+    """Equal but for the latest-table fields (key, order_by): what an empty table may change."""
+    return a.columns == b.columns and a.partition_by == b.partition_by
 
 
 def _conflict(names: list[str], one: str, many: str) -> Conflict:

@@ -74,12 +74,21 @@ class Column(BaseModel):
 
 
 class TableSchema(BaseModel):
-    """Ordered columns plus the partition columns (a subset, written as directories)."""
+    """Ordered columns plus the partition columns (a subset, written as directories).
+
+    A latest-state table (``mode = "latest"`` in its declaration, loader/core/tables.py)
+    also has a ``key``, the columns that name a row (one row per key in the table), and
+    optionally ``order_by``, the column whose larger value is the newer one (else arrival
+    order decides). They belong to the schema because every writer needs them: a load of
+    such a table is an upsert by key, not an append.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     columns: tuple[Column, ...] = Field(min_length=1)
     partition_by: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()
+    order_by: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TableSchema:
@@ -95,11 +104,34 @@ class TableSchema(BaseModel):
             raise ValueError("partition columns repeat")
         if len(self.partition_by) == len(names):
             raise ValueError("at least one column must not be a partition column")
+        by_name = {c.name: c for c in self.columns}
+        unknown = [k for k in self.key if k not in by_name]
+        if unknown:
+            raise ValueError(f"key columns {unknown} are not columns of the table; columns are {names}")
+        if len(set(self.key)) != len(self.key):
+            raise ValueError("key columns repeat")
+        nullable = [k for k in self.key if by_name[k].nullable]
+        if nullable:
+            raise ValueError(f'key columns {nullable} must be declared "nullable": false (a key names one row)')
+        if self.order_by is not None:
+            if not self.key:
+                raise ValueError("order_by needs a key: it decides which of a key's values is the newest")
+            if self.order_by not in by_name:
+                raise ValueError(f"order_by column {self.order_by!r} is not a column of the table; columns are {names}")
+            if self.order_by in self.key:
+                raise ValueError(f"order_by column {self.order_by!r} is part of the key; choose another column")
+            if by_name[self.order_by].nullable:
+                raise ValueError(f'order_by column {self.order_by!r} must be declared "nullable": false')
         return self
 
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    @property
+    def latest(self) -> bool:
+        """A latest-state table: loads upsert by ``key`` (loader/loading/sinks/upsert.py)."""
+        return bool(self.key)
 
     def arrow(self) -> pa.Schema:
         return _arrow_schema(self)

@@ -7,9 +7,9 @@ estimates. New kinds of table extend it here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from loader.core.errors import Invalid
 from loader.core.schema import TableSchema, check_name
@@ -27,11 +27,39 @@ class TableConfig(BaseModel):
     #: Initial processing-time estimates (replaced by measurements after a few batches).
     alpha: float = Field(default=0.01, ge=0.0, allow_inf_nan=False)
     overhead: float = Field(default=0.3, ge=0.0, allow_inf_nan=False)
+    #: ``append`` keeps every row (a history); ``latest`` keeps the newest row per ``key``
+    #: (UpStream's update semantics, docs/latest-tables.md): each load is an upsert.
+    mode: Literal["append", "latest"] = "append"
+    #: Latest tables: the NOT NULL columns naming a row.
+    key: tuple[str, ...] = ()
+    #: Latest tables: the NOT NULL column whose larger value is newer (event time, version);
+    #: without it, the value that arrived last wins.
+    order_by: str | None = None
 
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
         return check_name(value, "table name")
+
+    @model_validator(mode="after")
+    def _mode(self) -> TableConfig:
+        """The key and order_by are declared beside ``mode`` and travel in the schema (every
+        writer needs them); a schema that carries them itself must agree."""
+        if self.mode == "append":
+            if self.key or self.order_by is not None:
+                raise ValueError('key and order_by are for mode = "latest" tables; an append table keeps every row')
+            if self.schema_.latest:
+                raise ValueError('declare key and order_by beside mode = "latest", not inside the schema')
+            return self
+        if not self.key:
+            raise ValueError('a mode = "latest" table needs a key: the columns that name a row, e.g. key = ["id"]')
+        inner = self.schema_
+        if inner.latest and (inner.key, inner.order_by) != (self.key, self.order_by):
+            raise ValueError("the schema's key and order_by differ from the ones declared beside mode")
+        # Validated again as a whole: the key's columns must exist and be NOT NULL.
+        data = inner.model_dump(mode="json") | {"key": list(self.key), "order_by": self.order_by}
+        object.__setattr__(self, "schema_", TableSchema.model_validate(data))
+        return self
 
 
 #: Entries a refusal of a bulk registration describes in its message (all are in ``detail``).

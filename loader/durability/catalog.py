@@ -45,6 +45,8 @@ class CatalogEntry:
     #: Freshness accounts as of the last load (``schedulers.freshness.TableAccount``), so
     #: the exported staleness counters continue across restarts instead of resetting.
     freshness: dict[str, float] | None = None
+    #: Latest tables: rows dropped by design since registration (a newer value of their key won).
+    superseded_rows: int = 0
 
     def account(self) -> TableAccount | None:
         return TableAccount(**self.freshness) if self.freshness else None

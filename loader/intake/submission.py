@@ -35,7 +35,7 @@ from typing import Any
 from loader.abc import Admission, IntakeMetrics, ReleaseQueue, SpillFull, UpdateLog
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
-from loader.core.errors import Unavailable, WalWriteFailed, unknown_table
+from loader.core.errors import Invalid, Unavailable, WalWriteFailed, unknown_table
 from loader.core.schema import TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
@@ -199,6 +199,11 @@ class Intake:
                 rows = rows_to_arrow(request.rows, schema, request.table)
                 valid.append(ValidUpdate(request.table, request.data_until, rows=rows))
             else:
+                if request.files and schema.latest:
+                    raise Invalid(
+                        f"table {request.table!r} is a latest table (one row per key, loaded by upsert) and takes its "
+                        "rows in the request body; landing files are for append tables"
+                    )
                 valid.append(ValidUpdate(request.table, request.data_until, files=tuple(request.files or ())))
         return valid
 

@@ -267,6 +267,13 @@ class Metrics:
             "loader_tables_rows_loaded",
             "Rows appended, all tables.",
         )
+        self.superseded_rows = TableCounter(
+            "loader_superseded_rows",
+            "Rows of latest tables dropped by design: a newer value of their key was loaded or already stored.",
+            [],
+            "loader_tables_superseded_rows",
+            "Superseded rows of latest tables, all tables.",
+        )
         self.updates_loaded = TableCounter(
             "loader_updates_loaded",
             "Updates loaded into Delta.",
@@ -319,6 +326,7 @@ class Metrics:
             self.stretch,
             self.batches,
             self.rows_loaded,
+            self.superseded_rows,
             self.updates_loaded,
             self.batch_duration,
             self.delta_version,

@@ -128,6 +128,8 @@ class TableStatuses:
         return {
             "name": table,
             "schema": entry.schema.model_dump(mode="json"),
+            "mode": "latest" if entry.schema.latest else "append",
+            "superseded_rows": entry.superseded_rows,
             "weight": state.weight,
             "period_hint": entry.period_hint,
             "period_estimate": state.period_estimate,

@@ -50,7 +50,7 @@ def test_a_thousand_tables_register_in_one_call_with_one_catalog_save(
     tables = declarations(1000)
     answer = harness.post(BULK, token=OPERATOR, json={"tables": tables})
     assert answer.status_code == 200, answer.text
-    assert answer.json() == {"created": [t["name"] for t in tables], "unchanged": []}
+    assert answer.json() == {"created": [t["name"] for t in tables], "unchanged": [], "changed": []}
     assert counted_saves == [1]
     assert {t["name"] for t in tables} <= registered(harness)
     assert DeltaTable(str(harness.settings.warehouse_path / "t0999")).schema().to_arrow().names == ["k", "v"]
@@ -70,9 +70,13 @@ def test_registering_the_same_tables_again_changes_nothing(harness: Harness) -> 
     more = declarations(3, prefix="u")
     again = harness.post(BULK, token=OPERATOR, json={"tables": tables + more})
     assert again.status_code == 200, again.text
-    assert again.json() == {"created": ["u0000", "u0001", "u0002"], "unchanged": [t["name"] for t in tables]}
+    assert again.json() == {
+        "created": ["u0000", "u0001", "u0002"],
+        "unchanged": [t["name"] for t in tables],
+        "changed": [],
+    }
     repeat = harness.post(BULK, token=OPERATOR, json={"tables": tables})
-    assert repeat.json() == {"created": [], "unchanged": [t["name"] for t in tables]}
+    assert repeat.json() == {"created": [], "unchanged": [t["name"] for t in tables], "changed": []}
     assert len(registered(harness)) == 2 + 50 + 3
     assert before != harness.settings.state_path.joinpath("catalog.json").read_bytes()  # the u tables were saved
 

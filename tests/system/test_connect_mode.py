@@ -32,6 +32,13 @@ TABLES = [
     }
     for name in ("a", "b", "c")
 ]
+#: A latest table (one row per id, the last value sent wins), loaded by the worker processes too.
+LATEST = {
+    "name": "latest",
+    "schema": {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "note", "type": "string"}]},
+    "mode": "latest",
+    "key": ["id"],
+}
 WORKER_LINE = re.compile(r"load worker (\d+) started \(pid (\d+)")
 
 
@@ -79,7 +86,7 @@ def server(tmp_path: Path, workers: int) -> Iterator[ServerProcess]:
             "spark": {"master": "local[2]", "mode": "connect"},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-            "tables": TABLES,
+            "tables": [*TABLES, LATEST],
         },
     )
     proc = ServerProcess(tmp_path, config, port, TOKEN)
@@ -110,6 +117,16 @@ def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> 
     workers = _worker_pids(server)
     assert _running(first) and len(workers) == 2 and all(map(_running, workers)), server.log_tail()
     _load(server, 0, 20)  # several tables due at once: multi-table jobs over Connect too
+    with server.client(timeout=60) as http:  # a latest table: upserts from the worker processes
+        for k in range(12):
+            rows = [{"id": i, "note": f"v{k}"} for i in range(5)]
+            assert http.post("/v1/tables/latest/updates", json={"rows": rows}).status_code == 202
+        deadline = time.monotonic() + 120
+        while http.get("/v1/tables/latest").json()["last_loaded_sequence"] < 12:
+            assert time.monotonic() < deadline, server.log_tail()
+            time.sleep(0.1)
+    latest = read_delta(server.workdir / "data" / "warehouse" / "latest").to_pylist()
+    assert sorted((r["id"], r["note"]) for r in latest) == [(i, "v11") for i in range(5)]
     assert server.terminate() == 0
     assert "stopped cleanly" in server.log_text()
     _until_gone(first, 30)  # stopped on shutdown

@@ -36,6 +36,7 @@ from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import STAGING_PREFIX, DeltaSinkBase, remove_staging, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import describe, run_group_job
+from loader.loading.sinks.upsert import upsert_with_deltalake
 from loader.loading.spark import DEFAULT_LEAN, is_connect, lean_write_options
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class DeltaRsSink(DeltaSinkBase):
 
         staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
+            if schema.latest:  # one upsert by key (loader/loading/sinks/upsert.py)
+                return upsert_with_deltalake(self.spark, delta, batch, schema, staging / "in")
             started = time.perf_counter()
             frame = build_batch_frame(self.spark, batch, schema, staging / "in", lean=self.lean)
             self._write_parquet(frame, staging / "out", schema)
@@ -168,7 +171,7 @@ class DeltaRsSink(DeltaSinkBase):
         outcomes: list[LoadResult | BaseException | None] = [None] * len(batches)
         todo: list[tuple[int, Batch, TableSchema, DeltaTable, Path]] = []
         for i, (batch, schema) in enumerate(zip(batches, schemas)):
-            if schema.partition_by:
+            if schema.partition_by or schema.latest:  # jobs of their own (an upsert is not an append)
                 continue
             try:
                 delta = self._current_table(batch.table)
@@ -217,7 +220,7 @@ class DeltaRsSink(DeltaSinkBase):
         finally:
             for *_, staging in todo:
                 shutil.rmtree(staging, ignore_errors=True)
-        alone = [i for i, outcome in enumerate(outcomes) if outcome is None]  # partitioned: jobs of their own
+        alone = [i for i, outcome in enumerate(outcomes) if outcome is None]  # partitioned, latest: jobs of their own
         for i, outcome in zip(alone, load_each(self, [batches[i] for i in alone], [schemas[i] for i in alone])):
             outcomes[i] = outcome
         return [o for o in outcomes if o is not None]

@@ -1,4 +1,5 @@
-"""The native writer: Delta Spark appends the batch frame itself (needs Delta's JVM jars).
+"""The native writer: Delta Spark appends the batch frame itself (needs Delta's JVM jars);
+a latest table's batch is Delta's own MERGE.
 
 Delta's idempotent writes (``txnAppId``/``txnVersion``) make the append and the app
 transaction one commit. The log is read with ``deltalake`` (as for delta-rs), so the
@@ -20,9 +21,10 @@ from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id
 from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
-from loader.loading.sinks.frame import build_batch_frame
+from loader.loading.sinks.frame import build_batch_frame, spark_struct
 from loader.loading.sinks.probe import choose_writer
-from loader.loading.spark import DEFAULT_LEAN
+from loader.loading.sinks.upsert import merge_predicates, newest_per_key, ordered_rows
+from loader.loading.spark import DEFAULT_LEAN, is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,6 +51,8 @@ class DeltaSparkSink(DeltaSinkBase):
         if todo is None:
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
         batch = todo
+        if schema.latest:
+            return self._upsert(batch, schema)
         started = time.perf_counter()
         scratch = self.table_path(table) / f".staging-{uuid.uuid4().hex}"  # hidden from Delta
         try:
@@ -77,4 +81,58 @@ class DeltaSparkSink(DeltaSinkBase):
             files_written=int(metrics.get("numFiles", 0)),
             bytes_written=int(metrics.get("numOutputBytes", 0)),
             details={"spark_seconds": done - started},
+        )
+
+    def _upsert(self, batch: Batch, schema: TableSchema) -> LoadResult:
+        """A latest table's batch as Delta's own MERGE (loader/loading/sinks/upsert.py).
+
+        Delta's idempotent DML takes the application transaction from the session's
+        ``spark.databricks.delta.write.txnAppId``/``txnVersion``; a session of its own per
+        load (classic mode: ``newSession``, same SparkContext) keeps two workers' merges
+        from seeing each other's. Over Spark Connect each worker process has its own.
+        """
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        table, seq = batch.table, batch.last_seq
+        started = time.perf_counter()
+        session = self.spark if is_connect(self.spark) else self.spark.newSession()
+        rows = ordered_rows(batch, schema)
+        scratch = self.table_path(table) / f".staging-{uuid.uuid4().hex}"
+        on, newer = merge_predicates(schema)
+        try:
+            session.conf.set("spark.databricks.delta.write.txnAppId", app_id(table))
+            session.conf.set("spark.databricks.delta.write.txnVersion", str(seq))
+            if rows.num_rows:
+                source = newest_per_key(session, rows, schema, scratch)
+                target = SparkDeltaTable.forPath(session, str(self.table_path(table)))
+                # Spark SQL quotes names with backticks (DataFusion's double quotes above).
+                merger = target.alias("t").merge(source.alias("s"), on.replace('"', "`"))
+                merger = merger.whenMatchedUpdateAll(newer.replace('"', "`") if newer else None)
+                merger.whenNotMatchedInsertAll().execute()
+            if self.committed_seq(table) < seq:  # no row changed, so no commit: the transaction alone
+                session.createDataFrame([], schema=spark_struct(schema)).write.format("delta").mode("append").option(
+                    "txnAppId", app_id(table)
+                ).option("txnVersion", str(seq)).save(str(self.table_path(table)))
+        finally:
+            session.conf.unset("spark.databricks.delta.write.txnAppId")
+            session.conf.unset("spark.databricks.delta.write.txnVersion")
+            shutil.rmtree(scratch, ignore_errors=True)
+        failpoints.hit("load.after-commit")
+        delta = self.open(table)
+        assert delta is not None
+        metrics = (delta.history(1) or [{}])[0].get("operationMetrics") or {}
+        inserted = int(metrics.get("numTargetRowsInserted", 0))
+        updated = int(metrics.get("numTargetRowsUpdated", 0))
+        return LoadResult(
+            table,
+            seq,
+            rows=int(metrics.get("numSourceRows", 0)),
+            delta_version=delta.version(),
+            files_written=int(metrics.get("numTargetFilesAdded", 0)),
+            details={
+                "spark_seconds": time.perf_counter() - started,
+                "superseded_rows": float(rows.num_rows - inserted - updated),
+                "rows_inserted": float(inserted),
+                "rows_updated": float(updated),
+            },
         )

@@ -1,0 +1,159 @@
+"""Loads of latest-state tables: one upsert by key per batch, exactly once.
+
+A latest table (``mode = "latest"``, docs/latest-tables.md) keeps one row per key. A
+batch may hold several values of one key (within an update and across updates); only the
+newest is written, the others are *superseded* (counted, never silently dropped):
+
+1. Spark prepares the batch: one row per key, the one with the largest ``order_by``
+   (ties and tables without ``order_by``: the one that arrived last, by update sequence
+   then position in the update). Spark runs it as for any load, so a cluster does the work.
+2. The embedded writer commits it with the ``deltalake`` package's MERGE: a key the table
+   lacks is inserted; a key it holds is updated unless the stored ``order_by`` is newer
+   (an older value never overwrites a newer one). The commit carries the same application
+   transaction ``(app_id(table), last_seq)`` as an append, so a batch replayed after a
+   crash is skipped (``unloaded_part``) and a crash at any step loads nothing twice.
+
+A MERGE that changes nothing (every value older than the stored one) makes no Delta
+commit; an empty commit then records the transaction, or the table's committed sequence
+would lag behind what it holds. A crash between the two replays the no-op MERGE.
+
+The native writer (delta-spark) runs the same preparation and Delta's own ``MERGE``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+
+from loader.core import failpoints
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult
+from loader.durability.transactions import app_id
+from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Arrival order of a row inside a batch: the update's sequence number, then the row's
+#: position in it. Never written to the table.
+SEQ_COLUMN = "__loader_seq"
+ROW_COLUMN = "__loader_row"
+
+
+class LatestFilesUnsupported(ValueError):
+    """Latest tables take rows in the request; landing files are appended by Spark unseen."""
+
+
+def ordered_rows(batch: Batch, schema: TableSchema) -> pa.Table:
+    """The batch's rows (in memory or spilled) with their arrival order."""
+    arrow = schema.arrow()
+    parts = []
+    segments: dict[str, pa.Table] = {}  # each spill segment or hand-off file read once
+    for update in batch.updates:
+        if update.files:
+            raise LatestFilesUnsupported(
+                f"update {update.seq} of latest table {batch.table!r} holds landing files; a latest table takes rows"
+            )
+        data = update.rows
+        if data is None and update.spilled is not None:
+            ref = update.spilled
+            if ref.path not in segments:
+                segments[ref.path] = pq.read_table(ref.path)
+            data = segments[ref.path].slice(ref.offset, ref.rows)
+        if data is None or data.num_rows == 0:
+            continue
+        n = data.num_rows
+        data = data.select(arrow.names).cast(arrow)
+        parts.append(
+            data.append_column(SEQ_COLUMN, pa.array([update.seq] * n, pa.int64())).append_column(
+                ROW_COLUMN, pa.array(range(n), pa.int64())
+            )
+        )
+    order = pa.schema([*arrow, pa.field(SEQ_COLUMN, pa.int64(), False), pa.field(ROW_COLUMN, pa.int64(), False)])
+    return pa.concat_tables(parts) if parts else order.empty_table()
+
+
+def newest_per_key(spark: SparkSession, rows: pa.Table, schema: TableSchema, scratch: Path) -> DataFrame:
+    """Step 1 of the module docstring, as one lazily evaluated Spark frame in table order."""
+    from pyspark.sql.types import LongType, StructField
+
+    struct = spark_struct(schema)
+    for name in (SEQ_COLUMN, ROW_COLUMN):
+        struct = struct.add(StructField(name, LongType(), True))
+    if rows.nbytes <= INLINE_ROWS_MAX_BYTES:
+        frame = spark.createDataFrame(rows, schema=struct)
+    else:  # executors read a file rather than the rows passing through the driver
+        scratch.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, scratch / "rows.parquet", compression="none")
+        frame = spark.read.schema(struct).parquet(str(scratch / "rows.parquet"))
+    keys = ", ".join(f"`{k}`" for k in schema.key)
+    newest = ([f"`{schema.order_by}` DESC"] if schema.order_by else []) + [f"{SEQ_COLUMN} DESC", f"{ROW_COLUMN} DESC"]
+    ranked = frame.selectExpr(
+        *[f"`{n}`" for n in schema.names],
+        f"row_number() OVER (PARTITION BY {keys} ORDER BY {', '.join(newest)}) AS __rank",
+    )
+    return ranked.where("__rank = 1").select(*[f"`{n}`" for n in schema.names])
+
+
+def merge_predicates(schema: TableSchema) -> tuple[str, str | None]:
+    """The MERGE's match condition and its update condition (DataFusion SQL: quoted names)."""
+    on = " AND ".join(f't."{k}" = s."{k}"' for k in schema.key)
+    newer = f's."{schema.order_by}" >= t."{schema.order_by}"' if schema.order_by else None
+    return on, newer
+
+
+def upsert_with_deltalake(
+    spark: SparkSession, delta: DeltaTable, batch: Batch, schema: TableSchema, scratch: Path
+) -> LoadResult:
+    """Steps 1 and 2 of the module docstring for the embedded writer."""
+    table, seq = batch.table, batch.last_seq
+    started = time.perf_counter()
+    rows = ordered_rows(batch, schema)
+    newest = (
+        newest_per_key(spark, rows, schema, scratch).toArrow().select(schema.names).cast(schema.arrow())
+        if rows.num_rows
+        else schema.arrow().empty_table()
+    )
+    spark_seconds = time.perf_counter() - started
+    failpoints.hit("load.after-spark-write")
+    metrics = commit_upsert(delta, newest, schema, table, seq)
+    inserted, updated = metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0)
+    done = time.perf_counter()
+    failpoints.hit("load.after-commit")
+    return LoadResult(
+        table,
+        seq,
+        rows=newest.num_rows,
+        delta_version=delta.version(),
+        files_written=int(metrics.get("num_target_files_added", 0)),
+        details={
+            "spark_seconds": spark_seconds,
+            "commit_seconds": done - started - spark_seconds,
+            # Every value of the batch that is not the key's stored value now: older than
+            # another of the batch, or than the one the table held.
+            "superseded_rows": float(rows.num_rows - inserted - updated),
+            "rows_inserted": float(inserted),
+            "rows_updated": float(updated),
+        },
+    )
+
+
+def commit_upsert(delta: DeltaTable, newest: pa.Table, schema: TableSchema, table: str, seq: int) -> dict[str, int]:
+    """Step 2 of the module docstring: ``newest`` (one row per key) merged into ``delta``
+    with the batch's application transaction; the MERGE's row counts."""
+    on, newer = merge_predicates(schema)
+    before = delta.version()
+    commit = CommitProperties(app_transactions=[Transaction(app_id(table), seq)])
+    metrics: dict[str, int] = {}
+    if newest.num_rows:
+        merger = delta.merge(newest, on, source_alias="s", target_alias="t", commit_properties=commit)
+        metrics = dict(merger.when_matched_update_all(predicate=newer).when_not_matched_insert_all().execute())
+    if delta.version() == before:  # nothing changed, so no commit: record the transaction alone
+        delta.create_write_transaction([], "append", delta.schema(), commit_properties=commit)
+    delta.update_incremental()
+    return metrics

@@ -1,0 +1,184 @@
+"""Latest tables' loads (loader/loading/sinks/upsert.py) against a real local Spark and Delta.
+
+What matters: one row per key holding its newest value, whichever reader looks (deltalake,
+DuckDB over the log's files, Spark); an older ``order_by`` never overwrites a newer stored
+value; superseded values are counted; a replayed batch changes nothing, and a batch that
+changes nothing still records its transaction.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from loader.core.schema import TableSchema
+from loader.core.tables import TableConfig
+from loader.core.updates import Batch, FileFormat, FileRef, Update
+from loader.durability.transactions import app_id
+from loader.loading.sinks import make_sink
+from loader.loading.sinks.delta_rs import DeltaRsSink
+from loader.loading.sinks.upsert import LatestFilesUnsupported
+from testing.tables import read_delta, read_duckdb, read_spark
+
+pytest_plugins = ["tests.spark_fixtures"]
+
+COLUMNS = [
+    {"name": "sym", "type": "string", "nullable": False},
+    {"name": "venue", "type": "int32", "nullable": False},
+    {"name": "px", "type": "float64"},
+    {"name": "ts", "type": "int64", "nullable": False},
+]
+
+
+def latest(order_by: str | None) -> TableSchema:
+    return TableConfig.model_validate(
+        {
+            "name": "quotes",
+            "schema": {"columns": COLUMNS},
+            "mode": "latest",
+            "key": ["sym", "venue"],
+            "order_by": order_by,
+        }
+    ).schema_
+
+
+def update(schema: TableSchema, seq: int, rows: list[tuple[str, int, float | None, int]]) -> Update:
+    data = pa.table({c.name: [r[i] for r in rows] for i, c in enumerate(schema.columns)}, schema=schema.arrow())
+    return Update(table="quotes", seq=seq, release=float(seq), rows=data)
+
+
+def stored(path: Path) -> list[dict[str, Any]]:
+    return sorted(read_delta(path).to_pylist(), key=lambda r: (r["sym"], r["venue"]))
+
+
+@pytest.fixture
+def sink(spark, tmp_path: Path) -> DeltaRsSink:
+    made = make_sink("delta-rs", tmp_path / "warehouse", spark)
+    assert isinstance(made, DeltaRsSink)
+    return made
+
+
+def test_a_batch_upserts_the_newest_value_per_key_by_order_by(spark, sink: DeltaRsSink) -> None:
+    schema = latest("ts")
+    sink.ensure_table("quotes", schema)
+    path = sink.table_path("quotes")
+    first = Batch(
+        "quotes",
+        (
+            update(schema, 1, [("ibm", 1, 10.0, 5), ("ibm", 1, 11.0, 7), ("msft", 1, 20.0, 1)]),
+            update(schema, 2, [("ibm", 1, 9.0, 6), ("ibm", 2, 12.0, 1)]),  # ts 6 < 7: older, superseded
+        ),
+    )
+    result = sink.load(first, schema)
+    assert (result.rows, result.details["superseded_rows"]) == (3, 2)
+    assert [(r["sym"], r["venue"], r["px"]) for r in stored(path)] == [
+        ("ibm", 1, 11.0),
+        ("ibm", 2, 12.0),
+        ("msft", 1, 20.0),
+    ]
+    # The next batch: a newer ibm/1, an older msft/1 (the table's newer value stays), a new key.
+    second = Batch("quotes", (update(schema, 3, [("ibm", 1, 13.0, 8), ("msft", 1, 19.0, 0), ("aapl", 1, 1.0, 1)]),))
+    result = sink.load(second, schema)
+    assert (result.details["rows_inserted"], result.details["rows_updated"], result.details["superseded_rows"]) == (
+        1,
+        1,
+        1,
+    )
+    want = [("aapl", 1, 1.0), ("ibm", 1, 13.0), ("ibm", 2, 12.0), ("msft", 1, 20.0)]
+    assert [(r["sym"], r["venue"], r["px"]) for r in stored(path)] == want
+    for reader in (read_duckdb(path), read_spark(spark, path, schema)):
+        assert sorted((r["sym"], r["venue"], r["px"]) for r in reader.to_pylist()) == want
+    assert DeltaTable(str(path)).transaction_version(app_id("quotes")) == 3
+
+
+def test_without_order_by_the_value_that_arrived_last_wins(sink: DeltaRsSink) -> None:
+    schema = latest(None)
+    sink.ensure_table("quotes", schema)
+    batch = Batch(
+        "quotes",
+        (
+            update(schema, 4, [("ibm", 1, 1.0, 9), ("ibm", 1, 2.0, 1)]),  # later in the update wins
+            update(schema, 5, [("msft", 1, 3.0, 0)]),
+            update(schema, 6, [("msft", 1, 4.0, 0), ("ibm", 1, 5.0, 0)]),  # a later update wins
+        ),
+    )
+    sink.load(batch, schema)
+    sink.load(Batch("quotes", (update(schema, 7, [("msft", 1, 6.0, -5)]),)), schema)  # no order_by: newer load wins
+    assert [(r["sym"], r["px"]) for r in stored(sink.table_path("quotes"))] == [("ibm", 5.0), ("msft", 6.0)]
+
+
+def test_replays_change_nothing_and_a_no_op_batch_still_records_its_sequence(sink: DeltaRsSink) -> None:
+    schema = latest("ts")
+    sink.ensure_table("quotes", schema)
+    path = sink.table_path("quotes")
+    batch = Batch("quotes", (update(schema, 1, [("ibm", 1, 10.0, 5)]),))
+    sink.load(batch, schema)
+    assert sink.load(batch, schema).skipped  # a replay after a crash
+    stale = Batch("quotes", (update(schema, 2, [("ibm", 1, 1.0, 4)]),))  # older than the stored value
+    result = sink.load(stale, schema)
+    assert not result.skipped and result.rows == 1 and result.details["superseded_rows"] == 1
+    assert DeltaTable(str(path)).transaction_version(app_id("quotes")) == 2
+    assert sink.load(stale, schema).skipped
+    empty = Batch("quotes", (Update(table="quotes", seq=3, release=3.0),))  # data_until only
+    sink.load(empty, schema)
+    assert DeltaTable(str(path)).transaction_version(app_id("quotes")) == 3
+    assert [(r["sym"], r["px"]) for r in stored(path)] == [("ibm", 10.0)]
+
+
+def test_a_random_stream_of_batches_leaves_the_newest_value_of_every_key(sink: DeltaRsSink) -> None:
+    schema = latest("ts")
+    sink.ensure_table("quotes", schema)
+    rng = random.Random(16)
+    newest: dict[tuple[str, int], tuple[int, int, float]] = {}  # key -> (ts, arrival, px)
+    seq = arrival = 0
+    for _ in range(4):
+        updates = []
+        for _ in range(rng.randint(1, 3)):
+            seq += 1
+            rows = []
+            for _ in range(rng.randint(0, 12)):
+                arrival += 1
+                key, ts, px = (rng.choice("abcde"), rng.randint(1, 2)), rng.randint(0, 5), round(rng.random(), 6)
+                rows.append((key[0], key[1], px, ts))
+                if key not in newest or (ts, arrival) >= newest[key][:2]:
+                    newest[key] = (ts, arrival, px)
+            updates.append(update(schema, seq, rows))
+        sink.load(Batch("quotes", tuple(updates)), schema)
+    got = {(r["sym"], r["venue"]): (r["ts"], r["px"]) for r in stored(sink.table_path("quotes"))}
+    assert got == {k: (v[0], v[2]) for k, v in newest.items()}
+
+
+def test_latest_tables_are_loaded_alone_in_a_group_and_refuse_landing_files(sink: DeltaRsSink, tmp_path: Path) -> None:
+    schema = latest("ts")
+    sink.ensure_table("quotes", schema)
+    outcomes = sink.load_group([Batch("quotes", (update(schema, 1, [("ibm", 1, 1.0, 1)]),))], [schema])
+    assert not isinstance(outcomes[0], BaseException) and outcomes[0].rows == 1
+    landing = tmp_path / "f.json"
+    landing.write_text('{"sym": "x", "venue": 1, "px": 1.0, "ts": 1}\n')
+    files = Update(table="quotes", seq=2, release=2.0, files=(FileRef(str(landing), FileFormat.json, 40),))
+    with pytest.raises(LatestFilesUnsupported, match="takes rows"):
+        sink.load(Batch("quotes", (files,)), schema)
+
+
+@pytest.mark.slow
+def test_over_spark_connect_an_upsert_reads_back_as_in_process(spark, connect_spark, tmp_path: Path) -> None:
+    schema = latest("ts")
+    batches = [
+        Batch(
+            "quotes",
+            (update(schema, 1, [("ibm", 1, 1.0, 3), ("ibm", 1, 2.0, 2)]), update(schema, 2, [("a", 1, 0.5, 1)])),
+        ),
+        Batch("quotes", (update(schema, 3, [("ibm", 1, 4.0, 3), ("a", 1, 0.1, 0)]),)),
+    ]
+    results = []
+    for session, where in ((connect_spark, "connect"), (spark, "local")):
+        sink = DeltaRsSink(tmp_path / where, session)
+        sink.ensure_table("quotes", schema)
+        results.append([sink.load(b, schema).details["superseded_rows"] for b in batches])
+    assert results[0] == results[1] == [1.0, 1.0]
+    assert stored(tmp_path / "connect" / "quotes") == stored(tmp_path / "local" / "quotes")
