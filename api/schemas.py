@@ -144,6 +144,10 @@ class TableStatusModel(BaseModel):
     superseded_rows: int = Field(
         description="Latest tables: rows dropped by design since registration, a newer value of their key won."
     )
+    keys: dict[str, Any] | None = Field(
+        description="Latest tables: the key queue (policy, max_keys_per_batch, waiting and loading keys, queue and "
+        "application staleness over keys: mean, p99, max; cost_per_key_seconds, cuts); null for append tables."
+    )
     weight: float
     period_hint: float | None
     period_estimate: float | None

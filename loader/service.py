@@ -66,6 +66,7 @@ from loader.loading.spark import spark_unreachable
 from loader.ops.maintenance import Maintenance, Schedule
 from loader.ops.metrics import Metrics
 from loader.ops.status import TableStatuses
+from loader.pending.keyed import KeySpec
 from loader.pending.setup import build_pending_store
 from loader.pending.spill.disk_cost import DiskCost
 from loader.pending.store import PendingStore
@@ -533,6 +534,7 @@ class LoaderService:
             name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint
         )
         self.dispatcher.add_table(spec, origin=origin, paused=entry.paused, account=account)
+        self.pending.set_keys(entry.name, _key_spec(entry))
         self.metrics.table_added(entry.name)
 
     def _sequence(
@@ -569,8 +571,10 @@ class LoaderService:
                 existing = self.catalog.entries.get(table.name)
                 if existing is None:
                     new.append(table)
-                elif existing.schema == table.schema_:
+                elif existing.schema == table.schema_ and _key_settings(existing) == _key_settings(table):
                     unchanged.append(table.name)
+                elif existing.schema == table.schema_:
+                    rekeyed.append(table)  # a latest table's key policy or batch bound: from now on
                 elif _same_columns(existing.schema, table.schema_) and self._never_written(table.name):
                     rekeyed.append(table)  # mode, key or order_by of a table that holds nothing yet
                 else:
@@ -584,8 +588,11 @@ class LoaderService:
                     "choose new names",
                 )
             for table in rekeyed:
-                self.catalog.entries[table.name].schema = table.schema_
+                entry = self.catalog.entries[table.name]
+                entry.schema = table.schema_
+                entry.key_policy, entry.max_keys_per_batch = table.key_policy, table.max_keys_per_batch
                 self.intake.schemas[table.name] = table.schema_
+                self.pending.set_keys(table.name, _key_spec(entry))
                 self.catalog.changed(table.name)
             for table in new:
                 arrow, kept = table.schema_.arrow(), self._orphans.get(table.name, [])
@@ -735,8 +742,10 @@ class LoaderService:
         m = self.metrics
         m.batches.labels(done.table, "skipped" if done.result.skipped else "loaded").inc()
         m.rows_loaded.labels(done.table).inc(done.result.rows)
-        superseded = int(done.result.details.get("superseded_rows", 0))
-        if superseded:  # latest tables (loader/loading/sinks/upsert.py)
+        # Latest tables: values overwritten while waiting (counted as the load after them
+        # commits, so a WAL replay does not count them twice) and by the load itself.
+        superseded = int(done.result.details.get("superseded_rows", 0)) + self.pending.drain_superseded(done.table)
+        if superseded:
             m.superseded_rows.labels(done.table).inc(superseded)
             entry.superseded_rows += superseded
         m.updates_loaded.labels(done.table).inc(len(done.batch.updates))
@@ -765,6 +774,17 @@ class Registered:
     unchanged: list[str]
     #: Registered before, never written to, now with another mode, key or order_by.
     changed: list[str] = field(default_factory=list)
+
+
+def _key_spec(entry: CatalogEntry) -> KeySpec | None:
+    """What the pending store needs of a latest table (None: an append table)."""
+    if not entry.schema.latest:
+        return None
+    return KeySpec(entry.schema.key, entry.key_policy, entry.max_keys_per_batch, entry.schema.order_by)
+
+
+def _key_settings(table: CatalogEntry | TableConfig) -> tuple[str, int | None]:
+    return table.key_policy, table.max_keys_per_batch
 
 
 def _same_columns(a: TableSchema, b: TableSchema) -> bool:

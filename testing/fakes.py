@@ -19,7 +19,7 @@ from loader.durability.transactions import app_id
 from loader.intake.landing import read_landing_file
 from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import schema_differences, unloaded_part
-from loader.loading.sinks.upsert import ROW_COLUMN, SEQ_COLUMN, commit_upsert, ordered_rows
+from loader.loading.sinks.upsert import ORDER_COLUMN, commit_upsert, ordered_rows
 
 
 class ArrowSink:
@@ -82,9 +82,9 @@ class ArrowSink:
         newest: dict[tuple[object, ...], dict[str, object]] = {}
         for row in rows.to_pylist():
             key = tuple(row[k] for k in schema.key)
-            rank = [row[c] for c in [*order, SEQ_COLUMN, ROW_COLUMN]]
+            rank = [row[c] for c in [*order, ORDER_COLUMN]]
             held = newest.get(key)
-            if held is None or rank >= [held[c] for c in [*order, SEQ_COLUMN, ROW_COLUMN]]:
+            if held is None or rank >= [held[c] for c in [*order, ORDER_COLUMN]]:
                 newest[key] = row
         chosen = pa.Table.from_pylist(list(newest.values()), schema=rows.schema).select(schema.names)
         delta = DeltaTable(str(self.table_path(batch.table)))

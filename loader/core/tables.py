@@ -35,6 +35,10 @@ class TableConfig(BaseModel):
     #: Latest tables: the NOT NULL column whose larger value is newer (event time, version);
     #: without it, the value that arrived last wins.
     order_by: str | None = None
+    #: Latest tables: where a key's new value waits (UpStream section 5, docs/latest-tables.md).
+    key_policy: Literal["fifo-uq", "in-place", "linecutting"] = "in-place"
+    #: Latest tables: the most keys one batch loads (None: every waiting key).
+    max_keys_per_batch: int | None = Field(default=None, ge=1)
 
     @field_validator("name")
     @classmethod
@@ -46,8 +50,12 @@ class TableConfig(BaseModel):
         """The key and order_by are declared beside ``mode`` and travel in the schema (every
         writer needs them); a schema that carries them itself must agree."""
         if self.mode == "append":
-            if self.key or self.order_by is not None:
-                raise ValueError('key and order_by are for mode = "latest" tables; an append table keeps every row')
+            latest_only = {"key_policy", "max_keys_per_batch"} & self.model_fields_set
+            if self.key or self.order_by is not None or latest_only:
+                raise ValueError(
+                    'key, order_by, key_policy and max_keys_per_batch are for mode = "latest" tables; an append '
+                    "table keeps every row"
+                )
             if self.schema_.latest:
                 raise ValueError('declare key and order_by beside mode = "latest", not inside the schema')
             return self

@@ -18,6 +18,13 @@ import pyarrow.parquet as pq
 #: The largest record the write-ahead log holds: a frame's payload limit (loader/durability/wal_format.py;
 #: bigger lengths there are damage, not records). Intake keeps a request's rows well below it.
 MAX_RECORD_BYTES = 1 << 30
+#: ``Update.arrived`` packs (update sequence, row position) into one integer.
+ARRIVAL_SHIFT = 32
+
+
+def arrival(seq: int, position: int) -> int:
+    """A row's arrival order: by update sequence, then position in the update."""
+    return (seq << ARRIVAL_SHIFT) | position
 
 
 class FileFormat(str, Enum):
@@ -70,6 +77,11 @@ class Update:
     files: tuple[FileRef, ...] = ()
     #: Where the rows are while spilled to disk (then ``rows`` is None).
     spilled: SpilledRows | None = None
+    #: Latest tables: the arrival of each row, ``seq << 32 | position`` of the update the
+    #: row came with, once the pending store moved rows between updates (a key's new value
+    #: into the place of its waiting one, loader/pending/keyed.py). Empty: every row arrived
+    #: with this update, in this order. The newest value of a key is the largest arrival.
+    arrived: tuple[int, ...] = ()
 
     @property
     def resident_bytes(self) -> int:

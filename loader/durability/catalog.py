@@ -47,6 +47,9 @@ class CatalogEntry:
     freshness: dict[str, float] | None = None
     #: Latest tables: rows dropped by design since registration (a newer value of their key won).
     superseded_rows: int = 0
+    #: Latest tables: the key policy and the batch bound (loader/core/tables.py).
+    key_policy: str = "in-place"
+    max_keys_per_batch: int | None = None
 
     def account(self) -> TableAccount | None:
         return TableAccount(**self.freshness) if self.freshness else None
@@ -61,6 +64,8 @@ class CatalogEntry:
             alpha=table.alpha,
             overhead=table.overhead,
             created_at=now,
+            key_policy=table.key_policy,
+            max_keys_per_batch=table.max_keys_per_batch,
         )
 
     def to_json(self) -> dict[str, Any]:

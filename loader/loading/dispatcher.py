@@ -407,7 +407,7 @@ class Dispatcher:
             overhead=state.overhead,
             job_tables=len(job.members),
         )
-        self._forget_loaded(tid)
+        self._forget_loaded(tid, duration)
         self._safe(self._handler.loaded, finished)
 
     def _member_failed(self, worker: int, member: _Member, error: BaseException) -> None:
@@ -424,11 +424,11 @@ class Dispatcher:
         state.current_upto = rel[hi - 1]
         return previous
 
-    def _forget_loaded(self, tid: int) -> None:
+    def _forget_loaded(self, tid: int, duration: float = 0.0) -> None:
         state = self.states[tid]
         self._failures.pop(tid, None)
         self._strikes.pop(tid, None)
-        self.pending.loaded(state.name)
+        self.pending.loaded(state.name, duration)
         state.forget_loaded()
 
     def _retry_later(self, worker: int, tid: int, lo: int, batch: Batch, error: BaseException) -> None:

@@ -149,6 +149,21 @@ class TablesCollector(Collector):
             labels=["table"],
         )
         weight = GaugeMetricFamily("loader_table_weight", "Priority weight of the table.", labels=["table"])
+        # Latest tables' keys (UpStream section 5.1), aggregated over keys: never a series per key.
+        waiting_keys = GaugeMetricFamily(
+            "loader_table_waiting_keys", "Latest tables: keys with a value waiting to be loaded.", labels=["table"]
+        )
+        queue_staleness = GaugeMetricFamily(
+            "loader_table_key_queue_staleness_seconds",
+            "Latest tables: queue staleness of waiting keys (now minus first enqueue), mean, p99 and max over keys.",
+            labels=["table", "stat"],
+        )
+        app_staleness = GaugeMetricFamily(
+            "loader_table_key_application_staleness_seconds",
+            "Latest tables: application staleness of keys whose newest value is not loaded (now minus its first "
+            "unloaded arrival), mean, p99 and max over keys.",
+            labels=["table", "stat"],
+        )
         ledger = d.ledger
         for tid in chosen:
             state = d.states[tid]
@@ -165,8 +180,14 @@ class TablesCollector(Collector):
             alpha.add_metric(labels, state.alpha)
             overhead.add_metric(labels, state.overhead)
             weight.add_metric(labels, state.weight)
+            keys = d.pending.key_figures(state.name, now)
+            if keys is not None:
+                waiting_keys.add_metric(labels, keys.waiting_keys)
+                for stat, q, a in zip(("mean", "p99", "max"), keys.queue, keys.application, strict=True):
+                    queue_staleness.add_metric([state.name, stat], q)
+                    app_staleness.add_metric([state.name, stat], a)
         yield from (upto, stale, integral, low, stretch, pending, pending_bytes, resident, spilled)
-        yield from (alpha, overhead, weight)
+        yield from (alpha, overhead, weight, waiting_keys, queue_staleness, app_staleness)
 
     def _aggregates(self, staleness: list[float], exported: int, now: float) -> Iterator[Metric]:
         """Freshness over every table: counts, the distribution of staleness, sums of the accounts."""

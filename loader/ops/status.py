@@ -20,7 +20,7 @@ from itertools import islice
 from typing import Any, Literal
 
 from loader.core.errors import Invalid
-from loader.durability.catalog import Catalog
+from loader.durability.catalog import Catalog, CatalogEntry
 from loader.durability.quarantine import QuarantineStore
 from loader.intake.sequencing import iso
 from loader.intake.submission import Intake
@@ -115,6 +115,22 @@ class TableStatuses:
             total=total,
         )
 
+    def _keys(self, entry: CatalogEntry, now: float) -> dict[str, Any] | None:
+        """A latest table's key queue (docs/latest-tables.md); None for an append table."""
+        figures = self.dispatcher.pending.key_figures(entry.name, now)
+        if figures is None:
+            return None
+        return {
+            "policy": entry.key_policy,
+            "max_keys_per_batch": entry.max_keys_per_batch,
+            "waiting": figures.waiting_keys,
+            "loading": figures.loading_keys,
+            "queue_staleness_seconds": dict(zip(("mean", "p99", "max"), figures.queue, strict=True)),
+            "application_staleness_seconds": dict(zip(("mean", "p99", "max"), figures.application, strict=True)),
+            "cost_per_key_seconds": figures.cost_per_key,
+            "cuts": figures.cuts,
+        }
+
     def table(self, table: str, groups: dict[str, int] | None = None, now: float | None = None) -> dict[str, Any]:
         """NotFound for an unknown table; otherwise staleness, pending work and load progress
         (at ``now``: one instant for every table of a page)."""
@@ -130,6 +146,7 @@ class TableStatuses:
             "schema": entry.schema.model_dump(mode="json"),
             "mode": "latest" if entry.schema.latest else "append",
             "superseded_rows": entry.superseded_rows,
+            "keys": self._keys(entry, now),
             "weight": state.weight,
             "period_hint": entry.period_hint,
             "period_estimate": state.period_estimate,

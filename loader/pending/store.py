@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from loader.abc import SpillFull
 from loader.core.updates import Update
+from loader.pending.keyed import KeyFigures, KeySpec, LatestQueue
 from loader.pending.spill.buffered_head import BufferedHead
 from loader.pending.spill.disk_cost import DiskCost
 from loader.pending.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
@@ -72,6 +73,8 @@ class PendingStore:
         #: slow fsync would be weighed against the same stale totals and the disk budget
         #: overrun by all of them (tests/system/test_overload.py).
         self.admitted = 0
+        #: Latest tables' update queues (loader/pending/keyed.py), by table.
+        self._latest: dict[str, LatestQueue] = {}
 
     def _op(self, op: DiskOp) -> None:
         self.changed.add(str(op.queue))
@@ -86,6 +89,33 @@ class PendingStore:
 
     def add_table(self, table: str) -> None:
         self.cache.add_queue(table)
+
+    def set_keys(self, table: str, spec: KeySpec | None) -> None:
+        """Make ``table``'s queue an update queue by ``spec`` (a latest table), or a plain
+        FIFO again (None). Before its first update, or with a new policy or batch bound
+        for the keys already waiting."""
+        if spec is None:
+            self._latest.pop(table, None)
+            return
+        current = self._latest.get(table)
+        if current is not None and current.spec.key == spec.key:
+            current.spec = spec
+            return
+        if len(self.cache.queues[table]) or table in self._inflight:
+            raise RuntimeError(f"the key of {table!r} cannot change while updates of it are pending")
+        self._latest[table] = LatestQueue(table, spec, self.cache)
+
+    def drain_superseded(self, table: str) -> int:
+        """Values of ``table`` overwritten while waiting since the last call (a latest table's)."""
+        latest = self._latest.get(table)
+        if latest is None:
+            return 0
+        count, latest.superseded = latest.superseded, 0
+        return count
+
+    def key_figures(self, table: str, now: float) -> KeyFigures | None:
+        latest = self._latest.get(table)
+        return None if latest is None else latest.figures(now)
 
     # -- admission ---------------------------------------------------------------------
     def check_room(self, nbytes: int) -> None:
@@ -134,9 +164,17 @@ class PendingStore:
         queue = self.cache.queues[update.table]
         if queue.runs and update.seq <= queue.runs[-1].items[-1].key:
             raise ValueError(f"update {update.seq} of {update.table!r} is not after {queue.runs[-1].items[-1].key}")
+        latest = self._latest.get(update.table)
+        keys: list = []
+        if latest is not None:  # its values go where the key policy says; what stays is enqueued
+            update, keys = latest.arrive(update)
         try:
-            self.cache.arrive(update.table, update.seq, update.resident_bytes, update)
+            item = self.cache.arrive(update.table, update.seq, update.resident_bytes, update)
+            if latest is not None:
+                latest.added(item, keys)
         except OSError as exc:
+            if latest is not None:  # the item is in the queue; only the spill after it failed
+                latest.added(next(i for i in queue.items() if i.key == update.seq), keys)
             # The update is durable in the WAL; it stays in memory (over budget) and intake
             # refuses new work (check_room) until a spill succeeds again.
             self.spill_error = str(exc)
@@ -148,6 +186,10 @@ class PendingStore:
         if table in self._inflight:
             raise RuntimeError(f"a batch of {table!r} is already in flight")
         cache = self.cache
+        latest = self._latest.get(table)
+        bound = latest.limit() if latest is not None else None
+        if bound is not None:  # max_keys_per_batch: the head's updates holding that many keys
+            limit = bound if limit is None else min(limit, bound)
         if limit is None:
             runs = cache.take_all(table)
         else:
@@ -163,11 +205,18 @@ class PendingStore:
         flight = InFlight(runs, sum(r.nbytes for r in runs if not r.on_disk), sum(r.nbytes for r in runs if r.on_disk))
         self._inflight[table] = flight
         self.changed.add(table)
-        return tuple(item.value for run in runs for item in run.items)
+        taken = tuple(item.value for run in runs for item in run.items)
+        if latest is not None:
+            latest.taken(taken)
+        return taken
 
-    def loaded(self, table: str) -> None:
-        """The in-flight batch of ``table`` is committed: forget it and delete its segments."""
+    def loaded(self, table: str, seconds: float = 0.0) -> None:
+        """The in-flight batch of ``table`` is committed (its load took ``seconds``): forget
+        it and delete its segments."""
         flight = self._inflight.pop(table)
+        latest = self._latest.get(table)
+        if latest is not None:
+            latest.loaded((item.key for run in flight.runs for item in run.items), seconds)
         if self.segments is not None:
             for run in flight.runs:  # segments handed to the load job go once it is committed
                 if run.segment is not None:
@@ -176,6 +225,9 @@ class PendingStore:
     def put_back(self, table: str) -> None:
         """The in-flight batch failed: back to the front of its queue, exactly as it was."""
         flight = self._inflight.pop(table)
+        latest = self._latest.get(table)
+        if latest is not None:
+            latest.put_back([item for run in flight.runs for item in run.items])
         if flight.runs:
             try:
                 self.cache.put_back(table, flight.runs)

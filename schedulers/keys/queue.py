@@ -36,7 +36,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 #: The update-queue policies of a latest table, named as in the paper.
 KEY_POLICIES: tuple[str, ...] = ("fifo-uq", "in-place", "linecutting")
@@ -45,6 +45,52 @@ DEFAULT_KEY_POLICY = "in-place"
 RATE_EWMA_GAIN = 0.125
 
 V = TypeVar("V")
+
+#: Where a key's new value goes: its own place at the tail, the place its waiting value
+#: holds, or the front of the queue.
+Place = Literal["tail", "keep", "front"]
+
+
+def place(policy: str, *, waiting: bool, slow: bool) -> Place:
+    """The policies' one decision, shared by :class:`KeyQueue` and the live pending store
+    (loader/pending/keyed.py): where a new value of a key goes."""
+    if policy == "linecutting" and slow:
+        return "front"  # section 5.3: a slow updater cuts into the front
+    if waiting and policy != "fifo-uq":
+        return "keep"  # section 5.2, IN-PLACE (and LINECUTTING otherwise): the old value's place
+    return "tail"  # a key not waiting; FIFO-UQ's overwritten key (section 5.2)
+
+
+class KeyRates:
+    """Each key's estimated time between updates (1 / u_k) and section 5.3's slowness test.
+
+    The estimates are described in the module docstring; one entry per key ever seen.
+    """
+
+    __slots__ = ("origin", "_last", "_interval")
+
+    def __init__(self, origin: float = 0.0) -> None:
+        self.origin = origin
+        self._last: dict[Hashable, float] = {}
+        self._interval: dict[Hashable, float] = {}
+
+    def observe(self, key: Hashable, at: float) -> float:
+        """An update of ``key`` at ``at``; its interval estimate after it."""
+        last = self._last.get(key)
+        length = max(0.0, at - (self.origin if last is None else last))
+        self._last[key] = at
+        estimate = self._interval.get(key)
+        estimate = length if estimate is None else estimate + RATE_EWMA_GAIN * (length - estimate)
+        self._interval[key] = estimate
+        return estimate
+
+    def interval(self, key: Hashable) -> float | None:
+        return self._interval.get(key)
+
+    @staticmethod
+    def slow(interval: float, residents: int, cost_per_key: float) -> bool:
+        """Section 5.3's test u_k < 1 / (c * n), as 1/u_k > c * n; never before c is known."""
+        return cost_per_key > 0.0 and residents > 0 and interval > cost_per_key * residents
 
 
 @dataclass(slots=True)
@@ -67,27 +113,15 @@ class Waiting(Generic[V]):
 class KeyQueue(Generic[V]):
     """The waiting keys of one latest table in the order the policy serves them."""
 
-    __slots__ = (
-        "policy",
-        "cost_per_key",
-        "origin",
-        "_waiting",
-        "_last_arrival",
-        "_interval",
-        "_oldest",
-        "_tokens",
-        "cuts",
-    )
+    __slots__ = ("policy", "cost_per_key", "rates", "_waiting", "_oldest", "_tokens", "cuts")
 
     def __init__(self, policy: str = DEFAULT_KEY_POLICY, *, cost_per_key: float = 0.0, origin: float = 0.0) -> None:
         if policy not in KEY_POLICIES:
             raise ValueError(f"unknown key policy {policy!r}; choose one of {', '.join(KEY_POLICIES)}")
         self.policy = policy
         self.cost_per_key = cost_per_key
-        self.origin = origin
+        self.rates = KeyRates(origin)
         self._waiting: OrderedDict[Hashable, Waiting[V]] = OrderedDict()
-        self._last_arrival: dict[Hashable, float] = {}
-        self._interval: dict[Hashable, float] = {}
         #: (first_enqueued, key) of every key that became resident; stale entries are
         #: skipped lazily, so the oldest waiting key is found in O(log n) for any policy.
         self._oldest: list[tuple[float, int, Hashable]] = []
@@ -98,24 +132,27 @@ class KeyQueue(Generic[V]):
     # -- what the owner calls --------------------------------------------------
     def offer(self, key: Hashable, value: V, at: float) -> V | None:
         """Queue ``value`` for ``key`` arriving at ``at``; the value it overwrote, if any."""
-        interval = self._observe(key, at)
+        interval = self.rates.observe(key, at)
         entry = self._waiting.get(key)
         residents = len(self._waiting) - (1 if entry is not None else 0)
+        where = place(
+            self.policy, waiting=entry is not None, slow=KeyRates.slow(interval, residents, self.cost_per_key)
+        )
         replaced: V | None = None
         if entry is None:
             self._tokens += 1
             entry = Waiting(key=key, value=value, first_enqueued=at, arrived=at, token=self._tokens)
-            self._waiting[key] = entry
+            self._waiting[key] = entry  # at the tail
             heapq.heappush(self._oldest, (at, entry.token, key))
         else:
             replaced = entry.value
             entry.value = value
             entry.arrived = at
             entry.superseded += 1
-            if self.policy == "fifo-uq":  # section 5.2: the new value goes to the tail
+            if where == "tail":  # FIFO-UQ
                 self._waiting.move_to_end(key)
-        if self.policy == "linecutting" and self._slow(interval, residents):
-            self._waiting.move_to_end(key, last=False)  # section 5.3: cut into the front
+        if where == "front":
+            self._waiting.move_to_end(key, last=False)
             self.cuts += 1
         return replaced
 
@@ -150,19 +187,4 @@ class KeyQueue(Generic[V]):
 
     def update_interval(self, key: Hashable) -> float | None:
         """The key's estimated time between updates (1 / u_k), None before its first."""
-        return self._interval.get(key)
-
-    # -- internals -------------------------------------------------------------
-    def _observe(self, key: Hashable, at: float) -> float:
-        last = self._last_arrival.get(key)
-        length = max(0.0, at - (self.origin if last is None else last))
-        self._last_arrival[key] = at
-        estimate = self._interval.get(key)
-        estimate = length if estimate is None else estimate + RATE_EWMA_GAIN * (length - estimate)
-        self._interval[key] = estimate
-        return estimate
-
-    def _slow(self, interval: float, residents: int) -> bool:
-        """Section 5.3's test u_k < 1 / (c * n), as 1/u_k > c * n."""
-        c = self.cost_per_key
-        return c > 0.0 and residents > 0 and interval > c * residents
+        return self.rates.interval(key)

@@ -103,3 +103,32 @@ def test_an_empty_table_may_change_its_mode_and_key_and_a_written_one_may_not(tm
         assert refused.status_code == 409 and "has received updates" in refused.json()["message"]
     with Harness(tmp_path / "data") as h:  # the change outlives a restart
         assert h.status("quotes")["mode"] == "latest"
+
+
+def test_the_key_queue_shows_in_status_and_metrics_and_batches_respect_max_keys(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as h:
+        declared = {**QUOTES, "key_policy": "linecutting", "max_keys_per_batch": 2}
+        assert h.post("/v1/admin/tables", token=OPERATOR, json=declared).status_code == 201
+        assert h.post("/v1/admin/tables/quotes/pause", token=OPERATOR).status_code == 200
+        send(h, [("a", 1.0, 1), ("b", 1.0, 1)])
+        send(h, [("a", 2.0, 2), ("c", 1.0, 1)])  # a: overwritten while waiting
+        last = send(h, [("d", 1.0, 1)])
+        keys = h.status("quotes")["keys"]
+        assert (keys["policy"], keys["max_keys_per_batch"], keys["waiting"], keys["loading"]) == (
+            "linecutting",
+            2,
+            4,
+            0,
+        )
+        assert keys["queue_staleness_seconds"]["max"] >= keys["queue_staleness_seconds"]["mean"] >= 0
+        metrics = h.get("/metrics").text
+        assert 'loader_table_waiting_keys{table="quotes"} 4.0' in metrics
+        assert 'loader_table_key_queue_staleness_seconds{stat="p99",table="quotes"}' in metrics
+        assert h.post("/v1/admin/tables/quotes/resume", token=OPERATOR).status_code == 200
+        h.wait_loaded("quotes", last)
+        assert stored(h) == {"a": (2.0, 2), "b": (1.0, 1), "c": (1.0, 1), "d": (1.0, 1)}
+        assert h.service.sink.loads >= 2  # at most 2 keys a batch
+        assert h.status("quotes")["keys"]["waiting"] == 0 and h.status("quotes")["superseded_rows"] == 1
+        bad = {k: v for k, v in QUOTES.items() if k not in ("mode", "key", "order_by")} | {"key_policy": "in-place"}
+        refused = h.post("/v1/admin/tables", token=OPERATOR, json={**bad, "name": "other"})
+        assert refused.status_code == 422 and "key_policy" in refused.json()["message"]

@@ -5,8 +5,9 @@ batch may hold several values of one key (within an update and across updates); 
 newest is written, the others are *superseded* (counted, never silently dropped):
 
 1. Spark prepares the batch: one row per key, the one with the largest ``order_by``
-   (ties and tables without ``order_by``: the one that arrived last, by update sequence
-   then position in the update). Spark runs it as for any load, so a cluster does the work.
+   (ties and tables without ``order_by``: the one that arrived last, by the sequence of
+   the update it came with, then its position there: ``Update.arrived``, as the pending
+   store may have moved it into an older update's place). Spark runs it as for any load, so a cluster does the work.
 2. The embedded writer commits it with the ``deltalake`` package's MERGE: a key the table
    lacks is inserted; a key it holds is updated unless the stored ``order_by`` is newer
    (an older value never overwrites a newer one). The commit carries the same application
@@ -32,17 +33,16 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 
 from loader.core import failpoints
 from loader.core.schema import TableSchema
-from loader.core.updates import Batch, LoadResult
+from loader.core.updates import Batch, LoadResult, arrival
 from loader.durability.transactions import app_id
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: Arrival order of a row inside a batch: the update's sequence number, then the row's
-#: position in it. Never written to the table.
-SEQ_COLUMN = "__loader_seq"
-ROW_COLUMN = "__loader_row"
+#: Arrival order of a row inside a batch (``Update.arrived``: the sequence number of the
+#: update it came with, then its position there). Never written to the table.
+ORDER_COLUMN = "__loader_arrival"
 
 
 class LatestFilesUnsupported(ValueError):
@@ -69,13 +69,13 @@ def ordered_rows(batch: Batch, schema: TableSchema) -> pa.Table:
             continue
         n = data.num_rows
         data = data.select(arrow.names).cast(arrow)
-        parts.append(
-            data.append_column(SEQ_COLUMN, pa.array([update.seq] * n, pa.int64())).append_column(
-                ROW_COLUMN, pa.array(range(n), pa.int64())
-            )
-        )
-    order = pa.schema([*arrow, pa.field(SEQ_COLUMN, pa.int64(), False), pa.field(ROW_COLUMN, pa.int64(), False)])
-    return pa.concat_tables(parts) if parts else order.empty_table()
+        order = update.arrived or [arrival(update.seq, i) for i in range(n)]
+        parts.append(data.append_column(ORDER_COLUMN, pa.array(order, pa.int64())))
+    return (
+        pa.concat_tables(parts)
+        if parts
+        else pa.schema([*arrow, pa.field(ORDER_COLUMN, pa.int64(), False)]).empty_table()
+    )
 
 
 def newest_per_key(spark: SparkSession, rows: pa.Table, schema: TableSchema, scratch: Path) -> DataFrame:
@@ -83,8 +83,7 @@ def newest_per_key(spark: SparkSession, rows: pa.Table, schema: TableSchema, scr
     from pyspark.sql.types import LongType, StructField
 
     struct = spark_struct(schema)
-    for name in (SEQ_COLUMN, ROW_COLUMN):
-        struct = struct.add(StructField(name, LongType(), True))
+    struct = struct.add(StructField(ORDER_COLUMN, LongType(), True))
     if rows.nbytes <= INLINE_ROWS_MAX_BYTES:
         frame = spark.createDataFrame(rows, schema=struct)
     else:  # executors read a file rather than the rows passing through the driver
@@ -92,7 +91,7 @@ def newest_per_key(spark: SparkSession, rows: pa.Table, schema: TableSchema, scr
         pq.write_table(rows, scratch / "rows.parquet", compression="none")
         frame = spark.read.schema(struct).parquet(str(scratch / "rows.parquet"))
     keys = ", ".join(f"`{k}`" for k in schema.key)
-    newest = ([f"`{schema.order_by}` DESC"] if schema.order_by else []) + [f"{SEQ_COLUMN} DESC", f"{ROW_COLUMN} DESC"]
+    newest = ([f"`{schema.order_by}` DESC"] if schema.order_by else []) + [f"{ORDER_COLUMN} DESC"]
     ranked = frame.selectExpr(
         *[f"`{n}`" for n in schema.names],
         f"row_number() OVER (PARTITION BY {keys} ORDER BY {', '.join(newest)}) AS __rank",

@@ -262,6 +262,31 @@ class QueueCache:
         _merge_memory_runs(queue.runs)
         self.policy.arrived(queue, None)
 
+    def resize(self, name: Hashable, item: Item, size: int, *, rebalance: bool = True) -> None:
+        """An item in memory changed size in place (a latest table's pending store moves a
+        key's new value into the place of its waiting one, loader/pending/keyed.py).
+
+        The item's run is found by its key range (runs hold consecutive keys), so the cost
+        is the number of runs, not of items. Growth may overflow the budget: the policy
+        then restores it as after an arrival.
+        """
+        if size < 0:
+            raise ValueError("an item's size cannot be negative")
+        queue = self.queues[name]
+        for run in queue.runs:
+            if run.items[0].key <= item.key <= run.items[-1].key:
+                if run.on_disk:
+                    raise SpillError(f"item {item.key} of queue {name!r} is on disk; it cannot change size")
+                delta = size - item.size
+                item.size = size
+                run.nbytes += delta
+                queue.mem_bytes += delta
+                self._resident(delta)
+                if delta > 0 and rebalance:
+                    self.policy.arrived(queue, None)
+                return
+        raise KeyError(f"item {item.key} is not in queue {name!r}")
+
     # -- what policies call ------------------------------------------------------------
     def write(self, queue: Queue, run_index: int, start: int, count: int) -> Run:
         """Write items ``start .. start+count`` of memory run ``run_index`` as one segment."""

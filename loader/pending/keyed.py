@@ -1,0 +1,293 @@
+"""A latest table's pending updates as an update queue (UpStream section 5).
+
+The pending store keeps every table's acknowledged updates in sequence order (the WAL,
+the application transaction and the freshness ledger all count updates). For a latest
+table this module turns that FIFO into an update queue without breaking the order: each
+waiting key has one value, in one update (its *place*), and a new value of the key is put
+where the table's key policy says (``schedulers.keys.queue.place``, the same rule the
+simulator runs):
+
+- ``tail``: the new value stays in its own update, the newest (a key not waiting; FIFO-UQ);
+- ``keep``: it moves into the place of the waiting value, which it overwrites (IN-PLACE);
+- ``front``: it moves into the oldest waiting update, the head (LINECUTTING's slow keys).
+
+An overwritten value is *superseded*: dropped and counted. A batch takes updates from the
+head, so a key's place decides when it loads, and ``max_keys_per_batch`` bounds a batch
+by the keys its updates hold (an update is never split: its sequence number is the unit
+of the application transaction).
+
+Why this is still exactly once: a value moved into an older update is loaded with it, and
+its own update may be committed later or not at all before a crash; the WAL then replays
+the value again, and loading it again leaves the table as it was (an upsert of the same
+value). The load keeps the newest value per key by arrival (``Update.arrived``), not by
+the update it sits in, so a duplicate left by a spill or a failed batch is harmless too.
+What the WAL replays coalesces by the same rules, into one value per key, the newest.
+
+Values in a spilled update are not touched (rewriting segments would cost a disk write
+per arrival): a new value of such a key stays in its own update and the spilled one is
+dropped when the load keeps the newest (counted by the sink then).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections import Counter
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from loader.core.updates import Update, arrival
+from loader.pending.spill.model import Item, QueueCache
+from schedulers.keys.queue import DEFAULT_KEY_POLICY, RATE_EWMA_GAIN, KeyRates, place
+
+Key = tuple[Hashable, ...]
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """What the pending store needs to know of a latest table."""
+
+    key: tuple[str, ...]
+    policy: str = DEFAULT_KEY_POLICY
+    max_keys_per_batch: int | None = None
+    #: The column whose larger value is newer (else the later arrival is).
+    order_by: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyFigures:
+    """A latest table's keys now (UpStream section 5.1), aggregated over keys."""
+
+    waiting_keys: int
+    loading_keys: int
+    #: Queue staleness of waiting keys (now minus first enqueue): mean, p99, max.
+    queue: tuple[float, float, float]
+    #: Application staleness of keys whose newest value is not loaded yet: mean, p99, max.
+    application: tuple[float, float, float]
+    cuts: int
+    cost_per_key: float
+
+
+def _stats(values: list[float]) -> tuple[float, float, float]:
+    if not values:
+        return (0.0, 0.0, 0.0)
+    rank = max(1, len(values) - math.ceil(0.99 * len(values)) + 1)  # the top 1% and the p99 itself
+    top = heapq.nlargest(rank, values)
+    return (sum(values) / len(values), top[-1], top[0])
+
+
+class LatestQueue:
+    """The keyed view of one latest table's queue in the pending store's ``QueueCache``."""
+
+    def __init__(self, table: str, spec: KeySpec, cache: QueueCache) -> None:
+        self.table = table
+        self.spec = spec
+        self.cache = cache
+        #: Each waiting key's place: the sequence number of the update holding its value.
+        self.index: dict[Key, int] = {}
+        #: When each waiting key was first enqueued (its queue staleness starts there).
+        self.first_enqueued: dict[Key, float] = {}
+        #: The keys of each update in the queue, row by row (in memory or spilled).
+        self.slot_keys: dict[int, list[Key]] = {}
+        self.items: dict[int, Item] = {}
+        #: Updates in a running batch: their keys, and the keys' first unloaded arrival.
+        self.in_flight: dict[int, list[Key]] = {}
+        self.loading_since: dict[Key, float] = {}
+        #: With ``order_by``: the order value of each key's newest value here (waiting or loading).
+        self.order_of: dict[Key, object] = {}
+        self.rates: KeyRates | None = None
+        #: c of section 5.3: seconds to load one key, an EWMA of a batch's seconds per key.
+        self.cost_per_key = 0.0
+        self.superseded = 0
+        #: How many queued updates hold a value of each key: more than one after a spill
+        #: or a failed batch (values on disk are not removed). A key with another copy never
+        #: cuts to the front, or an older copy behind it could load after it.
+        self.copies: Counter[Key] = Counter()
+        self.cuts = 0
+
+    # -- arrivals ------------------------------------------------------------------------
+    def arrive(self, update: Update) -> tuple[Update, list[Key]]:
+        """Place ``update``'s values: the update to enqueue (its rows that stay in it) and
+        their keys. Values moved elsewhere are in their new places when this returns."""
+        rows = update.rows
+        if rows is None or rows.num_rows == 0:
+            return update, []
+        at = update.release
+        if self.rates is None:
+            self.rates = KeyRates(origin=at)
+        keys = self.keys_of(rows)
+        orders = rows.column(self.spec.order_by).to_pylist() if self.spec.order_by else None
+        last: dict[Key, int] = {}
+        for position, key in enumerate(keys):
+            held = last.get(key)
+            if held is None or orders is None or orders[position] >= orders[held]:
+                last[key] = position  # the newest row of the key in this update (ties: the later)
+        self.superseded += len(keys) - len(last)
+        stay: list[int] = []
+        moves: dict[int, list[int]] = {}  # place (seq) -> positions of this update moving there
+        removed: dict[int, set[Key]] = {}  # place (seq) -> keys whose waiting value goes
+        head = self._head(update.seq)
+        for key, position in sorted(last.items(), key=lambda kv: kv[1]):
+            interval = self.rates.observe(key, at)
+            waiting = self.index.get(key)
+            if orders is not None:
+                held_order = self.order_of.get(key) if waiting is not None else None
+                if held_order is not None and orders[position] < held_order:  # type: ignore[operator]
+                    self.superseded += 1  # the waiting value is the newer: this one is dropped
+                    continue
+                self.order_of[key] = orders[position]
+            residents = len(self.index) - (waiting is not None)
+            where = place(
+                self.spec.policy,
+                waiting=waiting is not None,
+                slow=KeyRates.slow(interval, residents, self.cost_per_key),
+            )
+            in_memory = waiting is not None and self._resident(waiting)
+            target = update.seq
+            alone = self.copies[key] == (1 if in_memory else 0)
+            if where == "front" and head is not None and alone:
+                target = head
+                self.cuts += 1
+            elif where == "keep" and in_memory:
+                target = waiting  # type: ignore[assignment]
+            if in_memory:  # the waiting value is overwritten (its place may be the target)
+                removed.setdefault(waiting, set()).add(key)  # type: ignore[arg-type]
+                self.superseded += 1
+                self.copies[key] -= 1
+            self.copies[key] += 1
+            if waiting is None:
+                self.first_enqueued[key] = at
+            if target == update.seq:
+                stay.append(position)
+            else:
+                moves.setdefault(target, []).append(position)
+            self.index[key] = target
+        for seq in sorted(set(moves) | set(removed)):
+            self._rebuild(seq, removed.get(seq, set()), rows, update.seq, moves.get(seq, []), keys)
+        own = [keys[p] for p in stay]
+        if len(stay) == len(keys):
+            return update, own
+        kept = rows.take(pa.array(stay, pa.int64())) if stay else rows.schema.empty_table()
+        order = tuple(arrival(update.seq, p) for p in stay)
+        return dataclasses.replace(update, rows=kept, arrived=order), own
+
+    def added(self, item: Item, keys: list[Key]) -> None:
+        """The update ``arrive`` returned is in the queue as ``item``."""
+        self.items[item.key] = item
+        self.slot_keys[item.key] = keys
+
+    def keys_of(self, rows: pa.Table) -> list[Key]:
+        return list(zip(*(rows.column(name).to_pylist() for name in self.spec.key), strict=True))
+
+    def _head(self, own: int) -> int | None:
+        """The oldest waiting update, if it is in memory (LINECUTTING's front)."""
+        runs = self.cache.queues[self.table].runs
+        if not runs or runs[0].on_disk:
+            return None
+        seq = runs[0].items[0].key
+        return seq if seq != own else None
+
+    def _resident(self, seq: int) -> bool:
+        item = self.items.get(seq)
+        return item is not None and item.value.rows is not None
+
+    def _rebuild(
+        self, seq: int, removed: set[Key], rows: pa.Table, from_seq: int, positions: list[int], keys: list[Key]
+    ) -> None:
+        """Update ``seq`` without the ``removed`` keys' values, plus ``positions`` of the
+        arriving update; resized in the cache (the arrival's enqueue rebalances memory)."""
+        item = self.items[seq]
+        held: Update = item.value
+        assert held.rows is not None
+        had = self.slot_keys[seq]
+        keep = [i for i, key in enumerate(had) if key not in removed]
+        order = held.arrived or tuple(arrival(held.seq, i) for i in range(len(had)))
+        parts = [held.rows if len(keep) == len(had) else held.rows.take(pa.array(keep, pa.int64()))]
+        new_order = [order[i] for i in keep]
+        new_keys = [had[i] for i in keep]
+        if positions:
+            parts.append(rows.take(pa.array(positions, pa.int64())))
+            new_order += [arrival(from_seq, p) for p in positions]
+            new_keys += [keys[p] for p in positions]
+        # One compact table: a part read back from a spill segment is a slice of it, and its
+        # buffers would be counted whole.
+        data = (pa.concat_tables(parts) if len(parts) > 1 else parts[0]).combine_chunks()
+        item.value = dataclasses.replace(held, rows=data, arrived=tuple(new_order))
+        self.slot_keys[seq] = new_keys
+        self.cache.resize(self.table, item, item.value.resident_bytes, rebalance=False)
+
+    # -- batches -------------------------------------------------------------------------
+    def limit(self) -> int | None:
+        """Updates from the head that hold at most ``max_keys_per_batch`` keys (at least one)."""
+        most = self.spec.max_keys_per_batch
+        if most is None:
+            return None
+        count = total = 0
+        for item in self.cache.queues[self.table].items():
+            total += len(self.slot_keys.get(item.key, ()))
+            if count and total > most:
+                break
+            count += 1
+        return count
+
+    def taken(self, updates: Iterable[Update]) -> None:
+        for update in updates:
+            keys = self.slot_keys.pop(update.seq, [])
+            self.items.pop(update.seq, None)
+            self.in_flight[update.seq] = keys
+            self.copies.subtract(keys)
+            for key in keys:
+                if self.copies[key] <= 0:
+                    del self.copies[key]
+                if self.index.get(key) == update.seq:
+                    del self.index[key]
+                    since = self.first_enqueued.pop(key, update.release)
+                    self.loading_since[key] = min(since, self.loading_since.get(key, since))
+
+    def put_back(self, items: Iterable[Item]) -> None:
+        """A failed batch's updates are at the head again; a key that has a newer value
+        waiting keeps it (the load drops the older one)."""
+        for item in items:
+            keys = self.in_flight.pop(item.key, [])
+            self.items[item.key] = item
+            self.slot_keys[item.key] = keys
+            self.copies.update(keys)
+            for key in keys:
+                since = self.loading_since.pop(key, item.value.release)
+                if key not in self.index:
+                    self.index[key] = item.key
+                    self.first_enqueued[key] = since
+                else:
+                    self.first_enqueued[key] = min(since, self.first_enqueued[key])
+
+    def loaded(self, seqs: Iterable[int], seconds: float) -> None:
+        """A batch of these updates committed in ``seconds``: its keys are current, and c learns."""
+        keys = 0
+        for seq in seqs:
+            for key in self.in_flight.pop(seq, []):
+                self.loading_since.pop(key, None)
+                if key not in self.index:
+                    self.order_of.pop(key, None)
+                keys += 1
+        if keys and seconds > 0.0:  # (a batch set aside reports no duration)
+            sample = seconds / keys
+            c = self.cost_per_key
+            self.cost_per_key = sample if c == 0.0 else c + RATE_EWMA_GAIN * (sample - c)
+
+    # -- figures ---------------------------------------------------------------------------
+    def figures(self, now: float) -> KeyFigures:
+        waiting = [now - at for at in self.first_enqueued.values()]
+        stale = dict(self.first_enqueued)
+        for key, since in self.loading_since.items():
+            stale[key] = min(since, stale.get(key, since))
+        return KeyFigures(
+            waiting_keys=len(self.index),
+            loading_keys=sum(len(k) for k in self.in_flight.values()),
+            queue=_stats(waiting),
+            application=_stats([now - at for at in stale.values()]),
+            cuts=self.cuts,
+            cost_per_key=self.cost_per_key,
+        )

@@ -1,0 +1,235 @@
+"""A latest table's pending store (loader/pending/keyed.py): the key policies' places, and
+for any interleaving of arrivals, spills, batches, failures and loads, the loaded table
+holds the newest value of every key, memory is accounted exactly, and the WAL replays into
+one value per key."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, Update
+from loader.loading.sinks.upsert import ORDER_COLUMN, ordered_rows
+from loader.pending.keyed import KeySpec
+from loader.pending.spill.registry import make_spill_policy
+from loader.pending.spill.segments import SegmentFiles
+from loader.pending.store import PendingStore
+
+SCHEMA = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "k", "type": "int64", "nullable": False},
+            {"name": "o", "type": "int64", "nullable": False},
+            {"name": "v", "type": "int64"},
+        ],
+        "key": ["k"],
+        "order_by": "o",
+    }
+)
+
+
+def make_store(directory: Path, budget: int, spec: KeySpec) -> PendingStore:
+    segments = SegmentFiles(directory / "spill", lambda _: SCHEMA.arrow())
+    segments.reset()
+    store = PendingStore(make_spill_policy("buffered-head", budget), budget, segments)
+    store.add_table("t")
+    store.set_keys("t", spec)
+    return store
+
+
+def update(seq: int, rows: list[tuple[int, int, int]], at: float | None = None) -> Update:
+    data = pa.table({"k": [r[0] for r in rows], "o": [r[1] for r in rows], "v": [r[2] for r in rows]}, SCHEMA.arrow())
+    return Update("t", seq, float(seq) if at is None else at, rows=data)
+
+
+def held(store: PendingStore) -> list[list[int]]:
+    """Each waiting update's keys, in queue order (memory or disk)."""
+    out = []
+    for item in store.cache.queues["t"].items():
+        u = item.value
+        data = u.rows if u.rows is not None else u.spilled.read()
+        out.append(data.column("k").to_pylist())
+    return out
+
+
+@pytest.mark.parametrize(
+    ("policy", "places"),
+    [
+        ("in-place", [[1, 2], [3]]),  # key 1's new value takes the old one's place
+        ("fifo-uq", [[2], [1, 3]]),  # ... or goes to the tail
+    ],
+)
+def test_a_new_value_goes_where_the_policy_puts_it(tmp_path: Path, policy: str, places: list[list[int]]) -> None:
+    spec = KeySpec(("k",), policy, order_by="o")
+    store = make_store(tmp_path, 1 << 20, spec)
+    store.append(update(1, [(1, 0, 10), (2, 0, 11)]))
+    store.append(update(2, [(3, 0, 12), (1, 1, 13)]))
+    assert [sorted(keys) for keys in held(store)] == places  # (an update's rows are unordered)
+    assert store.drain_superseded("t") == 1
+    taken = store.take("t")
+    newest = ordered_rows(Batch("t", taken), SCHEMA).to_pylist()
+    assert sorted((r["k"], r["v"]) for r in newest) == [(1, 13), (2, 11), (3, 12)]
+
+
+def test_an_older_order_by_never_replaces_the_waiting_value(tmp_path: Path) -> None:
+    store = make_store(tmp_path, 1 << 20, KeySpec(("k",), "in-place", order_by="o"))
+    store.append(update(1, [(1, 5, 10)]))
+    store.append(update(2, [(1, 4, 11), (1, 6, 12), (1, 6, 13)]))  # 13: newest of the update (ties: later)
+    store.append(update(3, [(1, 5, 14)]))  # older than the waiting 13
+    assert held(store) == [[1], [], []] and store.drain_superseded("t") == 4
+    assert ordered_rows(Batch("t", store.take("t")), SCHEMA).column("v").to_pylist() == [13]
+
+
+def test_a_slow_key_cuts_to_the_front_once_the_cost_of_a_key_is_known(tmp_path: Path) -> None:
+    store = make_store(tmp_path, 1 << 20, KeySpec(("k",), "linecutting", max_keys_per_batch=2))
+    for seq in range(1, 5):  # keys 1-3 update every second
+        store.append(update(seq, [(1, 0, seq), (2, 0, seq), (3, 0, seq)], at=float(seq)))
+    assert held(store)[0] == [1, 2, 3]
+    first = store.take("t")  # max 2 keys: the one update holding 3 keys is never split
+    assert [u.seq for u in first] == [1]
+    store.loaded("t", seconds=3.0)  # one second per key: c = 1
+    store.append(update(5, [(1, 0, 5)], at=5.0))
+    store.append(update(6, [(9, 0, 6)], at=60.0))  # never seen in 59 s > c * n = 1: cuts
+    # The head is update 2 (its values went into update 1's place, in place): key 9 cuts
+    # into it, ahead of key 1 in update 5.
+    assert held(store) == [[9], [], [], [1], []]
+    second = store.take("t")
+    assert [u.seq for u in second] == [2, 3, 4, 5, 6]  # 2 keys (update 6's value is in update 2)
+    assert ordered_rows(Batch("t", second), SCHEMA).column("k").to_pylist() == [9, 1]
+
+
+def newest_of(values: list[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
+    """The table an upsert of every value, in arrival order, leaves: key -> (o, v)."""
+    table: dict[int, tuple[int, int]] = {}
+    for k, o, v in values:
+        if k not in table or o >= table[k][0]:
+            table[k] = (o, v)
+    return table
+
+
+def load(table: dict[int, tuple[int, int]], batch: Batch) -> set[int]:
+    """The sinks' rule: newest per key in the batch by (o, arrival), merged if not older."""
+    best: dict[int, dict] = {}
+    for row in ordered_rows(batch, SCHEMA).to_pylist():
+        mine = best.get(row["k"])
+        if mine is None or (row["o"], row[ORDER_COLUMN]) >= (mine["o"], mine[ORDER_COLUMN]):
+            best[row["k"]] = row
+    for k, row in best.items():
+        if k not in table or row["o"] >= table[k][0]:
+            table[k] = (row["o"], row["v"])
+    return set(best)
+
+
+def accounted(store: PendingStore) -> None:
+    queue = store.cache.queues["t"]
+    in_memory = [i for run in queue.runs if not run.on_disk for i in run.items]
+    # Items never spilled: their size is their rows' (a read-back one keeps its first size,
+    # as every queue's does: its rows are a slice of the segment it was read from).
+    assert all(i.size == i.value.resident_bytes for i in in_memory if not i.written)
+    assert queue.mem_bytes == sum(i.size for i in in_memory) == sum(r.nbytes for r in queue.runs if not r.on_disk)
+
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3)), max_size=5)),
+        st.tuples(st.just("take"), st.just([])),
+        st.tuples(st.just("fail"), st.just([])),
+        st.tuples(st.just("load"), st.just([])),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    script=steps,
+    policy=st.sampled_from(["fifo-uq", "in-place", "linecutting"]),
+    max_keys=st.sampled_from([None, 1, 3]),
+    budget=st.sampled_from([120, 1 << 20]),
+)
+def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, max_keys, budget) -> None:
+    spec = KeySpec(("k",), policy, max_keys, order_by="o")
+    with tempfile.TemporaryDirectory() as directory:
+        store = make_store(Path(directory), budget, spec)
+        sent: list[tuple[int, int, int]] = []
+        updates: list[Update] = []
+        table: dict[int, tuple[int, int]] = {}
+        batch: tuple[Update, ...] | None = None
+        seq = 0
+
+        def settle() -> None:
+            nonlocal batch
+            if batch is not None:
+                keys = load(table, Batch("t", batch))
+                assert max_keys is None or len(batch) == 1 or len(keys) <= max_keys
+                store.loaded("t", seconds=0.01 * max(1, len(keys)))
+                batch = None
+
+        for op, rows in script:
+            if op == "send":
+                seq += 1
+                values = [(k, o, len(sent) + i) for i, (k, o) in enumerate(rows)]
+                sent.extend(values)
+                u = update(seq, values, at=float(seq))
+                updates.append(u)
+                store.append(u)
+            elif op == "take" and batch is None and len(store.cache.queues["t"]):
+                batch = store.take("t")
+            elif op == "fail" and batch is not None:
+                store.put_back("t")
+                batch = None
+            elif op == "load":
+                settle()
+            accounted(store)
+        settle()
+        while len(store.cache.queues["t"]):
+            batch = store.take("t")
+            settle()
+        event(f"segments written: {store.cache.counts.writes > 0}")
+        event(f"cuts: {store._latest['t'].cuts > 0}")
+        assert table == newest_of(sent)
+        assert not store._latest["t"].index and not store._latest["t"].in_flight
+
+    with tempfile.TemporaryDirectory() as directory:  # the WAL replayed into a fresh store
+        again = make_store(Path(directory), 1 << 20, spec)
+        for u in updates:
+            again.append(u)
+        waiting = [k for keys in held(again) for k in keys]
+        assert sorted(waiting) == sorted(newest_of(sent))  # one value per key ...
+        replayed: dict[int, tuple[int, int]] = {}
+        while len(again.cache.queues["t"]):
+            load(replayed, Batch("t", again.take("t")))
+            again.loaded("t")
+        assert replayed == newest_of(sent)  # ... the newest
+
+
+@pytest.mark.parametrize("policy", ["fifo-uq", "in-place", "linecutting"])
+def test_values_in_spilled_updates_are_left_alone_and_the_load_keeps_the_newest(tmp_path: Path, policy: str) -> None:
+    store = make_store(tmp_path, 1_500, KeySpec(("k",), policy, 4, order_by="o"))
+    sent: list[tuple[int, int, int]] = []
+    table: dict[int, tuple[int, int]] = {}
+    for seq in range(1, 61):
+        values = [((seq * 7 + i) % 97, seq % 3, len(sent) + i) for i in range(6)]
+        sent.extend(values)
+        store.append(update(seq, values, at=float(seq)))
+        accounted(store)
+        if seq % 10 == 0:  # a batch now and then, one of them failing
+            batch = store.take("t")
+            if seq == 40:
+                store.put_back("t")
+            else:
+                load(table, Batch("t", batch))
+                store.loaded("t", seconds=0.05)
+    assert store.cache.counts.writes > 0
+    assert (store._latest["t"].cuts > 0) == (policy == "linecutting")
+    while len(store.cache.queues["t"]):
+        load(table, Batch("t", store.take("t")))
+        store.loaded("t", seconds=0.05)
+        accounted(store)
+    assert table == newest_of(sent)
