@@ -27,8 +27,15 @@ TABLES = 1000
 TOP_K = 20
 #: Most series one panel query may return to stay readable (the panels ask for topk 10 or 20).
 MOST_SERIES = 20
+#: Latest tables (one row per k), so that whichever tables top-k exports, the key panels
+#: have series too; freshness and the rest are as for append tables.
 BULK = [
-    {"name": f"t{i:04d}", "schema": {"columns": [{"name": "k", "type": "int64"}, {"name": "v", "type": "string"}]}}
+    {
+        "name": f"t{i:04d}",
+        "schema": {"columns": [{"name": "k", "type": "int64", "nullable": False}, {"name": "v", "type": "string"}]},
+        "mode": "latest",
+        "key": ["k"],
+    }
     for i in range(TABLES)
 ]
 
