@@ -188,7 +188,7 @@ class LatestQueue:
         if not runs or runs[0].on_disk:
             return None
         seq = runs[0].items[0].key
-        return seq if seq != own else None
+        return seq if seq != own and self._resident(seq) else None
 
     def _resident(self, seq: int) -> bool:
         item = self.items.get(seq)

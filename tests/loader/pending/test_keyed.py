@@ -53,8 +53,8 @@ def held(store: PendingStore) -> list[list[int]]:
     out = []
     for item in store.cache.queues["t"].items():
         u = item.value
-        data = u.rows if u.rows is not None else u.spilled.read()
-        out.append(data.column("k").to_pylist())
+        data = u.rows if u.rows is not None else u.spilled.read() if u.spilled is not None else None
+        out.append([] if data is None else data.column("k").to_pylist())
     return out
 
 
@@ -233,3 +233,15 @@ def test_values_in_spilled_updates_are_left_alone_and_the_load_keeps_the_newest(
         store.loaded("t", seconds=0.05)
         accounted(store)
     assert table == newest_of(sent)
+
+
+def test_an_update_without_rows_at_the_head_is_not_a_place_to_cut_into(tmp_path: Path) -> None:
+    store = make_store(tmp_path, 1 << 20, KeySpec(("k",), "linecutting"))
+    store.append(update(1, [(1, 0, 1)], at=1.0))
+    store.take("t")
+    store.loaded("t", seconds=1.0)  # c = 1
+    store.append(Update("t", 2, 2.0))  # data_until only: no rows
+    store.append(update(3, [(2, 0, 2)], at=3.0))
+    store.append(update(4, [(9, 0, 3)], at=90.0))  # slow: would cut, but the head holds no rows
+    assert held(store) == [[], [2], [9]]
+    assert ordered_rows(Batch("t", store.take("t")), SCHEMA).column("k").to_pylist() == [2, 9]
