@@ -86,7 +86,17 @@ class QuarantineDesk:
     async def _retry(self, table: str, first_seq: int) -> dict[str, Any]:
         async with self._lock:
             entry = self.entry(table, first_seq)
-            schema = self.intake.schema(table).arrow()
+            declared = self.intake.schema(table)
+            if declared.latest and declared.order_by is None:
+                # A retry is a new submission: its values would arrive last and win over
+                # every newer value of their keys (docs/latest-tables.md).
+                raise Conflict(
+                    f"table {table!r} is a latest table without order_by: retrying its quarantined batch from update "
+                    f"{first_seq} would load those values as the newest of their keys, over newer ones; discard it "
+                    "and send the keys' current values again",
+                    table=table,
+                )
+            schema = declared.arrow()
             try:
                 valid, links = await asyncio.to_thread(self._requeue_payload, entry, schema)
             except (OSError, pa.ArrowException) as exc:

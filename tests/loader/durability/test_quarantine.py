@@ -339,3 +339,27 @@ def test_a_restart_removes_only_copies_no_update_refers_to(tmp_path: Path) -> No
         assert r.status_code == 202, r.text
         h.wait_loaded("orders", r.json()["updates"][0]["sequence"])
         assert order_ids(h) == [21]
+
+
+def test_a_latest_table_without_order_by_refuses_a_retry_that_would_overwrite_newer_values(tmp_path: Path) -> None:
+    latest = {
+        "name": "prices",
+        "schema": {"columns": [{"name": "sym", "type": "string", "nullable": False}, {"name": "px", "type": "int64"}]},
+        "mode": "latest",
+        "key": ["sym"],
+    }
+
+    class PoisonPrices(ArrowSink):
+        def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
+            if any(r["px"] < 0 for t in batch.row_tables for r in t.to_pylist()):
+                raise ValueError("cannot write a negative price")
+            return super().load(batch, schema)
+
+    with Harness(tmp_path / "data", sink=lambda s: PoisonPrices(s.warehouse_path), **FAST_RETRY) as h:
+        assert h.post("/v1/admin/tables", token=OPERATOR, json=latest).status_code == 201
+        poison = submit(h, "prices", [{"sym": "a", "px": -1}])
+        h.wait(lambda: len(quarantined(h)) == 1)
+        h.wait_loaded("prices", submit(h, "prices", [{"sym": "a", "px": 2}]))
+        refused = h.post(f"/v1/admin/quarantine/prices/{poison}/retry", token=OPERATOR)
+        assert refused.status_code == 409 and "without order_by" in refused.json()["message"]
+        assert [r["px"] for r in h.rows("prices")] == [2] and len(quarantined(h)) == 1
