@@ -15,6 +15,8 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: Column names a latest table's load uses for itself (loader/loading/sinks/upsert.py).
+RESERVED_PREFIX = "__loader_"
 
 
 class ColumnType(str, Enum):
@@ -105,6 +107,11 @@ class TableSchema(BaseModel):
         if len(self.partition_by) == len(names):
             raise ValueError("at least one column must not be a partition column")
         by_name = {c.name: c for c in self.columns}
+        reserved = [n for n in names if n.lower().startswith(RESERVED_PREFIX)]
+        if self.key and reserved:
+            raise ValueError(
+                f"columns {reserved} of a latest table: names starting {RESERVED_PREFIX!r} are the loader's"
+            )
         unknown = [k for k in self.key if k not in by_name]
         if unknown:
             raise ValueError(f"key columns {unknown} are not columns of the table; columns are {names}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import logging
 import math
 from collections import Counter
 from collections.abc import Hashable, Iterable
@@ -42,6 +43,8 @@ import pyarrow as pa
 from loader.core.updates import Update, arrival
 from loader.pending.spill.model import Item, QueueCache
 from schedulers.keys.queue import DEFAULT_KEY_POLICY, RATE_EWMA_GAIN, KeyRates, place
+
+log = logging.getLogger(__name__)
 
 Key = tuple[Hashable, ...]
 
@@ -106,12 +109,18 @@ class LatestQueue:
         #: or a failed batch (values on disk are not removed). A key with another copy never
         #: cuts to the front, or an older copy behind it could load after it.
         self.copies: Counter[Key] = Counter()
+        #: Updates of failed batches, back in the queue: no value moves into or out of them.
+        self.closed: set[int] = set()
         self.cuts = 0
 
     # -- arrivals ------------------------------------------------------------------------
     def arrive(self, update: Update) -> tuple[Update, list[Key]]:
         """Place ``update``'s values: the update to enqueue (its rows that stay in it) and
-        their keys. Values moved elsewhere are in their new places when this returns."""
+        their keys. Values moved elsewhere are in their new places when this returns.
+
+        All or nothing: the new tables are built before anything changes, and should that
+        fail (memory, an Arrow limit) the update is queued whole at the tail, which is
+        always correct (the load keeps the newest value of a key by arrival)."""
         rows = update.rows
         if rows is None or rows.num_rows == 0:
             return update, []
@@ -125,54 +134,80 @@ class LatestQueue:
             held = last.get(key)
             if held is None or orders is None or orders[position] >= orders[held]:
                 last[key] = position  # the newest row of the key in this update (ties: the later)
-        self.superseded += len(keys) - len(last)
+        superseded = len(keys) - len(last)
         stay: list[int] = []
         moves: dict[int, list[int]] = {}  # place (seq) -> positions of this update moving there
         removed: dict[int, set[Key]] = {}  # place (seq) -> keys whose waiting value goes
+        placed: list[tuple[Key, int, bool]] = []  # (key, place, its waiting value overwritten)
+        cuts = 0
         head = self._head(update.seq)
         for key, position in sorted(last.items(), key=lambda kv: kv[1]):
             interval = self.rates.observe(key, at)
             waiting = self.index.get(key)
-            if orders is not None:
-                held_order = self.order_of.get(key) if waiting is not None else None
+            if orders is not None and waiting is not None:
+                held_order = self.order_of.get(key)
                 if held_order is not None and orders[position] < held_order:  # type: ignore[operator]
-                    self.superseded += 1  # the waiting value is the newer: this one is dropped
+                    superseded += 1  # the waiting value is the newer: this one is dropped
                     continue
-                self.order_of[key] = orders[position]
             residents = len(self.index) - (waiting is not None)
             where = place(
                 self.spec.policy,
                 waiting=waiting is not None,
                 slow=KeyRates.slow(interval, residents, self.cost_per_key),
             )
-            in_memory = waiting is not None and self._resident(waiting)
+            open_place = waiting is not None and self._open(waiting)
             target = update.seq
-            alone = self.copies[key] == (1 if in_memory else 0)
-            if where == "front" and head is not None and alone:
-                target = head
-                self.cuts += 1
-            elif where == "keep" and in_memory:
+            if where == "front" and head is not None and self.copies[key] == (1 if open_place else 0):
+                target = head  # (a key with another copy never cuts: that copy would load after it)
+                cuts += 1
+            elif where == "keep" and open_place:
                 target = waiting  # type: ignore[assignment]
-            if in_memory:  # the waiting value is overwritten (its place may be the target)
+            if open_place:  # the waiting value is overwritten (its place may be the target)
                 removed.setdefault(waiting, set()).add(key)  # type: ignore[arg-type]
-                self.superseded += 1
-                self.copies[key] -= 1
-            self.copies[key] += 1
-            if waiting is None:
-                self.first_enqueued[key] = at
+                superseded += 1
             if target == update.seq:
                 stay.append(position)
             else:
                 moves.setdefault(target, []).append(position)
+            placed.append((key, target, open_place))
+        try:
+            built = {
+                seq: self._built(seq, removed.get(seq, set()), rows, update.seq, moves.get(seq, []), keys)
+                for seq in sorted(set(moves) | set(removed))
+            }
+            own = [keys[p] for p in stay]
+            if len(stay) == len(keys):
+                result = update
+            else:
+                kept = rows.take(pa.array(stay, pa.int64())) if stay else rows.schema.empty_table()
+                result = dataclasses.replace(update, rows=kept, arrived=tuple(arrival(update.seq, p) for p in stay))
+        except Exception:
+            log.exception("could not place the values of %s update %d by key; queuing it whole", self.table, update.seq)
+            for key in keys:
+                if key not in self.index:
+                    self.first_enqueued[key] = at
+                self.index[key] = update.seq
+                self.copies[key] += 1
+                if orders is not None:
+                    self.order_of[key] = max(orders[p] for p, k in enumerate(keys) if k == key)  # type: ignore[type-var]
+            return update, keys
+        for seq, (value, new_keys) in built.items():
+            item = self.items[seq]
+            item.value = value
+            self.slot_keys[seq] = new_keys
+            self.cache.resize(self.table, item, value.resident_bytes, rebalance=False)
+        for key, target, overwritten in placed:
+            if key not in self.index:
+                self.first_enqueued[key] = at
+            if overwritten:
+                self.copies[key] -= 1
+            self.copies[key] += 1
             self.index[key] = target
-        for seq in sorted(set(moves) | set(removed)):
-            self._rebuild(seq, removed.get(seq, set()), rows, update.seq, moves.get(seq, []), keys)
-        own = [keys[p] for p in stay]
-        if len(stay) == len(keys):
-            return update, own
-        kept = rows.take(pa.array(stay, pa.int64())) if stay else rows.schema.empty_table()
-        order = tuple(arrival(update.seq, p) for p in stay)
-        return dataclasses.replace(update, rows=kept, arrived=order), own
+            if orders is not None:
+                self.order_of[key] = orders[last[key]]
+        self.superseded += superseded
+        self.cuts += cuts
+        return result, own
 
     def added(self, item: Item, keys: list[Key]) -> None:
         """The update ``arrive`` returned is in the queue as ``item``."""
@@ -188,19 +223,21 @@ class LatestQueue:
         if not runs or runs[0].on_disk:
             return None
         seq = runs[0].items[0].key
-        return seq if seq != own and self._resident(seq) else None
+        return seq if seq != own and self._open(seq) else None
 
-    def _resident(self, seq: int) -> bool:
+    def _open(self, seq: int) -> bool:
+        """Whether values may move into or out of update ``seq``: in memory, and not an update
+        of a batch that failed (its commit may have landed before the failure, and
+        then the retry skips it whole: a value moved in would never load)."""
         item = self.items.get(seq)
-        return item is not None and item.value.rows is not None
+        return item is not None and item.value.rows is not None and seq not in self.closed
 
-    def _rebuild(
+    def _built(
         self, seq: int, removed: set[Key], rows: pa.Table, from_seq: int, positions: list[int], keys: list[Key]
-    ) -> None:
-        """Update ``seq`` without the ``removed`` keys' values, plus ``positions`` of the
-        arriving update; resized in the cache (the arrival's enqueue rebalances memory)."""
-        item = self.items[seq]
-        held: Update = item.value
+    ) -> tuple[Update, list[Key]]:
+        """Update ``seq`` as it will be: without the ``removed`` keys' values, plus
+        ``positions`` of the arriving update (nothing changes here)."""
+        held: Update = self.items[seq].value
         assert held.rows is not None
         had = self.slot_keys[seq]
         keep = [i for i, key in enumerate(had) if key not in removed]
@@ -215,9 +252,7 @@ class LatestQueue:
         # One compact table: a part read back from a spill segment is a slice of it, and its
         # buffers would be counted whole.
         data = (pa.concat_tables(parts) if len(parts) > 1 else parts[0]).combine_chunks()
-        item.value = dataclasses.replace(held, rows=data, arrived=tuple(new_order))
-        self.slot_keys[seq] = new_keys
-        self.cache.resize(self.table, item, item.value.resident_bytes, rebalance=False)
+        return dataclasses.replace(held, rows=data, arrived=tuple(new_order)), new_keys
 
     # -- batches -------------------------------------------------------------------------
     def limit(self) -> int | None:
@@ -237,6 +272,7 @@ class LatestQueue:
         for update in updates:
             keys = self.slot_keys.pop(update.seq, [])
             self.items.pop(update.seq, None)
+            self.closed.discard(update.seq)
             self.in_flight[update.seq] = keys
             self.copies.subtract(keys)
             for key in keys:
@@ -254,6 +290,7 @@ class LatestQueue:
             keys = self.in_flight.pop(item.key, [])
             self.items[item.key] = item
             self.slot_keys[item.key] = keys
+            self.closed.add(item.key)
             self.copies.update(keys)
             for key in keys:
                 since = self.loading_since.pop(key, item.value.release)

@@ -87,6 +87,8 @@ def test_the_fast_path_answers_as_the_declared_routes(tmp_path: Path) -> None:
     for fast in (True, False):
         with Harness(tmp_path / f"fast-{fast}", fast_intake=fast, intake={"max_body_bytes": 64 << 10}) as h:
             answers = _exchange(h)
+            for table in ("clicks", "orders"):  # what was accepted loads (a load may still be running)
+                h.wait_loaded(table, h.status(table)["last_sequence"])
             state = {t: (h.status(t)["last_sequence"], h.status(t)["pending_updates"]) for t in ("clicks", "orders")}
             outcomes[fast] = answers, state, _submit_metrics(h)
     fast, slow = outcomes[True], outcomes[False]

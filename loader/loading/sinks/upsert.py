@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 #: Arrival order of a row inside a batch (``Update.arrived``: the sequence number of the
 #: update it came with, then its position there). Never written to the table.
 ORDER_COLUMN = "__loader_arrival"
+RANK_COLUMN = "__loader_rank"
 
 
 class LatestFilesUnsupported(ValueError):
@@ -94,9 +95,9 @@ def newest_per_key(spark: SparkSession, rows: pa.Table, schema: TableSchema, scr
     newest = ([f"`{schema.order_by}` DESC"] if schema.order_by else []) + [f"{ORDER_COLUMN} DESC"]
     ranked = frame.selectExpr(
         *[f"`{n}`" for n in schema.names],
-        f"row_number() OVER (PARTITION BY {keys} ORDER BY {', '.join(newest)}) AS __rank",
+        f"row_number() OVER (PARTITION BY {keys} ORDER BY {', '.join(newest)}) AS {RANK_COLUMN}",
     )
-    return ranked.where("__rank = 1").select(*[f"`{n}`" for n in schema.names])
+    return ranked.where(f"{RANK_COLUMN} = 1").select(*[f"`{n}`" for n in schema.names])
 
 
 def merge_predicates(schema: TableSchema) -> tuple[str, str | None]:

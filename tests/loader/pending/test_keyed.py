@@ -113,8 +113,16 @@ def newest_of(values: list[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
     return table
 
 
-def load(table: dict[int, tuple[int, int]], batch: Batch) -> set[int]:
-    """The sinks' rule: newest per key in the batch by (o, arrival), merged if not older."""
+def load(table: dict[int, tuple[int, int]], batch: Batch, committed: list[int] | None = None) -> set[int]:
+    """The sinks' rule: newest per key in the batch by (o, arrival), merged if not older.
+    ``committed`` (one number, the table's transaction version) skips updates a commit
+    already holds, as ``unloaded_part`` does, and is advanced."""
+    if committed is not None:
+        rest = tuple(u for u in batch.updates if u.seq > committed[0])
+        committed[0] = max(committed[0], batch.last_seq)
+        if not rest:
+            return set()
+        batch = Batch(batch.table, rest)
     best: dict[int, dict] = {}
     for row in ordered_rows(batch, SCHEMA).to_pylist():
         mine = best.get(row["k"])
@@ -140,6 +148,7 @@ steps = st.lists(
         st.tuples(st.just("send"), st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3)), max_size=5)),
         st.tuples(st.just("take"), st.just([])),
         st.tuples(st.just("fail"), st.just([])),
+        st.tuples(st.just("landed"), st.just([])),  # the commit landed, then the load failed
         st.tuples(st.just("load"), st.just([])),
     ),
     max_size=40,
@@ -160,13 +169,14 @@ def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, ma
         sent: list[tuple[int, int, int]] = []
         updates: list[Update] = []
         table: dict[int, tuple[int, int]] = {}
+        committed = [0]
         batch: tuple[Update, ...] | None = None
         seq = 0
 
         def settle() -> None:
             nonlocal batch
             if batch is not None:
-                keys = load(table, Batch("t", batch))
+                keys = load(table, Batch("t", batch), committed)
                 assert max_keys is None or len(batch) == 1 or len(keys) <= max_keys
                 store.loaded("t", seconds=0.01 * max(1, len(keys)))
                 batch = None
@@ -182,6 +192,10 @@ def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, ma
             elif op == "take" and batch is None and len(store.cache.queues["t"]):
                 batch = store.take("t")
             elif op == "fail" and batch is not None:
+                store.put_back("t")
+                batch = None
+            elif op == "landed" and batch is not None:
+                load(table, Batch("t", batch), committed)
                 store.put_back("t")
                 batch = None
             elif op == "load":
@@ -245,3 +259,19 @@ def test_an_update_without_rows_at_the_head_is_not_a_place_to_cut_into(tmp_path:
     store.append(update(4, [(9, 0, 3)], at=90.0))  # slow: would cut, but the head holds no rows
     assert held(store) == [[], [2], [9]]
     assert ordered_rows(Batch("t", store.take("t")), SCHEMA).column("k").to_pylist() == [2, 9]
+
+
+@pytest.mark.parametrize("policy", ["in-place", "linecutting"])
+def test_no_value_moves_into_a_failed_batch_whose_commit_may_have_landed(tmp_path: Path, policy: str) -> None:
+    """A load that committed and then failed (a worker's reply lost) is put back; its retry
+    skips what the commit holds, so a newer value moved into it would never load."""
+    store = make_store(tmp_path, 1 << 20, KeySpec(("k",), policy, order_by="o"))
+    store.append(update(1, [(1, 0, 10)], at=1.0))
+    table: dict[int, tuple[int, int]] = {}
+    committed = [0]
+    load(table, Batch("t", store.take("t")), committed)  # landed ...
+    store.put_back("t")  # ... and reported failed
+    store.append(update(2, [(1, 0, 11)], at=50.0))  # for IN-PLACE the waiting place is update 1
+    load(table, Batch("t", store.take("t")), committed)  # the retry skips update 1
+    store.loaded("t", seconds=0.1)
+    assert table == {1: (0, 11)}
