@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         + f"\nOne batch of {ROWS} rows (half new keys, half keys the table holds, one key twice) into a table "
         f"holding N rows/keys; `DeltaRsSink`, Spark `local[2]` in process; append and upsert alternating, median of "
         f"{runs} runs after a warm-up. The upsert is a Spark job keeping the newest value per key, then deltalake's "
-        "MERGE, which reads and rewrites the files holding matched keys (one file per table here).\n\n"
+        "MERGE, which reads and rewrites the files holding matched keys (each table starts as one file).\n\n"
         + md_table(["N held", "append s", "upsert s", "upsert / append", "upsert worst s"], rows, "rrrrr")
         + "\n"
     )
