@@ -824,7 +824,8 @@ def configured_policy(settings: Settings, name: str, params: dict[str, Any]) -> 
 
 
 def _register_configured(catalog: Catalog, tables: list[TableConfig]) -> None:
-    """Tables of the configuration file enter the catalog once; their schema may not change."""
+    """Tables of the configuration file enter the catalog once; their schema (mode, key, order_by
+    included) may not change, a latest table's key policy and batch bound may."""
     changed = False
     for table in tables:
         existing = catalog.entries.get(table.name)
@@ -833,8 +834,12 @@ def _register_configured(catalog: Catalog, tables: list[TableConfig]) -> None:
             changed = True
         elif existing.schema != table.schema_:
             raise ConfigError(
-                f"table {table.name!r} is configured with a schema that differs from the one it was registered "
-                "with; schema changes are not supported: use a new table name"
+                f"table {table.name!r} is configured with a schema (or mode, key, order_by) that differs from the "
+                "one it was registered with; such changes are not supported: use a new table name"
             )
+        elif _key_settings(existing) != _key_settings(table):  # a latest table's key policy or batch bound
+            existing.key_policy, existing.max_keys_per_batch = table.key_policy, table.max_keys_per_batch
+            catalog.changed(table.name)
+            changed = True
     if changed:
         catalog.save()

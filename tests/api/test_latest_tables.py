@@ -132,3 +132,20 @@ def test_the_key_queue_shows_in_status_and_metrics_and_batches_respect_max_keys(
         bad = {k: v for k, v in QUOTES.items() if k not in ("mode", "key", "order_by")} | {"key_policy": "in-place"}
         refused = h.post("/v1/admin/tables", token=OPERATOR, json={**bad, "name": "other"})
         assert refused.status_code == 422 and "key_policy" in refused.json()["message"]
+
+
+def test_a_configured_latest_table_takes_a_new_key_policy_but_not_a_new_key(tmp_path: Path) -> None:
+    import pytest
+
+    from loader.config import ConfigError
+    from loader.core.tables import TableConfig
+    from loader.durability.catalog import Catalog, CatalogEntry
+    from loader.service import _register_configured
+
+    catalog = Catalog(tmp_path / "catalog.json")
+    _register_configured(catalog, [TableConfig.model_validate(QUOTES)])
+    _register_configured(catalog, [TableConfig.model_validate({**QUOTES, "key_policy": "fifo-uq"})])
+    entry: CatalogEntry = Catalog.open(tmp_path / "catalog.json").entries["quotes"]
+    assert (entry.key_policy, entry.schema.key) == ("fifo-uq", ("sym",))
+    with pytest.raises(ConfigError, match="mode, key, order_by"):
+        _register_configured(catalog, [TableConfig.model_validate({**QUOTES, "order_by": None})])
