@@ -149,3 +149,21 @@ def test_a_configured_latest_table_takes_a_new_key_policy_but_not_a_new_key(tmp_
     assert (entry.key_policy, entry.schema.key) == ("fifo-uq", ("sym",))
     with pytest.raises(ConfigError, match="mode, key, order_by"):
         _register_configured(catalog, [TableConfig.model_validate({**QUOTES, "order_by": None})])
+
+
+def test_hostile_rows_of_a_latest_table_are_refused_and_change_nothing(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as h:
+        assert h.post("/v1/admin/tables", token=OPERATOR, json=QUOTES).status_code == 201
+        h.wait_loaded("quotes", send(h, [("ibm", 1.0, 5)]))
+        for rows, why in (
+            ([{"px": 1.0, "ts": 6}], "sym"),  # the key missing
+            ([{"sym": None, "px": 1.0, "ts": 6}], "sym"),  # a null key
+            ([{"sym": 7, "px": 1.0, "ts": 6}], "sym"),  # a key of the wrong type
+            ([{"sym": "ibm", "px": 1.0}], "ts"),  # order_by missing
+            ([{"sym": "ibm", "px": 1.0, "ts": None}], "ts"),  # order_by null
+        ):
+            answer = h.post("/v1/tables/quotes/updates", json={"rows": rows})
+            assert answer.status_code == 422 and why in answer.json()["message"], (rows, answer.text)
+        assert h.status("quotes")["last_sequence"] == 1
+        h.wait_loaded("quotes", send(h, [("ibm", 0.5, 4)]))  # order_by going backwards: kept out
+        assert stored(h) == {"ibm": (1.0, 5)} and h.status("quotes")["superseded_rows"] == 1
