@@ -31,9 +31,7 @@ dropped when the load keeps the newest (counted by the sink then).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
-import math
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ import pyarrow as pa
 from loader.core.updates import Update, arrival
 from loader.pending.spill.model import Item, QueueCache
 from schedulers.keys.queue import DEFAULT_KEY_POLICY, RATE_EWMA_GAIN, KeyRates, place
+from schedulers.keys.staleness import StalenessFigures
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +74,8 @@ class KeyFigures:
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
-    if not values:
-        return (0.0, 0.0, 0.0)
-    rank = max(1, len(values) - math.ceil(0.99 * len(values)) + 1)  # the top 1% and the p99 itself
-    top = heapq.nlargest(rank, values)
-    return (sum(values) / len(values), top[-1], top[0])
+    figures = StalenessFigures.over(values)  # the simulator's figures over keys
+    return (figures.mean, figures.p99, figures.max)
 
 
 class LatestQueue:
@@ -189,7 +185,7 @@ class LatestQueue:
                 self.index[key] = update.seq
                 self.copies[key] += 1
                 if orders is not None:
-                    self.order_of[key] = max(orders[p] for p, k in enumerate(keys) if k == key)  # type: ignore[type-var]
+                    self.order_of[key] = orders[last[key]]  # the key's newest in the update
             return update, keys
         for seq, (value, new_keys) in built.items():
             item = self.items[seq]

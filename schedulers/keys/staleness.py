@@ -12,6 +12,7 @@ over keys beside it, so a few starved keys show). Pure: times are given by the c
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable
@@ -94,11 +95,17 @@ class StalenessFigures:
 
     @classmethod
     def of(cls, areas: dict[Hashable, float], keys: Iterable[Hashable], duration: float) -> StalenessFigures:
-        averages = sorted(areas.get(k, 0.0) / duration for k in keys) if duration > 0 else []
-        if not averages:
+        """Each key's area over ``duration`` (its time-average), then over keys."""
+        return cls.over([areas.get(k, 0.0) / duration for k in keys] if duration > 0 else [])
+
+    @classmethod
+    def over(cls, values: list[float]) -> StalenessFigures:
+        """Mean, p99 (nearest rank) and max of one value per key; only the top 1% is
+        sorted, as the live service computes this at every scrape (loader/pending/keyed.py)."""
+        if not values:
             return cls(0.0, 0.0, 0.0, 0)
-        rank = max(0, math.ceil(0.99 * len(averages)) - 1)
-        return cls(sum(averages) / len(averages), averages[rank], averages[-1], len(averages))
+        top = heapq.nlargest(len(values) - math.ceil(0.99 * len(values)) + 1, values)
+        return cls(sum(values) / len(values), top[-1], top[0], len(values))
 
     def scaled(self, unit: float) -> StalenessFigures:
         """The same figures in units of ``unit`` (the paper plots them in units of C_t)."""
