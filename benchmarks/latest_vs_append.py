@@ -1,22 +1,25 @@
 """One keyed feed two ways through the live service: a latest table, and an append table
 that readers query for the newest row per key.
 
-    python -m benchmarks.latest_vs_append            # 60 s feed, BENCHMARKS.md section "latest-vs-append"
-    python -m benchmarks.latest_vs_append --quick    # 15 s feed, prints only
+    python -m benchmarks.latest_vs_append            # 3 runs of a 60 s feed, BENCHMARKS.md "latest-vs-append"
+    python -m benchmarks.latest_vs_append --quick    # 1 run of a 15 s feed, prints only
 
 The service in this process (``testing.service_harness``: the real intake, WAL, pending
 store and dispatcher) with the embedded Delta writer on Spark ``local[2]``, 2 workers.
 One producer sends the same updates (10 rows each, keys drawn from 200 with Zipf 0.9,
 ``ts`` increasing) to both tables, 20 updates a second, and then waits until both are
-loaded. Reported: rows each Delta table holds, its versions, the service's staleness
-integral over LOW for each table, and what a reader pays for "the newest row of every
-key": reading the latest table against DuckDB's window query over the append table
-(median of 5 reads each).
+loaded. Reported, median of the runs (each its own seed): rows each Delta table holds,
+rows its loads wrote (a MERGE rewrites the files holding the keys it touches, so a latest
+table writes more rows than it holds), its versions, the service's staleness integral
+over LOW for each table, and what a reader pays for "the newest row of every key":
+reading the latest table against DuckDB's window query over the append table (median of
+5 reads).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import tempfile
@@ -63,13 +66,26 @@ def _newest_query(path: Path) -> str:
     )
 
 
-def run(seconds: float) -> dict[str, Any]:
-    from loader.loading.sinks import make_sink
-    from loader.loading.spark import build_spark_session
+def rows_written(path: Path) -> int:
+    """Rows in every data file the table's loads added, from the Delta log's file
+    statistics (compactions, which rewrite what is there, left out)."""
+    total = 0
+    for entry in sorted((path / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in entry.read_text().splitlines() if line.strip()]
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if info.get("operation") == "OPTIMIZE":
+            continue
+        for action in actions:
+            if "add" in action:
+                total += json.loads(action["add"].get("stats") or "{}").get("numRecords", 0)
+    return total
 
-    spark = build_spark_session("local[2]", fair_pools=2)
+
+def run(seconds: float, spark: Any, seed: int) -> dict[str, Any]:
+    from loader.loading.sinks import make_sink
+
     weights = [1.0 / (rank**0.9) for rank in range(1, KEYS + 1)]
-    rng = random.Random(16)
+    rng = random.Random(seed)
     out: dict[str, Any] = {"seconds": seconds, "keys": KEYS, "rows_per_update": ROWS, "rate": RATE}
     with tempfile.TemporaryDirectory() as directory:
         sink = lambda settings: make_sink("delta-rs", settings.warehouse_path, spark)  # noqa: E731
@@ -97,6 +113,7 @@ def run(seconds: float) -> dict[str, Any]:
                 path = h.settings.warehouse_path / name
                 out[name] = {
                     "rows": read_delta(path).num_rows,
+                    "rows_written": rows_written(path),
                     "versions": DeltaTable(str(path)).version(),
                     "ratio": status["staleness_integral"] / status["low_bound"] if status["low_bound"] else None,
                     "superseded_rows": status["superseded_rows"],
@@ -116,48 +133,85 @@ def run(seconds: float) -> dict[str, Any]:
             want = {r["sym"]: (r["ts"], r["px"]) for r in newest.to_pylist()}
             out["same_answer"] = got == want
             out["reads"] = reads
-    spark.stop()
     return out
 
 
+def _spread(values: list[float], fmt: str) -> str:
+    """Median, and the range when there are several runs."""
+    mid = format(statistics.median(values), fmt)
+    return mid if len(values) == 1 else f"{mid} ({format(min(values), fmt)}–{format(max(values), fmt)})"
+
+
 def main(argv: list[str] | None = None) -> int:
+    from loader.loading.spark import build_spark_session
+
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a 15 s feed, no BENCHMARKS.md")
+    parser.add_argument("--quick", action="store_true", help="one 15 s feed, no BENCHMARKS.md")
+    parser.add_argument("--runs", type=int, default=None, help="runs (default 3; 1 with --quick)")
     args = parser.parse_args(argv)
+    if args.runs is not None and args.runs < 1:
+        parser.error("--runs must be at least 1")
+    runs = args.runs or (1 if args.quick else 3)
     began = time.perf_counter()
     meta: dict[str, Any] = {
         "command": command_line(MODULE, argv),
         "quick": args.quick,
         "machine": machine_info("loader"),
     }
-    result = run(15.0 if args.quick else 60.0)
+    spark = build_spark_session("local[2]", fair_pools=2)
+    try:
+        results = [run(15.0 if args.quick else 60.0, spark, seed=16 + i) for i in range(runs)]
+    finally:
+        spark.stop()
     meta["run_seconds"] = time.perf_counter() - began
     meta["loadavg_end"] = load_average()
+    first = results[0]
     rows = []
     for name, label in (("feed_latest", "latest table"), ("feed_append", "append table + newest-row query")):
-        r = result[name]
-        read = statistics.median(result["reads"]["latest" if name == "feed_latest" else "append"])
-        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        rows.append([label, f"{r['rows']:,}", r["versions"], ratio, f"{r['superseded_rows']:,}", f"{read * 1000:.1f}"])
+        of = [r[name] for r in results]
+        ratios = [x["ratio"] for x in of if x["ratio"] is not None]
+        reads = [statistics.median(r["reads"]["latest" if name == "feed_latest" else "append"]) * 1000 for r in results]
+        rows.append(
+            [
+                label,
+                _spread([x["rows"] for x in of], ",.0f"),
+                _spread([x["rows_written"] for x in of], ",.0f"),
+                _spread([x["versions"] for x in of], ".0f"),
+                _spread(ratios, ".2f") if ratios else "—",
+                _spread([x["superseded_rows"] for x in of], ",.0f"),
+                _spread(reads, ".1f"),
+            ]
+        )
+    same = all(r["same_answer"] for r in results)
     markdown = (
         "## One keyed feed as a latest table and as an append table (`benchmarks/latest_vs_append.py`)\n\n"
         + machine_markdown(meta, "loader")
         + f"\nThe live service in process (embedded writer, Spark `local[2]`, 2 workers); one producer sends "
-        f"{result['updates']:,} updates of {ROWS} rows ({KEYS} keys, Zipf 0.9, `ts` increasing) to both tables at "
-        f"{RATE:g} updates/s for {result['seconds']:g} s. Staleness / LOW is the service's own account of each table "
+        f"{first['updates']:,} updates of {ROWS} rows ({KEYS} keys, Zipf 0.9, `ts` increasing) to both tables at "
+        f"{RATE:g} updates/s for {first['seconds']:g} s. {runs} run(s), each its own seed: median (range). "
+        "Rows written: rows in every data file the loads added (from the Delta log; compactions left out). "
+        "Staleness / LOW is the service's own account of each table "
         '(per update, docs/latest-tables.md). A reader\'s "newest row of every key": the latest table read whole '
         "(deltalake) against DuckDB's window query over the append table's files, median of 5; both give the same "
-        f"answer: {'yes' if result['same_answer'] else 'NO'}.\n\n"
+        f"answer in every run: {'yes' if same else 'NO'}.\n\n"
         + md_table(
-            ["table", "rows held", "Delta versions", "staleness / LOW", "superseded rows", "newest-per-key read ms"],
+            [
+                "table",
+                "rows held",
+                "rows written",
+                "Delta versions",
+                "staleness / LOW",
+                "superseded rows",
+                "newest-per-key read ms",
+            ],
             rows,
-            "lrrrrr",
+            "lrrrrrr",
         )
         + "\n"
     )
     print(markdown)
     if not args.quick:
-        write_json(RESULTS_DIR / "latest_vs_append.json", {"meta": meta, **result})
+        write_json(RESULTS_DIR / "latest_vs_append.json", {"meta": meta, "runs": results})
         write_section(SECTION, markdown)
     return 0
 

@@ -217,7 +217,10 @@ def compare_command(
         KeyedShape | None,  # type: ignore[valid-type]
         typer.Option(
             "--keyed",
-            help="Instead of a trace: one latest table's keys under FIFO-AQ, FIFO-UQ, IN-PLACE and LINECUTTING.",
+            help=(
+                "Instead of a trace: one latest table's keys under FIFO-AQ, FIFO-UQ, IN-PLACE, LINECUTTING "
+                "and our LINECUTTING-BOUNDED."
+            ),
             rich_help_panel=KEYED,
         ),
     ] = None,

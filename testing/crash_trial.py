@@ -13,12 +13,18 @@ the service as well. Producer threads submit numbered rows all along, each reque
 Idempotency-Key, and retry a request left without an answer until it gets one, as a
 real producer does; a kill thus lands mid-burst.
 
+One of the tables is a latest table (keyed, loads are MERGEs; docs/latest-tables.md):
+its ``load.upsert.*`` points kill before a MERGE, inside one (a delayed kill, seeded)
+and between a MERGE's commit and the catalog's record of it.
+
 At the end the service is restarted without failpoints, the producers finish, every
 acknowledged update is loaded, and each Delta table is read back with independent
 readers (the ``deltalake`` package, and DuckDB on the files the Delta log lists). The
 verdict counts rather than asserts (the report needs the numbers): rows lost, rows
 duplicated, rows nobody acknowledged, sequence numbers given twice, Delta transaction
-versions that do not match the last acknowledged sequence, staging directories left.
+versions that do not match the last acknowledged sequence, staging directories left;
+for the latest table, "lost" is a key not holding its newest acknowledged value and a
+superseded value left in the table is counted on its own.
 
 Used by ``tests/system/test_crash.py`` (every kind of kill once) and
 ``trials/crash.py`` (50+ kills of seeded random kinds).
@@ -56,9 +62,30 @@ from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
 
 TOKEN = "crash-test-operator-token-0001"
-#: Three tables on two workers: a free worker meets two due tables and loads them in one job.
-TABLES = ("alpha", "beta", "gamma")
+#: Three append tables on two workers: a free worker meets two due tables and loads them in
+#: one job.
+APPEND_TABLES = ("alpha", "beta", "gamma")
 SCHEMA = {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "note", "type": "string"}]}
+#: A latest table (docs/latest-tables.md) keyed by ``k = id % KEYS``, without ``order_by``:
+#: the last value to arrive wins, so the replay after a kill must keep arrival order. At
+#: most a few keys per load, so values wait behind a cut and loads split a backlog.
+LATEST = "quotes"
+KEYS = 40
+LATEST_TABLE = {
+    "name": LATEST,
+    "schema": {
+        "columns": [
+            {"name": "k", "type": "int64", "nullable": False},
+            {"name": "id", "type": "int64", "nullable": False},
+            {"name": "note", "type": "string"},
+        ]
+    },
+    "mode": "latest",
+    "key": ["k"],
+    "key_policy": "linecutting-bounded",
+    "max_keys_per_batch": 8,
+}
+TABLES = (*APPEND_TABLES, LATEST)
 #: Makes rows big enough that the 64 KiB memory budget overflows and updates spill.
 PAD = "x" * 96
 
@@ -67,7 +94,21 @@ EXTERNAL_RECOVERY = "external:recovery"
 #: Kill from outside at a random delay after /readyz turned ready, producers mid-burst.
 EXTERNAL_SERVING = "external:serving"
 #: Points passed only where a load runs: in a worker process in connect mode.
-LOAD_POINTS = ("load.after-spark-write", "load.after-publish", "load.after-commit", "load.group.between-commits")
+LOAD_POINTS = (
+    "load.after-spark-write",
+    "load.after-publish",
+    "load.after-commit",
+    "load.group.between-commits",
+    "load.upsert.before-merge",
+    "load.upsert.mid-merge",
+    "load.upsert.after-merge",
+)
+#: Reached in the service as well (a worker's reply says it committed).
+SERVICE_LOAD_POINTS = {"load.after-commit", "load.upsert.after-merge"}
+MID_MERGE = "load.upsert.mid-merge"
+#: Seconds into a MERGE at which ``load.upsert.mid-merge`` kills: a small MERGE of this
+#: trial's table takes some tens of milliseconds (armed as ``NAME=N@SECONDS``).
+MID_MERGE_DELAY = (0.0, 0.06)
 #: ``worker:<point>``: the first worker process dies at the point; ``worker:external``: a
 #: worker process is killed from outside at a random moment while the service serves.
 WORKER = "worker:"
@@ -77,7 +118,7 @@ WORKER_KINDS = (*(WORKER + p for p in LOAD_POINTS), WORKER_EXTERNAL)
 #: worker's reply says it committed); the other load points are the workers'.
 CLASSIC_KINDS = (*sorted(POINTS), EXTERNAL_RECOVERY, EXTERNAL_SERVING)
 KINDS = (
-    *sorted(POINTS - set(LOAD_POINTS) | {"load.after-commit"}),
+    *sorted(POINTS - set(LOAD_POINTS) | SERVICE_LOAD_POINTS),
     EXTERNAL_RECOVERY,
     EXTERNAL_SERVING,
     *WORKER_KINDS,
@@ -109,7 +150,7 @@ def crash_config(workdir: Path, port: int, mode: str = "connect") -> Path:
             "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 5, "vacuum_seconds": 0},
             "spill": {"memory_budget_bytes": 65536},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-            "tables": [{"name": name, "schema": SCHEMA} for name in TABLES],
+            "tables": [*({"name": name, "schema": SCHEMA} for name in APPEND_TABLES), LATEST_TABLE],
         },
     )
 
@@ -154,6 +195,8 @@ class Submission:
         """``landing``: write the (single) part's rows to a Parquet file there and name it."""
 
         def rows(part: Part) -> list[dict[str, Any]]:
+            if part.table == LATEST:
+                return [{"k": i % KEYS, "id": i, "note": f"row {i} {PAD}"} for i in part.ids]
             return [{"id": i, "note": f"row {i} {PAD}"} for i in part.ids]
 
         if landing is not None and len(parts) == 1:
@@ -183,8 +226,9 @@ class ProducerStats:
 
 class Producers:
     """Threads submitting numbered rows; one in every four requests carries 2-4 updates of
-    both tables (one WAL group of several records). A request without an answer (connection
-    refused or reset, 503, 5xx) is sent again, same key and bytes, after a short back-off."""
+    several tables, sometimes two of one table (one WAL group of several records). A
+    request without an answer (connection refused or reset, 503, 5xx) is sent again, same
+    key and bytes, after a short back-off."""
 
     def __init__(
         self,
@@ -252,10 +296,14 @@ class Producers:
         rng.shuffle(tables)
         count = 1 if rng.random() < 0.75 else rng.randint(2, 4)
         with self.lock:
+            # The first parts on distinct tables, then any: a request may hold two updates
+            # of one table (one WAL group, two records, two sequence numbers).
             parts = [
-                Part(tables[k % len(tables)], [next(self._ids) for _ in range(rng.randint(1, 4))]) for k in range(count)
+                Part(tables[k] if k < 2 else rng.choice(TABLES), [next(self._ids) for _ in range(rng.randint(1, 4))])
+                for k in range(count)
             ]
-            as_file = self.landing is not None and count == 1 and rng.random() < 0.2
+            # (A latest table takes rows in requests only: docs/latest-tables.md.)
+            as_file = self.landing is not None and count == 1 and parts[0].table != LATEST and rng.random() < 0.2
             sub = Submission.build(f"sub-{next(self._keys)}", parts, self.landing if as_file else None)
             self.submissions.append(sub)
         return sub
@@ -390,7 +438,9 @@ class CrashTrial:
         if kind == WORKER_EXTERNAL:
             return "", "ready", rng.uniform(0.0, 4.0)  # then a worker is killed, and the life goes on
         if kind.startswith(WORKER):
-            return f"{kind.removeprefix(WORKER)}={rng.randint(1, 2)}", "replaced", rng.uniform(0.0, 2.0)
+            point = kind.removeprefix(WORKER)
+            when = f"{rng.randint(1, 2)}" + (f"@{rng.uniform(*MID_MERGE_DELAY):.3f}" if point == MID_MERGE else "")
+            return f"{point}={when}", "replaced", rng.uniform(0.0, 2.0)
         if kind == EXTERNAL_RECOVERY:
             if rng.random() < 0.5:  # inside the replay of the backlog, as long as the last ones took
                 took = [
@@ -411,6 +461,8 @@ class CrashTrial:
             "recovery.after-spill-reset": lambda: 1,
             "spill.write": lambda: rng.randint(1, 3),
         }.get(kind, lambda: rng.randint(1, 2))()
+        if kind == MID_MERGE:  # classic mode: the MERGE runs in the service
+            return f"{kind}={count}@{rng.uniform(*MID_MERGE_DELAY):.3f}", "", 0.0
         return f"{kind}={count}", "", 0.0
 
     # -- running ----------------------------------------------------------------------------
@@ -633,6 +685,11 @@ class CrashTrial:
         checks = []
         for table in TABLES:
             expected = Counter(i for s in acked for p in s.parts if p.table == table for i in p.ids)
+            acked_rows = sum(expected.values())
+            superseded: set[int] = set()
+            if table == LATEST:  # one row per key: its value in the latest acknowledged update
+                expected = Counter(newest_per_key(acked))
+                superseded = {i for s in acked for p in s.parts if p.table == table for i in p.ids} - set(expected)
             unacked = Counter(
                 i
                 for s in self.producers.submissions
@@ -653,11 +710,14 @@ class CrashTrial:
                 TableCheck(
                     table=table,
                     acked_updates=sum(1 for s in acked for p in s.parts if p.table == table),
-                    acked_rows=sum(expected.values()),
+                    acked_rows=acked_rows,
                     loaded_rows=sum(loaded.values()),
                     lost=sum(max(0, n - loaded[i]) for i, n in expected.items()),
                     duplicated=sum(max(0, n - expected[i]) for i, n in loaded.items() if i in expected),
-                    phantom=sum(n for i, n in loaded.items() if i not in expected and i not in unacked),
+                    phantom=sum(
+                        n for i, n in loaded.items() if i not in expected and i not in unacked and i not in superseded
+                    ),
+                    superseded_loaded=sum(n for i, n in loaded.items() if i in superseded),
                     unacked_loaded=sum(n for i, n in loaded.items() if i in unacked and i not in expected),
                     txn_version=txn,
                     last_acked_seq=last.get(table, 0),
@@ -686,6 +746,20 @@ class CrashTrial:
 
 
 # -- the verdict ------------------------------------------------------------------------------
+def newest_per_key(acked: Sequence[Submission]) -> list[int]:
+    """The ids the latest table must hold: per key, the value of the acknowledged update with
+    the largest sequence number, the last of its rows (arrival order; no ``order_by``)."""
+    newest: dict[int, tuple[int, int, int]] = {}
+    for sub in acked:
+        for part, (_, seq) in zip(sub.parts, sub.acks or ()):
+            if part.table != LATEST:
+                continue
+            for position, i in enumerate(part.ids):
+                if i % KEYS not in newest or (seq, position) > newest[i % KEYS][:2]:
+                    newest[i % KEYS] = (seq, position, i)
+    return [i for _, _, i in newest.values()]
+
+
 def duckdb_rows(path: Path) -> int | None:
     """Rows DuckDB reads from the Parquet files the Delta log lists (a second reader)."""
     try:
@@ -708,7 +782,8 @@ class TableCheck:
     acked_updates: int
     acked_rows: int
     loaded_rows: int
-    #: Acknowledged rows missing from the table (counted with multiplicity).
+    #: Acknowledged rows missing from the table (counted with multiplicity; a latest
+    #: table: keys not holding their newest acknowledged value).
     lost: int
     #: Extra copies of acknowledged rows.
     duplicated: int
@@ -722,11 +797,15 @@ class TableCheck:
     last_sequence: int | None
     staging_dirs: int
     duckdb_rows: int | None
+    #: A latest table's rows holding a value a later acknowledged one replaced (a key's
+    #: older value left behind, or loaded after its newer one).
+    superseded_loaded: int = 0
 
     @property
     def ok(self) -> bool:
         return (
             self.lost == self.duplicated == self.phantom == self.unacked_loaded == self.staging_dirs == 0
+            and self.superseded_loaded == 0
             and self.txn_version == self.last_acked_seq
             and self.last_sequence in (None, self.last_acked_seq)
             and self.duckdb_rows in (None, self.loaded_rows)

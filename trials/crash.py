@@ -63,6 +63,7 @@ TABLE_COLUMNS = [
     ("rows (DuckDB)", "duckdb_rows"),
     ("lost", "lost"),
     ("duplicated", "duplicated"),
+    ("superseded left", "superseded_loaded"),
     ("Delta txn version", "txn_version"),
     ("last ack'd seq", "last_acked_seq"),
     ("staging dirs", "staging_dirs"),
@@ -211,7 +212,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         md_table(["kill point", "lives"], sorted(s["hits"].items(), key=lambda kv: (-kv[1], kv[0]))),
         "",
         md_table(
-            [header for header, _ in TABLE_COLUMNS], [[t[k] for _, k in TABLE_COLUMNS] for t in results["tables"]]
+            [header for header, _ in TABLE_COLUMNS],
+            [[t.get(k, "—") for _, k in TABLE_COLUMNS] for t in results["tables"]],
         ),
     ]
     if s["problems"]:

@@ -28,7 +28,18 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
 - ``load.after-commit``: the Delta commit landed, the service has not recorded it (with
   loads in worker processes, in the service: a worker's reply says it committed);
 - ``load.group.between-commits``: in a multi-table job, one table's Delta commit landed
-  and the next table's has not been made (loader/loading/sinks/delta_rs.py ``load_group``).
+  and the next table's has not been made (loader/loading/sinks/delta_rs.py ``load_group``);
+- ``load.upsert.before-merge``: a latest table's load (loader/loading/sinks/upsert.py) has
+  the newest value per key from Spark, its MERGE not yet started;
+- ``load.upsert.mid-merge``: the MERGE is running; with ``NAME=N@SECONDS`` the process is
+  SIGKILLed that many seconds after the N-th MERGE began, wherever it is by then (writing
+  the rewritten files, committing, or just past the commit: the library's MERGE is one
+  native call with no step of its own to stop at);
+- ``load.upsert.after-merge``: the MERGE committed and the catalog has not recorded it
+  (with loads in worker processes also reached in the service, as ``load.after-commit``).
+
+``NAME=N@SECONDS`` works for every point but ``wal.torn-write`` (a torn write is at the
+write): the kill comes that many seconds after the N-th pass instead of at it.
 
 With loads in worker processes (``[spark] mode = "connect"``) the ``load.*`` points are
 passed in a worker process, where ``LOADER_WORKER_FAILPOINTS="load.after-publish=2"``
@@ -47,6 +58,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from dataclasses import dataclass
 
 ENV = "LOADER_FAILPOINTS"
 #: Failpoints of the service's first load worker process (loader/loading/workers/pool.py),
@@ -64,23 +76,40 @@ POINTS = frozenset(
         "load.after-publish",
         "load.after-commit",
         "load.group.between-commits",
+        "load.upsert.before-merge",
+        "load.upsert.mid-merge",
+        "load.upsert.after-merge",
     }
 )
 
 
-def parse(spec: str) -> dict[str, int]:
-    """``"a=2,b"`` -> ``{"a": 2, "b": 1}``; unknown names are an error (a typo would never fire)."""
-    armed: dict[str, int] = {}
+@dataclass(frozen=True)
+class Armed:
+    """When a point kills: at its ``count``-th pass, ``delay`` seconds later."""
+
+    count: int = 1
+    delay: float = 0.0
+
+
+def parse(spec: str) -> dict[str, Armed]:
+    """``"a=2,b,c=1@0.05"`` -> a at its 2nd pass, b at its 1st, c 50 ms after its 1st;
+    unknown names are an error (a typo would never fire)."""
+    armed: dict[str, Armed] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, _, count = part.partition("=")
+        name, _, when = part.partition("=")
         if name not in POINTS:
             raise ValueError(f"{ENV}: unknown failpoint {name!r}; known: {sorted(POINTS)}")
+        count, _, delay = when.partition("@")
         try:
-            armed[name] = int(count) if count else 1
+            armed[name] = Armed(int(count) if count else 1, float(delay) if delay else 0.0)
         except ValueError:
-            raise ValueError(f"{ENV}: {part!r} is not NAME or NAME=COUNT") from None
-        if armed[name] < 1:
-            raise ValueError(f"{ENV}: {part!r}: the count must be at least 1")
+            raise ValueError(f"{ENV}: {part!r} is not NAME, NAME=COUNT or NAME=COUNT@SECONDS") from None
+        if armed[name].count < 1 or not 0 <= armed[name].delay <= threading.TIMEOUT_MAX:
+            raise ValueError(
+                f"{ENV}: {part!r}: the count must be at least 1 and the delay a finite, not negative number"
+            )
+        if armed[name].delay and name == "wal.torn-write":
+            raise ValueError(f"{ENV}: {part!r}: a torn write happens at the write; it takes no delay")
     return armed
 
 
@@ -92,7 +121,7 @@ _lock = threading.Lock()
 def _reached(name: str) -> bool:
     with _lock:
         _hits[name] = _hits.get(name, 0) + 1
-        return _hits[name] == _armed[name]
+        return _hits[name] == _armed[name].count
 
 
 def _die() -> None:
@@ -100,11 +129,18 @@ def _die() -> None:
 
 
 def hit(name: str) -> None:
-    """Count a pass through point ``name``; SIGKILL this process when its count is reached."""
+    """Count a pass through point ``name``; SIGKILL this process when its count is reached
+    (or, armed with a delay, start the clock on a kill and carry on)."""
     if name not in _armed:
         return
     if _reached(name):
-        _die()
+        delay = _armed[name].delay
+        if not delay:
+            _die()
+            return
+        killer = threading.Timer(delay, _die)
+        killer.daemon = True
+        killer.start()
 
 
 def tear(name: str, fd: int, data: bytes) -> None:

@@ -36,7 +36,7 @@ class TableConfig(BaseModel):
     #: without it, the value that arrived last wins.
     order_by: str | None = None
     #: Latest tables: where a key's new value waits (UpStream section 5, docs/latest-tables.md).
-    key_policy: Literal["fifo-uq", "in-place", "linecutting"] = "in-place"
+    key_policy: Literal["fifo-uq", "in-place", "linecutting", "linecutting-bounded"] = "in-place"
     #: Latest tables: the most keys one batch loads (None: every waiting key).
     max_keys_per_batch: int | None = Field(default=None, ge=1)
 

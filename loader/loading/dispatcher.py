@@ -298,7 +298,7 @@ class Dispatcher:
     def _take(self, tid: int, now: float) -> list[Update] | None:
         state = self.states[tid]
         try:
-            updates = self.pending.take(state.name, self.policy.batch_limit)
+            updates = self.pending.take(state.name, self.policy.batch_limit, now)
         except Exception as exc:  # e.g. a spilled head could not be read back: try again later
             log.error("cannot take a batch of %s: %s; retrying in 1s", state.name, exc)
             self._held[tid] = self._held.get(tid, 0) + 1

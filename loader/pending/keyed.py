@@ -9,7 +9,10 @@ simulator runs):
 
 - ``tail``: the new value stays in its own update, the newest (a key not waiting; FIFO-UQ);
 - ``keep``: it moves into the place of the waiting value, which it overwrites (IN-PLACE);
-- ``front``: it moves into the oldest waiting update, the head (LINECUTTING's slow keys).
+- ``front``: it moves into the oldest waiting update, the head (LINECUTTING's slow keys);
+- ``advance``: a key joining moves into the oldest update holding a value that joined
+  after it, each value as of its arrival less its advance (LINECUTTING-BOUNDED,
+  ``KeyRates.advance``): part of the line.
 
 An overwritten value is *superseded*: dropped and counted. A batch takes updates from the
 head, so a key's place decides when it loads, and ``max_keys_per_batch`` bounds a batch
@@ -30,8 +33,10 @@ dropped when the load keeps the newest (counted by the sink then).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
+import math
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
@@ -108,6 +113,15 @@ class LatestQueue:
         #: Updates of failed batches, back in the queue: no value moves into or out of them.
         self.closed: set[int] = set()
         self.cuts = 0
+        #: LINECUTTING-BOUNDED: each queued update's virtual join time, the latest of the
+        #: values in it (a value's arrival less its advance, ``KeyRates.advance``), never
+        #: below an older update's, so the queue is sorted by it. A joining key goes into the
+        #: oldest update holding a value that joined after it: behind every value that
+        #: joined before it, as ``KeyQueue`` orders keys.
+        self.virtual: dict[int, float] = {}
+        self._virtual_pending = -math.inf
+        #: The first batch's time: W_f learns from keys that joined after it only.
+        self.serving_since: float | None = None
 
     # -- arrivals ------------------------------------------------------------------------
     def arrive(self, update: Update) -> tuple[Update, list[Key]]:
@@ -137,6 +151,8 @@ class LatestQueue:
         placed: list[tuple[Key, int, bool]] = []  # (key, place, its waiting value overwritten)
         cuts = 0
         head = self._head(update.seq)
+        #: LINECUTTING-BOUNDED: the latest virtual join time of the values that stay (below).
+        virtual = self._tail_virtual()
         for key, position in sorted(last.items(), key=lambda kv: kv[1]):
             interval = self.rates.observe(key, at)
             waiting = self.index.get(key)
@@ -158,10 +174,20 @@ class LatestQueue:
                 cuts += 1
             elif where == "keep" and open_place:
                 target = waiting  # type: ignore[assignment]
+            elif where == "advance":
+                joined = at - self.rates.advance(interval)
+                ahead = self._advanced(joined, update.seq) if self.copies[key] == 0 else None
+                if ahead is not None:  # LINECUTTING-BOUNDED: into the update it would have joined
+                    target = ahead
+                    cuts += 1
+                else:
+                    virtual = max(virtual, joined)
             if open_place:  # the waiting value is overwritten (its place may be the target)
                 removed.setdefault(waiting, set()).add(key)  # type: ignore[arg-type]
                 superseded += 1
             if target == update.seq:
+                if where != "advance":
+                    virtual = max(virtual, at)
                 stay.append(position)
             else:
                 moves.setdefault(target, []).append(position)
@@ -186,6 +212,7 @@ class LatestQueue:
                 self.copies[key] += 1
                 if orders is not None:
                     self.order_of[key] = orders[last[key]]  # the key's newest in the update
+            self._virtual_pending = max(self._tail_virtual(), at)
             return update, keys
         for seq, (value, new_keys) in built.items():
             item = self.items[seq]
@@ -203,12 +230,18 @@ class LatestQueue:
                 self.order_of[key] = orders[last[key]]
         self.superseded += superseded
         self.cuts += cuts
+        self._virtual_pending = virtual
         return result, own
 
     def added(self, item: Item, keys: list[Key]) -> None:
         """The update ``arrive`` returned is in the queue as ``item``."""
         self.items[item.key] = item
         self.slot_keys[item.key] = keys
+        self.virtual[item.key] = self._virtual_pending
+
+    def _tail_virtual(self) -> float:
+        runs = self.cache.queues[self.table].runs
+        return self.virtual.get(runs[-1].items[-1].key, -math.inf) if runs else -math.inf
 
     def keys_of(self, rows: pa.Table) -> list[Key]:
         return list(zip(*(rows.column(name).to_pylist() for name in self.spec.key), strict=True))
@@ -220,6 +253,24 @@ class LatestQueue:
             return None
         seq = runs[0].items[0].key
         return seq if seq != own and self._open(seq) else None
+
+    def _advanced(self, joined: float, own: int) -> int | None:
+        """LINECUTTING-BOUNDED's place for a key joining as of ``joined``: the oldest open
+        update holding a value that joined after it (``virtual``), within the queue's
+        in-memory tail (a spilled update ends the search: the cut is then shorter, never
+        wrong). None: its own update."""
+        found: int | None = None
+        virtual = self.virtual
+        for run in reversed(self.cache.queues[self.table].runs):
+            if run.on_disk:
+                break
+            items = run.items
+            start = bisect.bisect_right(items, joined, key=lambda item: virtual.get(item.key, -math.inf))
+            # (by index: islice would walk the deque from its head)
+            found = next((items[i].key for i in range(start, len(items)) if self._open(items[i].key)), found)
+            if start > 0:
+                break
+        return found if found is not None and found != own else None
 
     def _open(self, seq: int) -> bool:
         """Whether values may move into or out of update ``seq``: in memory, and not an update
@@ -264,10 +315,13 @@ class LatestQueue:
             count += 1
         return count
 
-    def taken(self, updates: Iterable[Update]) -> None:
+    def taken(self, updates: Iterable[Update], now: float | None = None) -> None:
+        """``updates`` left the queue for a batch (at ``now``: the waits of its keys teach
+        LINECUTTING-BOUNDED how long a round is, ``KeyRates.served``)."""
         for update in updates:
             keys = self.slot_keys.pop(update.seq, [])
             self.items.pop(update.seq, None)
+            self.virtual.pop(update.seq, None)
             self.closed.discard(update.seq)
             self.in_flight[update.seq] = keys
             self.copies.subtract(keys)
@@ -277,6 +331,11 @@ class LatestQueue:
                 if self.index.get(key) == update.seq:
                     del self.index[key]
                     since = self.first_enqueued.pop(key, update.release)
+                    if now is not None and self.rates is not None:
+                        if self.serving_since is None:
+                            self.serving_since = now
+                        if since >= self.serving_since:  # (not the backlog of a restart: its waits hold the downtime)
+                            self.rates.served(key, now - since)
                     self.loading_since[key] = min(since, self.loading_since.get(key, since))
 
     def put_back(self, items: Iterable[Item]) -> None:

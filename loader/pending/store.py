@@ -181,8 +181,9 @@ class PendingStore:
             log.error("could not spill pending updates to disk: %s; keeping them in memory", exc)
         self.changed.add(update.table)
 
-    def take(self, table: str, limit: int | None = None) -> tuple[Update, ...]:
-        """Remove the oldest ``limit`` updates (all when None) as one in-flight batch."""
+    def take(self, table: str, limit: int | None = None, now: float | None = None) -> tuple[Update, ...]:
+        """Remove the oldest ``limit`` updates (all when None) as one in-flight batch (at
+        ``now``, for a latest table's key waits)."""
         if table in self._inflight:
             raise RuntimeError(f"a batch of {table!r} is already in flight")
         cache = self.cache
@@ -207,7 +208,7 @@ class PendingStore:
         self.changed.add(table)
         taken = tuple(item.value for run in runs for item in run.items)
         if latest is not None:
-            latest.taken(taken)
+            latest.taken(taken, now)
         return taken
 
     def loaded(self, table: str, seconds: float = 0.0) -> None:

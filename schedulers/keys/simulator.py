@@ -138,7 +138,7 @@ def simulate_keys(
                     mine.popleft()
                     queue_plot.set(key, mine[0] if mine else None, now)
             else:
-                taken = keyed.take(max_keys)
+                taken = keyed.take(max_keys, at=now)  # (their waits: LINECUTTING-BOUNDED's W_f)
                 in_flight = [(w.key, w.arrived) for w in taken]
                 for w in taken:
                     queue_plot.set(w.key, None, now)

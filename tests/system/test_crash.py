@@ -4,7 +4,8 @@ The short version of the crash-consistency trial (testing/crash_trial.py; the lo
 ``trials/crash.py``): one data directory lives through one SIGKILL of each
 kind, with producers submitting all along and retrying what was left unanswered. In the
 end each Delta table, read back with deltalake and DuckDB, holds every acknowledged
-update exactly once. The WAL's own failpoints are also checked alone, without a server.
+update exactly once (the latest table: each key's newest acknowledged value, once). The
+WAL's own failpoints are also checked alone, without a server.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from testing.crash_trial import EXTERNAL_RECOVERY, CrashTrial
 #: The lives of the server, each ended by this kill (seeded counts and delays). Loads run in
 #: worker processes (the default mode): the points around a Delta commit are theirs.
 KILLS = (
-    "load.after-commit",  # a worker committed, the service has not noted it: the replay must be skipped
+    # A worker's MERGE into the latest table committed, the service has not noted it: the
+    # replay must be skipped (the same notice as an append's, load.after-commit; the pool's
+    # tests kill there for appends).
+    "load.upsert.after-merge",
     "wal.torn-write",  # half a record on disk: the restart cuts the torn tail
     "recovery.replay",  # killed while replaying the WAL: the next start replays it all again
     "intake.after-wal",  # durable but unanswered: the retry must get the first answer
@@ -34,6 +38,7 @@ KILLS = (
     "recovery.after-spill-reset",  # spill directory emptied, nothing replayed yet
     "worker:load.group.between-commits",  # a worker's multi-table job committed one table, not the next
     "worker:external",  # a worker process killed from outside, mid-batch or idle
+    "worker:load.upsert.mid-merge",  # a latest table's MERGE killed a moment after it began
     EXTERNAL_RECOVERY,  # the whole process group, at a random moment before /readyz
 )
 #: The classic mode (the Spark driver in the service process): its load points are the service's.

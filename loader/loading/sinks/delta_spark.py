@@ -108,6 +108,8 @@ class DeltaSparkSink(DeltaSinkBase):
                 # Spark SQL quotes names with backticks (DataFusion's double quotes above).
                 merger = target.alias("t").merge(source.alias("s"), on.replace('"', "`"))
                 merger = merger.whenMatchedUpdateAll(newer.replace('"', "`") if newer else None)
+                failpoints.hit("load.upsert.before-merge")
+                failpoints.hit("load.upsert.mid-merge")
                 merger.whenNotMatchedInsertAll().execute()
             if self.committed_seq(table) < seq:  # no row changed, so no commit: the transaction alone
                 session.createDataFrame([], schema=spark_struct(schema)).write.format("delta").mode("append").option(
@@ -117,6 +119,7 @@ class DeltaSparkSink(DeltaSinkBase):
             session.conf.unset("spark.databricks.delta.write.txnAppId")
             session.conf.unset("spark.databricks.delta.write.txnVersion")
             shutil.rmtree(scratch, ignore_errors=True)
+        failpoints.hit("load.upsert.after-merge")
         failpoints.hit("load.after-commit")
         delta = self.open(table)
         assert delta is not None

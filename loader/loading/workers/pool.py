@@ -314,8 +314,11 @@ class ProcessSink(DeltaTables):
                     log.warning("%s; its batch is retried and the worker started again", died)
                     self._on_death()
                     raise
-                if any(isinstance(o, LoadResult) and not o.skipped for o in reply.outcomes):
+                committed = [isinstance(o, LoadResult) and not o.skipped for o in reply.outcomes]
+                if any(committed):
                     failpoints.hit("load.after-commit")  # committed by the worker, not yet noted here
+                if any(done and schemas[i].latest for i, done in zip(sent, committed)):
+                    failpoints.hit("load.upsert.after-merge")  # a latest table's MERGE, not yet noted
                 for i, outcome in zip(sent, reply.outcomes):
                     outcomes[i] = outcome
             return [o for o in outcomes if o is not None]

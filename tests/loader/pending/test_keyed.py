@@ -104,19 +104,23 @@ def test_a_slow_key_cuts_to_the_front_once_the_cost_of_a_key_is_known(tmp_path: 
     assert ordered_rows(Batch("t", second), SCHEMA).column("k").to_pylist() == [9, 1]
 
 
-def newest_of(values: list[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
-    """The table an upsert of every value, in arrival order, leaves: key -> (o, v)."""
+def newest_of(values: list[tuple[int, int, int]], ordered: bool = True) -> dict[int, tuple[int, int]]:
+    """The table an upsert of every value, in arrival order, leaves: key -> (o, v); the
+    larger ``o`` wins when ``ordered`` (the table's ``order_by``), else the later arrival."""
     table: dict[int, tuple[int, int]] = {}
     for k, o, v in values:
-        if k not in table or o >= table[k][0]:
+        if not ordered or k not in table or o >= table[k][0]:
             table[k] = (o, v)
     return table
 
 
-def load(table: dict[int, tuple[int, int]], batch: Batch, committed: list[int] | None = None) -> set[int]:
-    """The sinks' rule: newest per key in the batch by (o, arrival), merged if not older.
-    ``committed`` (one number, the table's transaction version) skips updates a commit
-    already holds, as ``unloaded_part`` does, and is advanced."""
+def load(
+    table: dict[int, tuple[int, int]], batch: Batch, committed: list[int] | None = None, ordered: bool = True
+) -> set[int]:
+    """The sinks' rule: newest per key in the batch by (o, arrival), merged if not older
+    (without ``ordered``, no ``order_by``: by arrival, merged always). ``committed`` (one
+    number, the table's transaction version) skips updates a commit already holds, as
+    ``unloaded_part`` does, and is advanced."""
     if committed is not None:
         rest = tuple(u for u in batch.updates if u.seq > committed[0])
         committed[0] = max(committed[0], batch.last_seq)
@@ -126,10 +130,11 @@ def load(table: dict[int, tuple[int, int]], batch: Batch, committed: list[int] |
     best: dict[int, dict] = {}
     for row in ordered_rows(batch, SCHEMA).to_pylist():
         mine = best.get(row["k"])
-        if mine is None or (row["o"], row[ORDER_COLUMN]) >= (mine["o"], mine[ORDER_COLUMN]):
+        rank = (row["o"] if ordered else 0, row[ORDER_COLUMN])
+        if mine is None or rank >= (mine["o"] if ordered else 0, mine[ORDER_COLUMN]):
             best[row["k"]] = row
     for k, row in best.items():
-        if k not in table or row["o"] >= table[k][0]:
+        if not ordered or k not in table or row["o"] >= table[k][0]:
             table[k] = (row["o"], row["v"])
     return set(best)
 
@@ -158,12 +163,13 @@ steps = st.lists(
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(
     script=steps,
-    policy=st.sampled_from(["fifo-uq", "in-place", "linecutting"]),
+    policy=st.sampled_from(["fifo-uq", "in-place", "linecutting", "linecutting-bounded"]),
     max_keys=st.sampled_from([None, 1, 3]),
     budget=st.sampled_from([120, 1 << 20]),
+    ordered=st.booleans(),
 )
-def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, max_keys, budget) -> None:
-    spec = KeySpec(("k",), policy, max_keys, order_by="o")
+def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, max_keys, budget, ordered) -> None:
+    spec = KeySpec(("k",), policy, max_keys, order_by="o" if ordered else None)
     with tempfile.TemporaryDirectory() as directory:
         store = make_store(Path(directory), budget, spec)
         sent: list[tuple[int, int, int]] = []
@@ -176,7 +182,7 @@ def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, ma
         def settle() -> None:
             nonlocal batch
             if batch is not None:
-                keys = load(table, Batch("t", batch), committed)
+                keys = load(table, Batch("t", batch), committed, ordered)
                 assert max_keys is None or len(batch) == 1 or len(keys) <= max_keys
                 store.loaded("t", seconds=0.01 * max(1, len(keys)))
                 batch = None
@@ -190,12 +196,12 @@ def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, ma
                 updates.append(u)
                 store.append(u)
             elif op == "take" and batch is None and len(store.cache.queues["t"]):
-                batch = store.take("t")
+                batch = store.take("t", now=seq + 0.5)  # (the keys' waits: LINECUTTING-BOUNDED's round)
             elif op == "fail" and batch is not None:
                 store.put_back("t")
                 batch = None
             elif op == "landed" and batch is not None:
-                load(table, Batch("t", batch), committed)
+                load(table, Batch("t", batch), committed, ordered)
                 store.put_back("t")
                 batch = None
             elif op == "load":
@@ -203,11 +209,11 @@ def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, ma
             accounted(store)
         settle()
         while len(store.cache.queues["t"]):
-            batch = store.take("t")
+            batch = store.take("t", now=seq + 0.5)
             settle()
         event(f"segments written: {store.cache.counts.writes > 0}")
         event(f"cuts: {store._latest['t'].cuts > 0}")
-        assert table == newest_of(sent)
+        assert table == newest_of(sent, ordered)
         assert not store._latest["t"].index and not store._latest["t"].in_flight
 
     with tempfile.TemporaryDirectory() as directory:  # the WAL replayed into a fresh store
@@ -215,15 +221,15 @@ def test_any_interleaving_loads_the_newest_value_of_every_key(script, policy, ma
         for u in updates:
             again.append(u)
         waiting = [k for keys in held(again) for k in keys]
-        assert sorted(waiting) == sorted(newest_of(sent))  # one value per key ...
+        assert sorted(waiting) == sorted(newest_of(sent, ordered))  # one value per key ...
         replayed: dict[int, tuple[int, int]] = {}
         while len(again.cache.queues["t"]):
-            load(replayed, Batch("t", again.take("t")))
+            load(replayed, Batch("t", again.take("t")), ordered=ordered)
             again.loaded("t")
-        assert replayed == newest_of(sent)  # ... the newest
+        assert replayed == newest_of(sent, ordered)  # ... the newest
 
 
-@pytest.mark.parametrize("policy", ["fifo-uq", "in-place", "linecutting"])
+@pytest.mark.parametrize("policy", ["fifo-uq", "in-place", "linecutting", "linecutting-bounded"])
 def test_values_in_spilled_updates_are_left_alone_and_the_load_keeps_the_newest(tmp_path: Path, policy: str) -> None:
     store = make_store(tmp_path, 1_500, KeySpec(("k",), policy, 4, order_by="o"))
     sent: list[tuple[int, int, int]] = []
@@ -234,14 +240,15 @@ def test_values_in_spilled_updates_are_left_alone_and_the_load_keeps_the_newest(
         store.append(update(seq, values, at=float(seq)))
         accounted(store)
         if seq % 10 == 0:  # a batch now and then, one of them failing
-            batch = store.take("t")
+            batch = store.take("t", now=seq + 0.5)
             if seq == 40:
                 store.put_back("t")
             else:
                 load(table, Batch("t", batch))
                 store.loaded("t", seconds=0.05)
     assert store.cache.counts.writes > 0
-    assert (store._latest["t"].cuts > 0) == (policy == "linecutting")
+    if policy != "linecutting-bounded":  # (its keys wait less than they update here: W_f stays 0, no cut)
+        assert (store._latest["t"].cuts > 0) == (policy == "linecutting")
     while len(store.cache.queues["t"]):
         load(table, Batch("t", store.take("t")))
         store.loaded("t", seconds=0.05)
@@ -261,7 +268,7 @@ def test_an_update_without_rows_at_the_head_is_not_a_place_to_cut_into(tmp_path:
     assert ordered_rows(Batch("t", store.take("t")), SCHEMA).column("k").to_pylist() == [2, 9]
 
 
-@pytest.mark.parametrize("policy", ["in-place", "linecutting"])
+@pytest.mark.parametrize("policy", ["in-place", "linecutting", "linecutting-bounded"])
 def test_no_value_moves_into_a_failed_batch_whose_commit_may_have_landed(tmp_path: Path, policy: str) -> None:
     """A load that committed and then failed (a worker's reply lost) is put back; its retry
     skips what the commit holds, so a newer value moved into it would never load."""
@@ -275,3 +282,37 @@ def test_no_value_moves_into_a_failed_batch_whose_commit_may_have_landed(tmp_pat
     load(table, Batch("t", store.take("t")), committed)  # the retry skips update 1
     store.loaded("t", seconds=0.1)
     assert table == {1: (0, 11)}
+
+
+def test_linecutting_bounded_moves_a_joining_slow_key_part_of_the_line_once_it_knows_a_round(
+    tmp_path: Path,
+) -> None:
+    """The live store runs schedulers/keys/queue.py's LINECUTTING-BOUNDED: a key joining is
+    placed into the update it would have joined ``KeyRates.advance`` seconds earlier; that
+    needs W_f, learned from the waits of fast keys the batches took."""
+    store = make_store(tmp_path, 1 << 20, KeySpec(("k",), "linecutting-bounded"))
+    latest = store._latest["t"]
+    seq = 0
+    for t in range(1, 41):  # five fast keys, one a second; a batch every ten seconds
+        seq += 1
+        store.append(update(seq, [(t % 5, 0, t)], at=float(t)))
+        if t % 10 == 0:
+            store.take("t", now=t + 0.5)
+            store.loaded("t", seconds=0.1)
+    assert latest.rates is not None and latest.rates.fast_wait > 0.0  # W_f: a round, learned
+    assert latest.cuts == 0  # fast keys advance alike: each joins behind the others
+    for t in range(41, 47):
+        seq += 1
+        store.append(update(seq, [(t % 5, 0, t)], at=float(t)))
+    seq += 1
+    store.append(update(seq, [(99, 0, 99)], at=47.0))  # never seen: slow, it cuts
+    advance = latest.rates.advance(latest.rates.interval((99,)))
+    assert 0.0 < advance < latest.rates.fast_wait
+    queue = held(store)
+    assert latest.cuts == 1 and queue[-1] == []  # it left its own update ...
+    # ... into the oldest update holding a value that joined (virtually) after it: no further.
+    seqs = [item.key for item in store.cache.queues["t"].items()]
+    into = next(i for i, keys in enumerate(queue) if 99 in keys)
+    assert 0 < into < len(queue) - 1
+    assert latest.virtual[seqs[into]] > 47.0 - advance >= latest.virtual[seqs[into - 1]]
+    assert [latest.virtual[s] for s in seqs] == sorted(latest.virtual[s] for s in seqs)

@@ -119,4 +119,4 @@ def test_fifo_uq_moves_an_overwritten_key_back_but_keeps_its_first_enqueue() -> 
 def test_unknown_policy_is_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match="fifo-uq, in-place, linecutting"):
         KeyQueue("lifo")
-    assert set(KEY_POLICIES) == {"fifo-uq", "in-place", "linecutting"}
+    assert set(KEY_POLICIES) == {"fifo-uq", "in-place", "linecutting", "linecutting-bounded"}
