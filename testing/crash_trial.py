@@ -94,15 +94,7 @@ EXTERNAL_RECOVERY = "external:recovery"
 #: Kill from outside at a random delay after /readyz turned ready, producers mid-burst.
 EXTERNAL_SERVING = "external:serving"
 #: Points passed only where a load runs: in a worker process in connect mode.
-LOAD_POINTS = (
-    "load.after-spark-write",
-    "load.after-publish",
-    "load.after-commit",
-    "load.group.between-commits",
-    "load.upsert.before-merge",
-    "load.upsert.mid-merge",
-    "load.upsert.after-merge",
-)
+LOAD_POINTS = tuple(sorted(p for p in POINTS if p.startswith("load.")))
 #: Reached in the service as well (a worker's reply says it committed).
 SERVICE_LOAD_POINTS = {"load.after-commit", "load.upsert.after-merge"}
 MID_MERGE = "load.upsert.mid-merge"
