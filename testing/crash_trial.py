@@ -431,8 +431,8 @@ class CrashTrial:
             return "", "ready", rng.uniform(0.0, 4.0)  # then a worker is killed, and the life goes on
         if kind.startswith(WORKER):
             point = kind.removeprefix(WORKER)
-            when = f"{rng.randint(1, 2)}" + (f"@{rng.uniform(*MID_MERGE_DELAY):.3f}" if point == MID_MERGE else "")
-            return f"{point}={when}", "replaced", rng.uniform(0.0, 2.0)
+            count = rng.randint(1, 2)
+            return f"{point}={count}{self._delay(point)}", "replaced", rng.uniform(0.0, 2.0)
         if kind == EXTERNAL_RECOVERY:
             if rng.random() < 0.5:  # inside the replay of the backlog, as long as the last ones took
                 took = [
@@ -453,9 +453,11 @@ class CrashTrial:
             "recovery.after-spill-reset": lambda: 1,
             "spill.write": lambda: rng.randint(1, 3),
         }.get(kind, lambda: rng.randint(1, 2))()
-        if kind == MID_MERGE:  # classic mode: the MERGE runs in the service
-            return f"{kind}={count}@{rng.uniform(*MID_MERGE_DELAY):.3f}", "", 0.0
-        return f"{kind}={count}", "", 0.0
+        return f"{kind}={count}{self._delay(kind)}", "", 0.0
+
+    def _delay(self, point: str) -> str:
+        """``@SECONDS`` for a point armed with a delay (seeded), else ""."""
+        return f"@{self.rng.uniform(*MID_MERGE_DELAY):.3f}" if point == MID_MERGE else ""
 
     # -- running ----------------------------------------------------------------------------
     @staticmethod
