@@ -21,8 +21,9 @@ from cli.console import console, err_console, fail
 from cli.report import comparison_table, key_comparison_table, print_result
 from schedulers import generators
 from schedulers.job_groups import RULES
+from schedulers.keys.queue import KEY_POLICIES
 from schedulers.keys.simulator import compare_keys
-from schedulers.keys.workloads import KEYED_SHAPES, keyed_workload
+from schedulers.keys.workloads import KEYED_SHAPES, keyed_workload, with_latest_tables
 from schedulers.model import Trace
 from schedulers.registry import GROUPABLE, POLICIES, make_policy
 from schedulers.simulator import SimulationError, SimulationResult, simulate
@@ -190,6 +191,7 @@ def _compare(
 
 KeyedShape = Enum("KeyedShape", {name: name for name in KEYED_SHAPES}, type=str)  # type: ignore[misc]
 KEYED = "Latest tables (--keyed): UpStream's update queues"
+LATEST = "Latest tables among the others (section 'keys' of docs/latest-tables.md)"
 
 
 @commands.command("compare")
@@ -312,6 +314,27 @@ def gen_trace_command(
     overhead: Annotated[float, typer.Option(min=0.0, help="Fixed cost per batch (s).")] = 0.0,
     weighting: Annotated[str, typer.Option(help="uniform, or skewed (log-uniform weights in [1, 20]).")] = "uniform",
     periods: Annotated[str, typer.Option(help="quasiperiodic: comma-separated periods B.")] = "1,10,100",
+    latest_tables: Annotated[
+        int,
+        typer.Option(
+            "--latest-tables",
+            min=0,
+            help="Make the first N tables latest tables (keyed: their batches cost per key).",
+            rich_help_panel=LATEST,
+        ),
+    ] = 0,
+    keys: Annotated[int, typer.Option("--keys", min=1, help="Distinct keys per table.", rich_help_panel=LATEST)] = 100,
+    rows: Annotated[int, typer.Option("--rows", min=1, help="Rows (keys) per update.", rich_help_panel=LATEST)] = 10,
+    key_shape: Annotated[
+        str, typer.Option("--key-shape", help="uniform, or zipf (theta 0.9).", rich_help_panel=LATEST)
+    ] = "zipf",
+    key_policy: Annotated[
+        str, typer.Option("--key-policy", help="fifo-uq, in-place, linecutting(-bounded).", rich_help_panel=LATEST)
+    ] = "in-place",
+    max_keys: Annotated[
+        int | None,
+        typer.Option("--max-keys-per-batch", min=1, help="Most keys one batch loads.", rich_help_panel=LATEST),
+    ] = None,
 ) -> None:
     """Generate a seeded workload trace."""
     options: dict[str, Any] = {"tables": tables, "workers": workers, "utilization": utilization}
@@ -324,8 +347,21 @@ def gen_trace_command(
             options["periods"] = tuple(float(p) for p in periods.split(","))
         except ValueError:
             raise fail(f"--periods must be numbers separated by commas, got {periods!r}") from None
+    if key_policy not in KEY_POLICIES:
+        raise fail(f"--key-policy must be one of {', '.join(KEY_POLICIES)}, got {key_policy!r}")
     try:
         data = generators.GENERATORS[kind.value](**options)
+        if latest_tables:
+            data = with_latest_tables(
+                data,
+                latest_tables,
+                keys=keys,
+                rows=rows,
+                shape=key_shape,
+                policy=key_policy,  # type: ignore[arg-type]
+                max_keys_per_batch=max_keys,
+                seed=seed,
+            )
     except ValueError as exc:
         raise fail(str(exc)) from None
     write_trace(data, out)

@@ -100,6 +100,8 @@ class FinishedBatch:
     #: The table's processing-time estimates after this batch (kept in the catalog).
     alpha: float
     overhead: float
+    #: A latest table's seconds per key loaded (its model is per key; None: an append table).
+    per_key: float | None = None
     #: Tables loaded by the same Spark job (1: a single-table job).
     job_tables: int = 1
 

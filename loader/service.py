@@ -73,7 +73,7 @@ from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.chain import with_pressure
 from schedulers.job_groups import with_groups
-from schedulers.model import TableSpec
+from schedulers.model import KeyedSpec, TableSpec
 from schedulers.registry import GROUPABLE, make_policy
 
 if TYPE_CHECKING:
@@ -531,7 +531,12 @@ class LoaderService:
         else:
             origin = entry.last_release if entry.last_release is not None else entry.created_at
         spec = TableSpec(
-            name=entry.name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.weight, period=entry.period_hint
+            name=entry.name,
+            alpha=entry.alpha,
+            overhead=entry.overhead,
+            weight=entry.weight,
+            period=entry.period_hint,
+            keyed=_keyed(entry),
         )
         self.dispatcher.add_table(spec, origin=origin, paused=entry.paused, account=account)
         self.pending.set_keys(entry.name, _key_spec(entry))
@@ -593,6 +598,7 @@ class LoaderService:
                 entry.key_policy, entry.max_keys_per_batch = table.key_policy, table.max_keys_per_batch
                 self.intake.schemas[table.name] = table.schema_
                 self.pending.set_keys(table.name, _key_spec(entry))
+                self.dispatcher.set_keyed(table.name, _keyed(entry))
                 self.catalog.changed(table.name)
             for table in new:
                 arrow, kept = table.schema_.arrow(), self._orphans.get(table.name, [])
@@ -730,6 +736,8 @@ class LoaderService:
             entry.delta_version = done.result.delta_version
             self.metrics.delta_version.labels(done.table).set(done.result.delta_version)
         entry.alpha, entry.overhead = done.alpha, done.overhead
+        if done.per_key is not None:
+            entry.seconds_per_key = done.per_key
         self.catalog.changed(done.table)
         if done.result.skipped:
             log.info(
@@ -781,6 +789,17 @@ def _key_spec(entry: CatalogEntry) -> KeySpec | None:
     if not entry.schema.latest:
         return None
     return KeySpec(entry.schema.key, entry.key_policy, entry.max_keys_per_batch, entry.schema.order_by)
+
+
+def _keyed(entry: CatalogEntry) -> KeyedSpec | None:
+    """What the scheduler needs of a latest table: its batches cost per key (None: append)."""
+    if not entry.schema.latest:
+        return None
+    return KeyedSpec(
+        policy=entry.key_policy,  # type: ignore[arg-type]
+        max_keys_per_batch=entry.max_keys_per_batch,
+        per_key=entry.seconds_per_key,
+    )
 
 
 def _key_settings(table: CatalogEntry | TableConfig) -> tuple[str, int | None]:

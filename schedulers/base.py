@@ -42,6 +42,23 @@ class TableInfo(Protocol):
     def period(self) -> float | None: ...
     def predicted_duration(self, length: float) -> float: ...
 
+    # The batch a worker would start now (``schedulers.model.TableState``): a latest
+    # table's may take only the head of its key queue, and costs by the keys it loads.
+    keyed: bool
+    waiting_keys: int
+    batch_keys: int
+
+    @property
+    def batch_count(self) -> int: ...
+    @property
+    def batch_length(self) -> float: ...
+    @property
+    def batch_work(self) -> float: ...
+    @property
+    def batch_duration(self) -> float: ...
+    @property
+    def backlog_seconds(self) -> float: ...
+
 
 class TableView(Protocol):
     """Read-only access to all tables by id (a plain list of ``TableState`` fits)."""

@@ -76,8 +76,11 @@ class ChainPressure(Policy):
         elif self.total < self.low:
             self.pressure = False
         if state.available:
-            seconds = max(MIN_SECONDS, state.predicted_duration(state.pending_length))
-            self._chain.set(tid, (-resident / seconds, state.oldest_pending))
+            seconds = max(MIN_SECONDS, state.batch_duration)
+            # Bytes the next batch frees: all of them, or (a latest table's batch bounded by
+            # keys) its share of the pending updates.
+            freed = resident * state.batch_count / max(1, state.pending_count)
+            self._chain.set(tid, (-freed / seconds, state.oldest_pending))
             self._stale.set(tid, state.pending_start)
         else:
             self._chain.set(tid, None)

@@ -59,15 +59,16 @@ REKEY_TOLERANCE = 0.1
 
 
 def marginal_cost(info: TableInfo, job_overhead: float) -> float:
-    """m_i: what table i adds to a job that already pays the shared overhead O."""
-    return max(0.0, info.overhead - job_overhead) + info.alpha * info.pending_length
+    """m_i: what table i adds to a job that already pays the shared overhead O (alpha_i * L_i
+    is ``batch_work``: a latest table's is per key, ``schedulers.model.TableState``)."""
+    return max(0.0, info.overhead - job_overhead) + info.batch_work
 
 
 def job_cost(tables: list[TableInfo], job_overhead: float) -> float:
-    """Predicted seconds of one job loading every table's pending batch (the model above)."""
+    """Predicted seconds of one job loading every table's next batch (the model above)."""
     if len(tables) == 1:
         info = tables[0]
-        return max(info.overhead, job_overhead) + info.alpha * info.pending_length
+        return max(info.overhead, job_overhead) + info.batch_work
     return job_overhead + sum(marginal_cost(info, job_overhead) for info in tables)
 
 
@@ -122,9 +123,8 @@ class GroupedPolicy(Policy):
         if not info.available:
             self._filler.set(tid, None)
             return
-        length = info.pending_length  # marginal_cost inlined: this runs on every notification
-        marginal = max(0.0, info.overhead - self._keyed_overhead) + info.alpha * length
-        rate = info.weight * length / (marginal if marginal > MIN_SECONDS else MIN_SECONDS)
+        marginal = max(0.0, info.overhead - self._keyed_overhead) + info.batch_work
+        rate = info.weight * info.batch_length / (marginal if marginal > MIN_SECONDS else MIN_SECONDS)
         self._filler.set(tid, (-rate, info.oldest_pending))
 
     def notify(self, tid: int, now: float) -> None:
@@ -143,7 +143,7 @@ class GroupedPolicy(Policy):
         if self.max_tables > 1 and overhead > 0.0 and idle_after == 0:
             view = self.view
             first = view[head]
-            weight_sum = first.weight * first.pending_length
+            weight_sum = first.weight * first.batch_length
             # The job's cost so far (rate rule) or the fixed O (delay rule): the divisor of W_G.
             cost = job_cost([first], overhead) if self.rule == "rate" else overhead
             refused: list[int] = []
@@ -157,7 +157,7 @@ class GroupedPolicy(Policy):
                     refused.append(tid)
                     continue
                 info = view[tid]
-                gain = info.weight * info.pending_length
+                gain = info.weight * info.batch_length
                 marginal = max(MIN_SECONDS, marginal_cost(info, overhead))
                 if gain * cost < marginal * weight_sum:
                     break

@@ -12,10 +12,30 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyPolicy
+
 #: Smoothing factor of the online period estimate (an EWMA of update lengths).
 #: 1/8 follows the TCP RTT estimator: stable under quasiperiodic jitter in [B/2, B],
 #: yet it follows a real change of rate within a few dozen updates.
 PERIOD_EWMA_GAIN = 0.125
+
+
+class KeyedSpec(BaseModel):
+    """A latest table (UpStream section 5) as the scheduler knows it.
+
+    Its batch loads the values waiting in the updates it takes, one per key, so it costs
+    ``overhead + per_key * keys`` rather than the append model's ``alpha * length``:
+    however many updates a hot key got while it waited, it is upserted once. And with
+    ``max_keys_per_batch`` a batch takes only the updates at the head of the key queue.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Where a key's new value waits (``schedulers.keys.queue``).
+    policy: KeyPolicy = DEFAULT_KEY_POLICY
+    max_keys_per_batch: int | None = Field(default=None, ge=1, strict=True)
+    #: Seconds to load one key's value (the live service fits it online).
+    per_key: float = Field(default=0.0, ge=0.0, allow_inf_nan=False, strict=True)
 
 
 class TableSpec(BaseModel):
@@ -30,6 +50,8 @@ class TableSpec(BaseModel):
     overhead: float = Field(default=0.0, ge=0.0, allow_inf_nan=False, strict=True)
     weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, strict=True)
     period: float | None = Field(default=None, gt=0.0, allow_inf_nan=False, strict=True)
+    #: A latest table's key queue (None: an append table).
+    keyed: KeyedSpec | None = None
 
     @field_validator("name")
     @classmethod
@@ -50,6 +72,9 @@ class Trace:
     tables: list[TableSpec]
     update_tables: list[int] = field(default_factory=list)
     update_releases: list[float] = field(default_factory=list)
+    #: The keys each update carries, by update (empty when no table is keyed; () for an
+    #: update of an append table). Only latest tables' updates need them.
+    update_keys: list[tuple[int | str, ...]] = field(default_factory=list)
 
     @property
     def n_updates(self) -> int:
@@ -119,6 +144,11 @@ class TableState:
         "paused",
         "origin",
         "resident_bytes",
+        "keyed",
+        "per_key",
+        "waiting_keys",
+        "batch_keys",
+        "batch_updates",
     )
 
     def __init__(self, tid: int, spec: TableSpec, origin: float = 0.0) -> None:
@@ -139,6 +169,13 @@ class TableState:
         self.paused = False
         #: Payload bytes of pending updates held in memory (Chain's memory pressure).
         self.resident_bytes = 0
+        #: A latest table's key queue, as its driver last reported it (``set_keys``): the
+        #: keys waiting, and the updates and keys the next batch would take.
+        self.keyed = spec.keyed is not None
+        self.per_key = spec.keyed.per_key if spec.keyed is not None else 0.0
+        self.waiting_keys = 0
+        self.batch_keys = 0
+        self.batch_updates: int | None = None
 
     # -- what the driver calls -------------------------------------------------
     def release(self, at: float) -> None:
@@ -148,6 +185,13 @@ class TableState:
         estimate = self.period_estimate
         self.period_estimate = length if estimate is None else estimate + PERIOD_EWMA_GAIN * (length - estimate)
         self.releases.append(at)
+
+    def set_keys(self, waiting: int, batch_keys: int, batch_updates: int | None) -> None:
+        """A latest table's key queue changed: ``waiting`` keys, of which the next batch
+        loads ``batch_keys`` from ``batch_updates`` updates at the head (None: all)."""
+        self.waiting_keys = waiting
+        self.batch_keys = batch_keys
+        self.batch_updates = batch_updates
 
     # -- what policies read ----------------------------------------------------
     @property
@@ -187,6 +231,49 @@ class TableState:
 
     def predicted_duration(self, length: float) -> float:
         return self.overhead + self.alpha * length
+
+    # -- the batch a worker would start now ---------------------------------------
+    # Policies rank tables by these, not by ``pending_length``: a latest table's batch may
+    # take only the head of its queue (``max_keys_per_batch``), and costs by keys.
+    @property
+    def batch_count(self) -> int:
+        """Pending updates the next batch takes."""
+        pending = len(self.releases) - self.dispatched
+        limit = self.batch_updates
+        if limit is None or limit >= pending:
+            return pending
+        return max(1, limit)  # (a batch takes at least one update)
+
+    @property
+    def batch_length(self) -> float:
+        """How far the next batch moves the table's freshness: the data it makes current."""
+        count = self.batch_count
+        if not count:
+            return 0.0
+        return self.releases[self.dispatched + count - 1] - self.pending_start
+
+    @property
+    def batch_work(self) -> float:
+        """The next batch's seconds beyond the overhead: per key loaded for a latest
+        table, per second of data otherwise (section 2's alpha * L)."""
+        if self.keyed:
+            return self.per_key * self.batch_keys
+        return self.alpha * self.batch_length
+
+    @property
+    def batch_duration(self) -> float:
+        """Predicted seconds of the next batch, as a job of its own."""
+        return self.overhead + self.batch_work
+
+    @property
+    def backlog_seconds(self) -> float:
+        """Predicted seconds to make the table current (every pending update loaded): one
+        batch, or for a latest table whose batches ``max_keys_per_batch`` bounds, as many
+        as its waiting keys need, each paying the overhead."""
+        if not self.keyed or self.batch_count >= self.pending_count or not self.batch_keys:
+            return self.batch_duration
+        batches = max(1.0, self.waiting_keys / self.batch_keys)
+        return batches * self.overhead + self.per_key * self.waiting_keys
 
     def forget_loaded(self) -> None:
         """Drop releases of finished batches (a long-running service must not keep them all).

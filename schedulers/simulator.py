@@ -26,7 +26,9 @@ from typing import Any
 
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, FreshnessSummary, low_bounds
-from schedulers.model import BatchRecord, TableState, Trace
+from schedulers.keys.backlog import KeyBacklog, TakenKey
+from schedulers.keys.staleness import ApplicationStaleness, StalenessFigures
+from schedulers.model import BatchRecord, TableSpec, TableState, Trace
 
 ProgressCallback = Callable[[int], None]
 
@@ -47,6 +49,8 @@ class SimulationResult:
     #: With update sizes: most payload bytes waiting (pending), and waiting or being loaded.
     peak_pending_bytes: int = 0
     peak_memory_bytes: int = 0
+    #: Latest tables' keys, by table name.
+    keyed: dict[str, KeyedFigures] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """The flat figures that ``loader simulate --json`` prints."""
@@ -66,25 +70,56 @@ class SimulationResult:
             "makespan": self.makespan,
             "wall_seconds": self.wall_seconds,
         }
+        if self.keyed:
+            out["keyed"] = {name: figures.summary() for name, figures in self.keyed.items()}
         if "groups" in self.policy_state:
             out["groups"] = self.policy_state["groups"]
             out["spare_workers"] = self.policy_state.get("spare_workers", [])
         return out
 
 
-def _job_seconds(states: list[TableState], members: list[tuple[int, int, int]], job_overhead: float) -> float:
+Member = tuple[int, int, int, "list[TakenKey] | None"]  # (tid, lo, hi, a latest table's keys)
+
+
+def _work(spec: TableSpec, state: TableState, lo: int, hi: int, taken: list[TakenKey] | None) -> float:
+    """A batch's seconds beyond the overhead, as it really runs: per key for a latest table."""
+    if taken is not None and spec.keyed is not None:
+        return spec.keyed.per_key * len(taken)
+    rel = state.releases
+    return state.alpha * (rel[hi - 1] - (rel[lo - 1] if lo else 0.0))
+
+
+def _job_seconds(specs: list[TableSpec], states: list[TableState], members: list[Member], job_overhead: float) -> float:
     """The job's duration under the cost model of ``schedulers.job_groups``."""
     if len(members) == 1:
-        tid, lo, hi = members[0]
-        state = states[tid]
-        rel = state.releases
-        return state.overhead + state.alpha * (rel[hi - 1] - (rel[lo - 1] if lo else 0.0))
+        tid, lo, hi, taken = members[0]
+        return states[tid].overhead + _work(specs[tid], states[tid], lo, hi, taken)
     total = job_overhead
-    for tid, lo, hi in members:
+    for tid, lo, hi, taken in members:
         state = states[tid]
-        rel = state.releases
-        total += max(0.0, state.overhead - job_overhead) + state.alpha * (rel[hi - 1] - (rel[lo - 1] if lo else 0.0))
+        total += max(0.0, state.overhead - job_overhead) + _work(specs[tid], state, lo, hi, taken)
     return total
+
+
+@dataclass(frozen=True)
+class KeyedFigures:
+    """A latest table's keys over a simulated run (UpStream section 5.1)."""
+
+    #: Application staleness: each key's time-average over [0, makespan], then over keys.
+    application: StalenessFigures
+    keys_loaded: int
+    superseded: int
+    cuts: int
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "application_staleness": self.application.mean,
+            "application_staleness_p99": self.application.p99,
+            "application_staleness_max": self.application.max,
+            "keys_loaded": self.keys_loaded,
+            "superseded": self.superseded,
+            "cuts": self.cuts,
+        }
 
 
 def simulate(
@@ -96,6 +131,7 @@ def simulate(
     progress: ProgressCallback | None = None,
     sizes: Sequence[int] | None = None,
     job_overhead: float = 0.0,
+    key_costs: bool = True,
 ) -> SimulationResult:
     """Run ``policy`` with ``workers`` workers over ``trace`` and account freshness.
 
@@ -104,13 +140,38 @@ def simulate(
     ``job_overhead``: the part of every table's overhead that is the fixed cost of a job,
     paid once by a multi-table job (``schedulers.job_groups``); single-table jobs cost
     what they always did.
+
+    Latest tables (``TableSpec.keyed``, their updates' keys in ``trace.update_keys``) keep
+    a key queue (``schedulers.keys.backlog``): a batch takes the updates at its head that
+    ``max_keys_per_batch`` allows and costs ``per_key`` per key it loads. The policy sees
+    that (``TableState.set_keys``); ``key_costs=False`` hides it, so the policy predicts a
+    latest table's batch as an append table's (all pending updates, ``alpha`` per second
+    of data), as the service did before it knew keys: the what-if of BENCHMARKS.md.
     """
     if job_overhead < 0 or not math.isfinite(job_overhead):
         raise ValueError("job_overhead must be a finite number of seconds >= 0")
     if workers < 1:
         raise ValueError("workers must be at least 1")
     began = time.perf_counter()
-    states = [TableState(tid, spec) for tid, spec in enumerate(trace.tables)]
+    specs = trace.tables
+    backlogs: list[KeyBacklog | None] = [
+        None if spec.keyed is None else KeyBacklog(spec.keyed.policy, spec.keyed.max_keys_per_batch) for spec in specs
+    ]
+    if any(b is not None for b in backlogs) and len(trace.update_keys) != len(trace.update_releases):
+        raise ValueError("a trace with latest tables must give each update its keys (update_keys)")
+    seen = [ApplicationStaleness() if b is not None else None for b in backlogs]
+    keys_loaded = [0] * len(specs)
+    states = [
+        TableState(tid, spec if key_costs else spec.model_copy(update={"keyed": None}))
+        for tid, spec in enumerate(specs)
+    ]
+
+    def sync_keys(tid: int) -> None:
+        backlog = backlogs[tid]
+        if backlog is not None and key_costs:
+            updates, keys = backlog.batch()
+            states[tid].set_keys(backlog.waiting_keys, keys, updates if backlog.max_keys is not None else None)
+
     ledger = FreshnessLedger(trace.tables)
     per_table_counts = [0] * len(states)
     for tid in trace.update_tables:
@@ -128,8 +189,8 @@ def simulate(
     schedule: list[BatchRecord] | None = [] if record_schedule else None
 
     free = list(range(workers))  # a sorted list is a valid min-heap
-    # finish, job number, worker, [(tid, lo, hi) per table of the job]
-    running: list[tuple[float, int, int, list[tuple[int, int, int]]]] = []
+    # finish, job number, worker, [(tid, lo, hi, keys) per table of the job]
+    running: list[tuple[float, int, int, list[Member]]] = []
     if sizes is not None and len(sizes) != len(trace.update_releases):
         raise ValueError("sizes must give one size per update of the trace")
     # Prefix sums of update sizes per table, aligned with each state's releases.
@@ -161,7 +222,7 @@ def simulate(
 
         while running and running[0][0] <= now:
             _, _, worker, members = heapq.heappop(running)
-            for tid, lo, hi in members:
+            for tid, lo, hi, taken in members:
                 state = states[tid]
                 rel = state.releases
                 ledger.record_batch(tid, now, rel, lo, hi, rel[lo - 1] if lo else 0.0)
@@ -169,13 +230,28 @@ def simulate(
                     in_flight -= cumulative[tid][hi] - cumulative[tid][lo]
                 state.running = False
                 state.current_upto = rel[hi - 1]
+                if taken is not None:
+                    app = seen[tid]
+                    assert app is not None
+                    for key in taken:
+                        app.delivered(key.key, key.arrived, now)
+                    keys_loaded[tid] += len(taken)
             heapq.heappush(free, worker)
-            for tid, _, _ in members:
+            for tid, _, _, _ in members:
                 notify(tid, now)
 
         while i < n and releases[i] <= now:
             tid = tids[i]
             states[tid].release(releases[i])
+            backlog = backlogs[tid]
+            if backlog is not None:
+                row_keys = trace.update_keys[i]
+                backlog.arrive(row_keys, releases[i])
+                app = seen[tid]
+                assert app is not None
+                for key in row_keys:
+                    app.arrived(key, releases[i])
+                sync_keys(tid)
             if cumulative is not None and sizes is not None:
                 size = sizes[i]
                 cumulative[tid].append(cumulative[tid][-1] + size)
@@ -197,7 +273,7 @@ def simulate(
                         break
                     continue
                 job += 1
-                members: list[tuple[int, int, int]] = []
+                members: list[Member] = []
                 for tid in group:
                     state = states[tid]
                     if not state.available:
@@ -206,10 +282,20 @@ def simulate(
                         )
                     rel = state.releases
                     lo = state.dispatched
-                    hi = len(rel) if limit is None else min(len(rel), lo + limit)
-                    members.append((tid, lo, hi))
-                finish = now + _job_seconds(states, members, job_overhead)
-                for tid, lo, hi in members:
+                    backlog = backlogs[tid]
+                    hi = len(rel) if backlog is None else lo + backlog.batch()[0]
+                    if limit is not None:
+                        hi = min(hi, lo + limit)
+                    members.append((tid, lo, hi, None if backlog is None else backlog.take(hi - lo, now)))
+                seconds = _job_seconds(specs, states, members, job_overhead)
+                finish = now + seconds
+                for tid, lo, hi, taken in members:
+                    backlog = backlogs[tid]
+                    if backlog is not None and taken is not None:
+                        # (its own share of a group's job, as the service attributes it)
+                        own = states[tid].overhead + _work(specs[tid], states[tid], lo, hi, taken)
+                        backlog.loaded(len(taken), seconds if len(members) == 1 else own)
+                        sync_keys(tid)
                     state = states[tid]
                     rel = state.releases
                     state.dispatched = hi
@@ -243,6 +329,18 @@ def simulate(
             next_report = i + report_every
 
     left = sum(state.pending_count for state in states)
+    keyed: dict[str, KeyedFigures] = {}
+    for tid, backlog in enumerate(backlogs):
+        app = seen[tid]
+        if backlog is None or app is None:
+            continue
+        areas = app.plot.finish(now)
+        keyed[specs[tid].name] = KeyedFigures(
+            application=StalenessFigures.of(areas, areas.keys(), now),
+            keys_loaded=keys_loaded[tid],
+            superseded=backlog.superseded,
+            cuts=backlog.cuts,
+        )
     if left:
         raise SimulationError(f"policy {policy.name} left {left} updates unloaded at the end of the trace")
     if progress is not None:
@@ -257,4 +355,5 @@ def simulate(
         schedule=schedule,
         peak_pending_bytes=peak_pending,
         peak_memory_bytes=peak_memory,
+        keyed=keyed,
     )

@@ -5,6 +5,10 @@ Trace: table lines, then update lines in non-decreasing release order::
     {"type":"table","name":"t1","alpha":0.02,"overhead":0.0,"weight":1.0,"period":10.0}
     {"type":"update","table":"t1","release":12.5}
 
+A latest table's line carries ``"keyed": {"policy": "in-place", "max_keys_per_batch": 100,
+"per_key": 0.0001}`` and each of its updates the keys of its rows, ``"keys": [17, 4, 17]``
+(integers or strings; ``schedulers.model.KeyedSpec``).
+
 Schedule: one line per batch, the fields of ``schedulers.model.BatchRecord``.
 
 Table lines are validated with pydantic. Update lines are checked by hand because a
@@ -46,7 +50,9 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
     last_by_table: list[float] = []
     update_tables: list[int] = []
     update_releases: list[float] = []
+    update_keys: list[tuple[int | str, ...]] = []
     last_release = 0.0
+    keyed_trace = False
     loads = json.loads
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
@@ -61,16 +67,32 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
             raise TraceError(f"{where}: expected a JSON object, got {type(record).__name__}")
         kind = record.get("type")
         if kind == "update":
-            if len(record) != 3 or "table" not in record or "release" not in record:
-                extra = sorted(set(record) - {"type", "table", "release"})
+            keys = record.get("keys")
+            if len(record) != 3 + ("keys" in record) or "table" not in record or "release" not in record:
+                extra = sorted(set(record) - {"type", "table", "release", "keys"})
                 missing = sorted({"table", "release"} - set(record))
                 problem = f"missing {missing}" if missing else f"unknown fields {extra}"
-                raise TraceError(f"{where}: update lines take exactly 'table' and 'release' ({problem})")
+                raise TraceError(
+                    f"{where}: update lines take 'table', 'release' and, for a latest table, 'keys' ({problem})"
+                )
             name = record["table"]
             release = record["release"]
             tid = index.get(name) if isinstance(name, str) else None
             if tid is None:
                 raise TraceError(f"{where}: update for unknown table {name!r}; declare it in a table line first")
+            if ("keys" in record) != (tables[tid].keyed is not None):
+                raise TraceError(
+                    f"{where}: table {name!r} is "
+                    + (
+                        "a latest table: its updates need 'keys'"
+                        if "keys" not in record
+                        else "an append table: drop 'keys'"
+                    )
+                )
+            if "keys" in record and not (
+                isinstance(keys, list) and all(isinstance(k, (int, str)) and not isinstance(k, bool) for k in keys)
+            ):
+                raise TraceError(f"{where}: 'keys' must be a list of integers or strings, one per row")
             try:
                 if isinstance(release, bool) or not isinstance(release, (int, float)):
                     raise ValueError
@@ -95,6 +117,8 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
             last_release = release
             update_tables.append(tid)
             update_releases.append(release)
+            if keyed_trace:
+                update_keys.append(tuple(keys) if keys is not None else ())
         elif kind == "table":
             if update_releases:
                 raise TraceError(f"{where}: table lines must come before the first update line")
@@ -105,6 +129,7 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
                 raise TraceError(f"{where}: bad table line, {_describe(exc)}") from None
             if spec.name in index:
                 raise TraceError(f"{where}: table {spec.name!r} is declared twice")
+            keyed_trace = keyed_trace or spec.keyed is not None
             index[spec.name] = len(tables)
             tables.append(spec)
             last_by_table.append(0.0)
@@ -112,7 +137,7 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
             raise TraceError(f'{where}: \'type\' must be "table" or "update", got {kind!r}')
     if not tables:
         raise TraceError(f"{source}: no table lines; a trace declares its tables first")
-    return Trace(tables=tables, update_tables=update_tables, update_releases=update_releases)
+    return Trace(tables=tables, update_tables=update_tables, update_releases=update_releases, update_keys=update_keys)
 
 
 def _decoded_lines(handle: IO[bytes], source: str) -> Iterator[str]:
@@ -144,10 +169,14 @@ def read_trace(path: str | Path) -> Trace:
 
 def trace_lines(trace: Trace) -> Iterator[str]:
     for spec in trace.tables:
-        yield json.dumps({"type": "table", **spec.model_dump()})
+        yield json.dumps({"type": "table", **spec.model_dump(exclude={"keyed"} if spec.keyed is None else None)})
     names = [spec.name for spec in trace.tables]
-    for tid, release in zip(trace.update_tables, trace.update_releases):
-        yield json.dumps({"type": "update", "table": names[tid], "release": release})
+    keyed = [spec.keyed is not None for spec in trace.tables]
+    for i, (tid, release) in enumerate(zip(trace.update_tables, trace.update_releases)):
+        line: dict[str, object] = {"type": "update", "table": names[tid], "release": release}
+        if keyed[tid]:
+            line["keys"] = list(trace.update_keys[i])
+        yield json.dumps(line)
 
 
 def write_trace(trace: Trace, path: str | Path) -> None:

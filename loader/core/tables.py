@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from loader.core.errors import Invalid
 from loader.core.schema import TableSchema, check_name
+from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyPolicy
 
 
 class TableConfig(BaseModel):
@@ -36,9 +37,12 @@ class TableConfig(BaseModel):
     #: without it, the value that arrived last wins.
     order_by: str | None = None
     #: Latest tables: where a key's new value waits (UpStream section 5, docs/latest-tables.md).
-    key_policy: Literal["fifo-uq", "in-place", "linecutting", "linecutting-bounded"] = "in-place"
+    key_policy: KeyPolicy = DEFAULT_KEY_POLICY
     #: Latest tables: the most keys one batch loads (None: every waiting key).
     max_keys_per_batch: int | None = Field(default=None, ge=1)
+    #: Latest tables: initial seconds to load one key's value (the cost model of a latest
+    #: table is overhead + seconds_per_key * keys; replaced by measurements).
+    seconds_per_key: float = Field(default=0.0001, ge=0.0, allow_inf_nan=False)
 
     @field_validator("name")
     @classmethod
@@ -50,11 +54,11 @@ class TableConfig(BaseModel):
         """The key and order_by are declared beside ``mode`` and travel in the schema (every
         writer needs them); a schema that carries them itself must agree."""
         if self.mode == "append":
-            latest_only = {"key_policy", "max_keys_per_batch"} & self.model_fields_set
+            latest_only = {"key_policy", "max_keys_per_batch", "seconds_per_key"} & self.model_fields_set
             if self.key or self.order_by is not None or latest_only:
                 raise ValueError(
-                    'key, order_by, key_policy and max_keys_per_batch are for mode = "latest" tables; an append '
-                    "table keeps every row"
+                    'key, order_by, key_policy, max_keys_per_batch and seconds_per_key are for mode = "latest" '
+                    "tables; an append table keeps every row"
                 )
             if self.schema_.latest:
                 raise ValueError('declare key and order_by beside mode = "latest", not inside the schema')

@@ -50,6 +50,8 @@ class CatalogEntry:
     #: Latest tables: the key policy and the batch bound (loader/core/tables.py).
     key_policy: str = "in-place"
     max_keys_per_batch: int | None = None
+    #: Latest tables: the seconds-per-key estimate as of the last load (as alpha for appends).
+    seconds_per_key: float = 0.0001
 
     def account(self) -> TableAccount | None:
         return TableAccount(**self.freshness) if self.freshness else None
@@ -66,6 +68,7 @@ class CatalogEntry:
             created_at=now,
             key_policy=table.key_policy,
             max_keys_per_batch=table.max_keys_per_batch,
+            seconds_per_key=table.seconds_per_key,
         )
 
     def to_json(self) -> dict[str, Any]:

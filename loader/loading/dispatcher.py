@@ -29,7 +29,7 @@ from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
 from schedulers.job_groups import marginal_cost
-from schedulers.model import TableSpec, TableState
+from schedulers.model import KeyedSpec, TableSpec, TableState
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ class _Member:
     batch: Batch
     #: Predicted marginal cost when the job started (attributes a group's duration).
     marginal: float = 0.0
+    #: A latest table's values in the batch (its cost is per key); None for an append table.
+    keys: int | None = None
 
 
 @dataclass
@@ -122,7 +124,9 @@ class Dispatcher:
         state = TableState(tid, spec, origin=origin)
         self.states.append(state)
         self.index[spec.name] = tid
-        self.estimates.append(CostEstimate(alpha=spec.alpha, overhead=spec.overhead))
+        # A latest table's model is per key loaded, an append table's per second of data.
+        slope = spec.keyed.per_key if spec.keyed is not None else spec.alpha
+        self.estimates.append(CostEstimate(alpha=slope, overhead=spec.overhead))
         self.ledger.add_table(spec.name, spec.weight, origin=origin, account=account)
         self.observed.add_table(tid, origin)
         self.pending.add_table(spec.name)
@@ -201,8 +205,34 @@ class Dispatcher:
         self.sync_resident()  # (tells the policy of every table whose resident bytes changed)
         now = self._clock()
         for tid in touched:
+            self._sync_keys(tid)
             self.policy.notify(tid, now)
         self.dispatch()
+
+    def _sync_keys(self, tid: int) -> None:
+        """Copy a latest table's next batch by keys into its state (policies read it there)."""
+        state = self.states[tid]
+        if not state.keyed:
+            return
+        batch = self.pending.key_batch(state.name)
+        if batch is not None:
+            state.set_keys(batch.waiting_keys, batch.keys, batch.updates)
+
+    def set_keyed(self, table: str, keyed: KeyedSpec | None) -> None:
+        """The table became a latest table or an append one (it was empty), or its key
+        policy or batch bound changed: its cost model follows (per key or per second of data)."""
+        tid = self.index[table]
+        state = self.states[tid]
+        if (keyed is not None) != state.keyed:
+            state.keyed = keyed is not None
+            if keyed is not None:
+                state.per_key = keyed.per_key
+            slope = state.per_key if keyed is not None else state.alpha
+            self.estimates[tid] = CostEstimate(alpha=slope, overhead=state.overhead)
+        if keyed is None:
+            state.set_keys(0, 0, None)
+        self._sync_keys(tid)
+        self._changed(tid)
 
     def sync_resident(self) -> None:
         """Copy resident bytes of tables the store touched (a spill moves other tables' too)."""
@@ -279,7 +309,9 @@ class Dispatcher:
                 raise RuntimeError(f"pending store and scheduler state of {state.name!r} disagree")
             state.dispatched = hi
             state.running = True
-            job.members.append(_Member(tid, lo, hi, Batch(state.name, updates), marginal))
+            keys = self.pending.in_flight_keys(state.name)
+            job.members.append(_Member(tid, lo, hi, Batch(state.name, updates), marginal, keys))
+            self._sync_keys(tid)
             self.policy.notify(tid, now)
         if not job.members:
             return False
@@ -372,6 +404,9 @@ class Dispatcher:
         variable = 0.0
         for member in job.members:
             state = self.states[member.tid]
+            if member.keys is not None:
+                variable += state.per_key * member.keys
+                continue
             rel = state.releases
             previous = rel[member.lo - 1] if member.lo else state.origin
             variable += state.alpha * (rel[member.hi - 1] - previous)
@@ -391,8 +426,12 @@ class Dispatcher:
         rel = state.releases
         length = rel[hi - 1] - previous
         estimate = self.estimates[tid]
-        estimate.observe(length, duration)
-        state.alpha, state.overhead = estimate.alpha, estimate.overhead
+        if member.keys is not None:  # a latest table: seconds per key loaded
+            estimate.observe(member.keys, duration)
+            state.per_key, state.overhead = estimate.alpha, estimate.overhead
+        else:
+            estimate.observe(length, duration)
+            state.alpha, state.overhead = estimate.alpha, estimate.overhead
         self.observed.batch(tid, worker, job.started, now, rel[lo], rel[hi - 1], hi - lo)
         finished = FinishedBatch(
             table=state.name,
@@ -405,6 +444,7 @@ class Dispatcher:
             length=length,
             alpha=state.alpha,
             overhead=state.overhead,
+            per_key=state.per_key if state.keyed else None,
             job_tables=len(job.members),
         )
         self._forget_loaded(tid, duration)
@@ -436,6 +476,7 @@ class Dispatcher:
         state = self.states[tid]
         state.dispatched = lo
         self.pending.put_back(state.name)
+        self._sync_keys(tid)
         self.sync_resident()
         failures = self._failures.get(tid, 1)
         delay = min(self._max_retry_delay, self._retry_base * 2 ** (failures - 1))

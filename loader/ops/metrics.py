@@ -153,6 +153,16 @@ class TablesCollector(Collector):
         waiting_keys = GaugeMetricFamily(
             "loader_table_waiting_keys", "Latest tables: keys with a value waiting to be loaded.", labels=["table"]
         )
+        batch_keys = GaugeMetricFamily(
+            "loader_table_next_batch_keys",
+            "Latest tables: keys the next batch would load (max_keys_per_batch bounds it).",
+            labels=["table"],
+        )
+        per_key = GaugeMetricFamily(
+            "loader_table_seconds_per_key",
+            "Latest tables: estimated load seconds per key (their processing-time model is per key, not alpha).",
+            labels=["table"],
+        )
         queue_staleness = GaugeMetricFamily(
             "loader_table_key_queue_staleness_seconds",
             "Latest tables: queue staleness of waiting keys (now minus first enqueue), mean, p99 and max over keys.",
@@ -183,11 +193,13 @@ class TablesCollector(Collector):
             keys = d.pending.key_figures(state.name, now)
             if keys is not None:
                 waiting_keys.add_metric(labels, keys.waiting_keys)
+                batch_keys.add_metric(labels, state.batch_keys)
+                per_key.add_metric(labels, state.per_key)
                 for stat, q, a in zip(("mean", "p99", "max"), keys.queue, keys.application, strict=True):
                     queue_staleness.add_metric([state.name, stat], q)
                     app_staleness.add_metric([state.name, stat], a)
         yield from (upto, stale, integral, low, stretch, pending, pending_bytes, resident, spilled)
-        yield from (alpha, overhead, weight, waiting_keys, queue_staleness, app_staleness)
+        yield from (alpha, overhead, weight, waiting_keys, batch_keys, per_key, queue_staleness, app_staleness)
 
     def _aggregates(self, staleness: list[float], exported: int, now: float) -> Iterator[Metric]:
         """Freshness over every table: counts, the distribution of staleness, sums of the accounts."""

@@ -25,6 +25,7 @@ from loader.durability.quarantine import QuarantineStore
 from loader.intake.sequencing import iso
 from loader.intake.submission import Intake
 from loader.loading.dispatcher import Dispatcher
+from schedulers.model import TableState
 
 #: Tables in a page of GET /v1/tables when the caller gives no limit: every table of a
 #: service with up to this many (clients written before paging see them all), a bounded
@@ -115,12 +116,20 @@ class TableStatuses:
             total=total,
         )
 
-    def _keys(self, entry: CatalogEntry, now: float) -> dict[str, Any] | None:
+    def _keys(self, entry: CatalogEntry, state: TableState, now: float) -> dict[str, Any] | None:
         """A latest table's key queue (docs/latest-tables.md); None for an append table."""
         figures = self.dispatcher.pending.key_figures(entry.name, now)
         if figures is None:
             return None
         return {
+            # What the table-level policies rank it by (schedulers/model.py, TableState).
+            "next_batch": {
+                "keys": state.batch_keys,
+                "updates": state.batch_count,
+                "predicted_seconds": state.batch_duration,
+            },
+            "catch_up_seconds": state.backlog_seconds,
+            "seconds_per_key": state.per_key,
             "policy": entry.key_policy,
             "max_keys_per_batch": entry.max_keys_per_batch,
             "waiting": figures.waiting_keys,
@@ -146,7 +155,7 @@ class TableStatuses:
             "schema": entry.schema.model_dump(mode="json"),
             "mode": "latest" if entry.schema.latest else "append",
             "superseded_rows": entry.superseded_rows,
-            "keys": self._keys(entry, now),
+            "keys": self._keys(entry, state, now),
             "weight": state.weight,
             "period_hint": entry.period_hint,
             "period_estimate": state.period_estimate,

@@ -65,6 +65,17 @@ class KeySpec:
 
 
 @dataclass(frozen=True)
+class KeyBatch:
+    """What the table-level policies read of a latest table's queue (``TableState.set_keys``)."""
+
+    waiting_keys: int
+    #: Values the next batch loads (one per key but for a rare second copy, below), and
+    #: the updates at the head it takes (None: all, no ``max_keys_per_batch``).
+    keys: int
+    updates: int | None
+
+
+@dataclass(frozen=True)
 class KeyFigures:
     """A latest table's keys now (UpStream section 5.1), aggregated over keys."""
 
@@ -96,6 +107,8 @@ class LatestQueue:
         self.first_enqueued: dict[Key, float] = {}
         #: The keys of each update in the queue, row by row (in memory or spilled).
         self.slot_keys: dict[int, list[Key]] = {}
+        #: Values in the queue: the sum of ``slot_keys``' lengths, kept as they change.
+        self.values = 0
         self.items: dict[int, Item] = {}
         #: Updates in a running batch: their keys, and the keys' first unloaded arrival.
         self.in_flight: dict[int, list[Key]] = {}
@@ -217,6 +230,7 @@ class LatestQueue:
         for seq, (value, new_keys) in built.items():
             item = self.items[seq]
             item.value = value
+            self.values += len(new_keys) - len(self.slot_keys[seq])
             self.slot_keys[seq] = new_keys
             self.cache.resize(self.table, item, value.resident_bytes, rebalance=False)
         for key, target, overwritten in placed:
@@ -237,6 +251,7 @@ class LatestQueue:
         """The update ``arrive`` returned is in the queue as ``item``."""
         self.items[item.key] = item
         self.slot_keys[item.key] = keys
+        self.values += len(keys)
         self.virtual[item.key] = self._virtual_pending
 
     def _tail_virtual(self) -> float:
@@ -304,22 +319,34 @@ class LatestQueue:
     # -- batches -------------------------------------------------------------------------
     def limit(self) -> int | None:
         """Updates from the head that hold at most ``max_keys_per_batch`` keys (at least one)."""
+        return self.batch().updates
+
+    def batch(self) -> KeyBatch:
+        """The next batch: the updates from the head that hold at most ``max_keys_per_batch``
+        keys (at least one update: it is never split), and the values in them. O(the
+        batch's updates), as ``schedulers.keys.backlog.KeyBacklog.batch`` (the simulator's)."""
         most = self.spec.max_keys_per_batch
         if most is None:
-            return None
+            return KeyBatch(len(self.index), self.values, None)
         count = total = 0
         for item in self.cache.queues[self.table].items():
-            total += len(self.slot_keys.get(item.key, ()))
-            if count and total > most:
+            size = len(self.slot_keys.get(item.key, ()))
+            if count and total + size > most:
                 break
             count += 1
-        return count
+            total += size
+        return KeyBatch(len(self.index), total, count)
+
+    def in_flight_values(self) -> int:
+        """Values in the running batch (what it costs, per key)."""
+        return sum(len(keys) for keys in self.in_flight.values())
 
     def taken(self, updates: Iterable[Update], now: float | None = None) -> None:
         """``updates`` left the queue for a batch (at ``now``: the waits of its keys teach
         LINECUTTING-BOUNDED how long a round is, ``KeyRates.served``)."""
         for update in updates:
             keys = self.slot_keys.pop(update.seq, [])
+            self.values -= len(keys)
             self.items.pop(update.seq, None)
             self.virtual.pop(update.seq, None)
             self.closed.discard(update.seq)
@@ -345,6 +372,7 @@ class LatestQueue:
             keys = self.in_flight.pop(item.key, [])
             self.items[item.key] = item
             self.slot_keys[item.key] = keys
+            self.values += len(keys)
             self.closed.add(item.key)
             self.copies.update(keys)
             for key in keys:

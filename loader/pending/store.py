@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from loader.abc import SpillFull
 from loader.core.updates import Update
-from loader.pending.keyed import KeyFigures, KeySpec, LatestQueue
+from loader.pending.keyed import KeyBatch, KeyFigures, KeySpec, LatestQueue
 from loader.pending.spill.buffered_head import BufferedHead
 from loader.pending.spill.disk_cost import DiskCost
 from loader.pending.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
@@ -116,6 +116,16 @@ class PendingStore:
     def key_figures(self, table: str, now: float) -> KeyFigures | None:
         latest = self._latest.get(table)
         return None if latest is None else latest.figures(now)
+
+    def key_batch(self, table: str) -> KeyBatch | None:
+        """A latest table's next batch by keys (None: an append table)."""
+        latest = self._latest.get(table)
+        return None if latest is None else latest.batch()
+
+    def in_flight_keys(self, table: str) -> int | None:
+        """Values in a latest table's running batch (None: an append table)."""
+        latest = self._latest.get(table)
+        return None if latest is None else latest.in_flight_values()
 
     # -- admission ---------------------------------------------------------------------
     def check_room(self, nbytes: int) -> None:

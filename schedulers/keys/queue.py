@@ -88,11 +88,12 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 #: The update-queue policies of a latest table: the paper's three, then our LINECUTTING variant.
-KEY_POLICIES: tuple[str, ...] = ("fifo-uq", "in-place", "linecutting", "linecutting-bounded")
-DEFAULT_KEY_POLICY = "in-place"
+KeyPolicy = Literal["fifo-uq", "in-place", "linecutting", "linecutting-bounded"]
+KEY_POLICIES: tuple[str, ...] = get_args(KeyPolicy)
+DEFAULT_KEY_POLICY: KeyPolicy = "in-place"
 #: Smoothing of the per-key inter-arrival estimate (as PERIOD_EWMA_GAIN for tables).
 RATE_EWMA_GAIN = 0.125
 

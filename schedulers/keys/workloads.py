@@ -18,6 +18,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyPolicy
+from schedulers.model import KeyedSpec, Trace
+
 KEYED_SHAPES: tuple[str, ...] = ("uniform", "two-class", "zipf")
 
 
@@ -97,3 +100,51 @@ def _poisson(rng: random.Random, rate: float, horizon: float) -> Sequence[float]
         times.append(at)
         at += rng.expovariate(rate)
     return times
+
+
+def with_latest_tables(
+    trace: Trace,
+    tables: int,
+    *,
+    keys: int = 100,
+    rows: int = 10,
+    shape: str = "zipf",
+    theta: float = 0.9,
+    slow: int = 0,
+    ratio: float = 10.0,
+    policy: KeyPolicy = DEFAULT_KEY_POLICY,
+    max_keys_per_batch: int | None = None,
+    per_key: float | None = None,
+    seed: int = 0,
+) -> Trace:
+    """``trace`` with its first ``tables`` tables made latest tables: each of their updates
+    carries ``rows`` rows whose keys are drawn from ``keys`` keys with ``shape``'s rates
+    (``key_rates``), for the table-level simulator (``schedulers.simulator``).
+
+    A latest table's cost per key defaults to the cost of a row as the table's ``alpha``
+    implies (alpha * period / rows: the same seconds per row an append load of the same
+    updates would pay), so the two models differ only by what coalescing saves.
+    """
+    if not 0 <= tables <= len(trace.tables):
+        raise ValueError(f"tables must be between 0 and the trace's {len(trace.tables)} tables")
+    if rows < 1:
+        raise ValueError("rows (per update) must be at least 1")
+    shares = key_rates(shape, keys, slow=slow, ratio=ratio, theta=theta)
+    rng = random.Random(seed)
+    population = range(keys)
+    specs = list(trace.tables)
+    counts = [0] * len(specs)
+    for tid in trace.update_tables:
+        counts[tid] += 1
+    span = max(trace.update_releases, default=0.0)
+    for tid in range(tables):
+        spec = specs[tid]
+        period = spec.period if spec.period is not None else (span / counts[tid] if counts[tid] else 1.0)
+        cost = per_key if per_key is not None else spec.alpha * period / rows
+        specs[tid] = spec.model_copy(
+            update={"keyed": KeyedSpec(policy=policy, max_keys_per_batch=max_keys_per_batch, per_key=cost)}
+        )
+    update_keys: list[tuple[int | str, ...]] = [
+        tuple(rng.choices(population, weights=shares, k=rows)) if tid < tables else () for tid in trace.update_tables
+    ]
+    return Trace(specs, list(trace.update_tables), list(trace.update_releases), update_keys)

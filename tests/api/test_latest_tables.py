@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from testing.service_harness import OPERATOR, Harness
 
 QUOTES: dict[str, Any] = {
@@ -97,6 +99,7 @@ def test_an_empty_table_may_change_its_mode_and_key_and_a_written_one_may_not(tm
         changed = h.post("/v1/admin/tables:bulk", token=OPERATOR, json={"tables": [QUOTES]})
         assert changed.status_code == 200 and changed.json()["changed"] == ["quotes"], changed.text
         assert h.status("quotes")["mode"] == "latest"
+        assert h.status("quotes")["keys"]["next_batch"] == {"keys": 0, "updates": 0, "predicted_seconds": 0.3}
         h.wait_loaded("quotes", send(h, [("ibm", 1.0, 1), ("ibm", 2.0, 2)]))
         assert stored(h) == {"ibm": (2.0, 2)}
         refused = h.post("/v1/admin/tables", token=OPERATOR, json=as_append)
@@ -121,14 +124,21 @@ def test_the_key_queue_shows_in_status_and_metrics_and_batches_respect_max_keys(
             0,
         )
         assert keys["queue_staleness_seconds"]["max"] >= keys["queue_staleness_seconds"]["mean"] >= 0
+        # What the table-level policies read: the next batch is the head update (a, b), and
+        # catching up takes two such batches (schedulers/model.py, TableState).
+        assert (keys["next_batch"]["keys"], keys["next_batch"]["updates"]) == (2, 1)
+        assert keys["catch_up_seconds"] == pytest.approx(2 * keys["next_batch"]["predicted_seconds"])
         metrics = h.get("/metrics").text
         assert 'loader_table_waiting_keys{table="quotes"} 4.0' in metrics
+        assert 'loader_table_next_batch_keys{table="quotes"} 2.0' in metrics
         assert 'loader_table_key_queue_staleness_seconds{stat="p99",table="quotes"}' in metrics
         assert h.post("/v1/admin/tables/quotes/resume", token=OPERATOR).status_code == 200
         h.wait_loaded("quotes", last)
         assert stored(h) == {"a": (2.0, 2), "b": (1.0, 1), "c": (1.0, 1), "d": (1.0, 1)}
         assert h.service.sink.loads >= 2  # at most 2 keys a batch
         assert h.status("quotes")["keys"]["waiting"] == 0 and h.status("quotes")["superseded_rows"] == 1
+        # The cost model of a latest table is per key, learnt from its loads and kept in the catalog.
+        assert h.service.catalog.entries["quotes"].seconds_per_key == h.status("quotes")["keys"]["seconds_per_key"]
         bad = {k: v for k, v in QUOTES.items() if k not in ("mode", "key", "order_by")} | {"key_policy": "in-place"}
         refused = h.post("/v1/admin/tables", token=OPERATOR, json={**bad, "name": "other"})
         assert refused.status_code == 422 and "key_policy" in refused.json()["message"]

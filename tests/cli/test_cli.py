@@ -85,6 +85,23 @@ def test_gen_trace_is_seeded_and_valid(kind: str, tmp_path: Path) -> None:
     assert f"wrote {a}: 6 tables, {trace.n_updates:,} updates" in messages[a]
 
 
+def test_gen_trace_makes_latest_tables_the_simulator_reports_by_key(tmp_path: Path) -> None:
+    path = tmp_path / "k.jsonl"
+    made = invoke(
+        "gen-trace", "poisson", "--out", path, *SMALL, "--latest-tables", "2", "--keys", "8", "--rows", "3",
+        "--max-keys-per-batch", "5", "--key-policy", "linecutting-bounded",
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    trace = read_trace(path)
+    keyed = [spec.keyed for spec in trace.tables]
+    assert keyed[2:] == [None] * 4 and all(k is not None and k.max_keys_per_batch == 5 for k in keyed[:2])
+    result = invoke("simulate", "--trace", path, "--policy", "max-benefit", "--workers", "2", "--json")
+    assert result.exit_code == 0, result.output
+    assert set(last_json(result.stdout)["keyed"]) == {trace.tables[0].name, trace.tables[1].name}
+    refused = invoke("gen-trace", "poisson", "--out", path, *SMALL, "--latest-tables", "1", "--key-policy", "lifo")
+    assert refused.exit_code != 0 and "--key-policy must be one of" in flat(refused.output)
+
+
 def test_gen_trace_options_reach_the_generator(tmp_path: Path) -> None:
     path = tmp_path / "q.jsonl"
     result = invoke(
