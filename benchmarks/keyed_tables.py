@@ -58,8 +58,8 @@ VARIANTS = ("key-blind", "next batch", "catch-up", "myopic")
 READING = (
     "Reading. Catch-up is never worse than ranking by the next batch, and beside key-blind it is as fresh"
     " or fresher in 9 of 10 settings at the table level (the exception, 30 keys at utilization 0.9, is 2%"
-    " worse) and 1.5 to 16 times fresher per key at utilization 0.9. The next batch alone starves a bound"
-    "ed table (200 keys, bound 50: keys 10.71 s stale against 0.28 s). Cost-ranked max-benefit still trai"
+    " worse) and 1.5 to 15 times fresher per key at utilization 0.9. The next batch alone starves a bound"
+    "ed table (200 keys, bound 50: keys 10.71 s stale against 0.32 s). Cost-ranked max-benefit still trai"
     "ls MYOPIC, which reads no costs, at utilization 0.9 whenever keys coalesce heavily (2.12 against 2.0"
     "4 up to 2.89 against 2.28): max-benefit favours the cheap latest tables' frequent small batches, eac"
     "h paying the 0.1 s overhead. Left alone: the loader's default policy is unchanged; an operator with "

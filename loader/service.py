@@ -596,6 +596,8 @@ class LoaderService:
                 entry = self.catalog.entries[table.name]
                 entry.schema = table.schema_
                 entry.key_policy, entry.max_keys_per_batch = table.key_policy, table.max_keys_per_batch
+                if table.schema_.latest and "seconds_per_key" in table.model_fields_set:
+                    entry.seconds_per_key = table.seconds_per_key
                 self.intake.schemas[table.name] = table.schema_
                 self.pending.set_keys(table.name, _key_spec(entry))
                 self.dispatcher.set_keyed(table.name, _keyed(entry))

@@ -146,6 +146,7 @@ class TableState:
         "resident_bytes",
         "keyed",
         "per_key",
+        "max_keys",
         "waiting_keys",
         "batch_keys",
         "batch_updates",
@@ -173,6 +174,7 @@ class TableState:
         #: keys waiting, and the updates and keys the next batch would take.
         self.keyed = spec.keyed is not None
         self.per_key = spec.keyed.per_key if spec.keyed is not None else 0.0
+        self.max_keys = spec.keyed.max_keys_per_batch if spec.keyed is not None else None
         self.waiting_keys = 0
         self.batch_keys = 0
         self.batch_updates: int | None = None
@@ -270,9 +272,9 @@ class TableState:
         """Predicted seconds to make the table current (every pending update loaded): one
         batch, or for a latest table whose batches ``max_keys_per_batch`` bounds, as many
         as its waiting keys need, each paying the overhead."""
-        if not self.keyed or self.batch_count >= self.pending_count or not self.batch_keys:
+        if not self.keyed or self.max_keys is None or self.batch_count >= self.pending_count:
             return self.batch_duration
-        batches = max(1.0, self.waiting_keys / self.batch_keys)
+        batches = max(1, math.ceil(self.waiting_keys / self.max_keys))
         return batches * self.overhead + self.per_key * self.waiting_keys
 
     def forget_loaded(self) -> None:

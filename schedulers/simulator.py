@@ -236,6 +236,10 @@ def simulate(
                     for key in taken:
                         app.delivered(key.key, key.arrived, now)
                     keys_loaded[tid] += len(taken)
+                    backlog = backlogs[tid]
+                    assert backlog is not None
+                    # c learns when the batch ends, as in the live store (a group's member: its own part)
+                    backlog.loaded(len(taken), state.overhead + _work(specs[tid], state, lo, hi, taken))
             heapq.heappush(free, worker)
             for tid, _, _, _ in members:
                 notify(tid, now)
@@ -290,11 +294,7 @@ def simulate(
                 seconds = _job_seconds(specs, states, members, job_overhead)
                 finish = now + seconds
                 for tid, lo, hi, taken in members:
-                    backlog = backlogs[tid]
-                    if backlog is not None and taken is not None:
-                        # (its own share of a group's job, as the service attributes it)
-                        own = states[tid].overhead + _work(specs[tid], states[tid], lo, hi, taken)
-                        backlog.loaded(len(taken), seconds if len(members) == 1 else own)
+                    if taken is not None:
                         sync_keys(tid)
                     state = states[tid]
                     rel = state.releases

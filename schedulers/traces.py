@@ -172,6 +172,8 @@ def trace_lines(trace: Trace) -> Iterator[str]:
         yield json.dumps({"type": "table", **spec.model_dump(exclude={"keyed"} if spec.keyed is None else None)})
     names = [spec.name for spec in trace.tables]
     keyed = [spec.keyed is not None for spec in trace.tables]
+    if any(keyed) and len(trace.update_keys) != len(trace.update_releases):
+        raise ValueError("a trace with latest tables must give each update its keys (update_keys)")
     for i, (tid, release) in enumerate(zip(trace.update_tables, trace.update_releases)):
         line: dict[str, object] = {"type": "update", "table": names[tid], "release": release}
         if keyed[tid]:

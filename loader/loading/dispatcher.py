@@ -229,6 +229,7 @@ class Dispatcher:
                 state.per_key = keyed.per_key
             slope = state.per_key if keyed is not None else state.alpha
             self.estimates[tid] = CostEstimate(alpha=slope, overhead=state.overhead)
+        state.max_keys = keyed.max_keys_per_batch if keyed is not None else None
         if keyed is None:
             state.set_keys(0, 0, None)
         self._sync_keys(tid)
