@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from loader.core.updates import Update, arrival
 from loader.pending.spill.model import Item, QueueCache
-from schedulers.keys.queue import DEFAULT_KEY_POLICY, RATE_EWMA_GAIN, KeyRates, place
+from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyRates, learned_cost, place
 from schedulers.keys.staleness import StalenessFigures
 
 log = logging.getLogger(__name__)
@@ -317,10 +317,6 @@ class LatestQueue:
         return dataclasses.replace(held, rows=data, arrived=tuple(new_order)), new_keys
 
     # -- batches -------------------------------------------------------------------------
-    def limit(self) -> int | None:
-        """Updates from the head that hold at most ``max_keys_per_batch`` keys (at least one)."""
-        return self.batch().updates
-
     def batch(self) -> KeyBatch:
         """The next batch: the updates from the head that hold at most ``max_keys_per_batch``
         keys (at least one update: it is never split), and the values in them. O(the
@@ -392,10 +388,7 @@ class LatestQueue:
                 if key not in self.index:
                     self.order_of.pop(key, None)
                 keys += 1
-        if keys and seconds > 0.0:  # (a batch set aside reports no duration)
-            sample = seconds / keys
-            c = self.cost_per_key
-            self.cost_per_key = sample if c == 0.0 else c + RATE_EWMA_GAIN * (sample - c)
+        self.cost_per_key = learned_cost(self.cost_per_key, keys, seconds)  # (a batch set aside: no duration)
 
     # -- figures ---------------------------------------------------------------------------
     def figures(self, now: float) -> KeyFigures:

@@ -198,7 +198,7 @@ class PendingStore:
             raise RuntimeError(f"a batch of {table!r} is already in flight")
         cache = self.cache
         latest = self._latest.get(table)
-        bound = latest.limit() if latest is not None else None
+        bound = latest.batch().updates if latest is not None else None
         if bound is not None:  # max_keys_per_batch: the head's updates holding that many keys
             limit = bound if limit is None else min(limit, bound)
         if limit is None:

@@ -23,7 +23,7 @@ import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from schedulers.keys.queue import RATE_EWMA_GAIN, KeyRates, place
+from schedulers.keys.queue import KeyRates, learned_cost, place
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +178,7 @@ class KeyBacklog:
 
     def loaded(self, keys: int, seconds: float) -> None:
         """A batch of ``keys`` keys took ``seconds``: c learns, as in the live store."""
-        if keys and seconds > 0.0:
-            sample = seconds / keys
-            c = self.cost_per_key
-            self.cost_per_key = sample if c == 0.0 else c + RATE_EWMA_GAIN * (sample - c)
+        self.cost_per_key = learned_cost(self.cost_per_key, keys, seconds)
 
     # -- what readers ask --------------------------------------------------------------
     @property

@@ -117,6 +117,17 @@ def place(policy: str, *, waiting: bool, slow: bool) -> Place:
     return "tail"  # a key not waiting; FIFO-UQ's overwritten key (section 5.2)
 
 
+def learned_cost(cost_per_key: float, keys: int, seconds: float) -> float:
+    """c of section 5.3 after a batch of ``keys`` keys took ``seconds``: an EWMA (gain 1/8)
+    of a batch's seconds per key, its first sample taken whole; unchanged by a batch that
+    reports no keys or no duration (one set aside). The one rule of the live store and both
+    simulators."""
+    if not (keys and seconds > 0.0):
+        return cost_per_key
+    sample = seconds / keys
+    return sample if cost_per_key == 0.0 else cost_per_key + RATE_EWMA_GAIN * (sample - cost_per_key)
+
+
 class KeyRates:
     """Each key's estimated time between updates (1 / u_k) and section 5.3's slowness test;
     and LINECUTTING-BOUNDED's round W_f and advance.

@@ -25,7 +25,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from schedulers.keys.queue import KEY_POLICIES, RATE_EWMA_GAIN, KeyQueue
+from schedulers.keys.queue import KEY_POLICIES, KeyQueue, learned_cost
 from schedulers.keys.staleness import ApplicationStaleness, StalenessArea, StalenessFigures
 from schedulers.keys.workloads import KeyedWorkload
 
@@ -144,7 +144,7 @@ def simulate_keys(
                     queue_plot.set(w.key, None, now)
             duration = overhead + cost * len(in_flight)
             # The live estimate of c: a batch's duration over its keys (queue.py's docstring).
-            keyed.set_cost(keyed.cost_per_key + RATE_EWMA_GAIN * (duration / len(in_flight) - keyed.cost_per_key))
+            keyed.set_cost(learned_cost(keyed.cost_per_key, len(in_flight), duration))
             busy_until = now + duration
             batches += 1
     keys = range(workload.keys)
