@@ -1,0 +1,299 @@
+"""MJoin pipeline orders and the candidate caches they allow (Babu et al. section 3.2).
+
+Definition 3.2 (prefix invariant): a cache over the segment R_ij..R_ik of pipeline i is a
+candidate iff, for every input R_il of the segment, the first k - j operators of R_il's
+own pipeline join the segment's other inputs. The tests re-check the definition and the
+key (join attributes between the inputs before the segment and the segment) on their own
+and compare with ``candidates`` by brute force over every segment of every pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedulers.views.declaration import JoinGraph, ViewError, ViewInput, check, declared
+from schedulers.views.pipelines import (
+    Candidate,
+    Orders,
+    candidates,
+    check_orders,
+    default_orders,
+    maintenance_points,
+)
+from tests.schedulers.views.strategies import valid_orders
+
+SCHEMAS = {
+    "R": {"a": "long"},
+    "S": {"a": "long", "b": "long"},
+    "T": {"b": "long"},
+    "wide": {c: "long" for c in "abcd"},
+}
+SETTINGS = settings(derandomize=True, deadline=None, max_examples=150)
+
+
+def chain() -> JoinGraph:
+    """R(A) - S(A, B) - T(B): inputs r=0, s=1, t=2; attribute A=0, B=1."""
+    spec = declared(
+        "v",
+        [ViewInput("r", "R"), ViewInput("s", "S"), ViewInput("t", "T")],
+        ["r.a = s.a", "s.b = t.b"],
+        ["r.a"],
+    )
+    return check(spec, SCHEMAS)
+
+
+CHAIN_ALIASES = ("r", "s", "t")
+
+
+def wide_graph(n: int, predicates: Sequence[str]) -> JoinGraph:
+    spec = declared("v", [ViewInput(f"r{i + 1}", "wide") for i in range(n)], predicates, ["r1.a"])
+    return check(spec, SCHEMAS)
+
+
+def star(n: int) -> JoinGraph:
+    return wide_graph(n, [f"r{i}.a = r{i + 1}.a" for i in range(1, n)])
+
+
+# -- strategies ----------------------------------------------------------------------------
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> JoinGraph:
+    """Stars, chains and trees mixing both, 2 to 6 inputs (all accepted by ``check``)."""
+    n = draw(st.integers(2, 6))
+    shape = draw(st.sampled_from(["star", "chain", "tree"]))
+    used: list[set[str]] = [set() for _ in range(n)]
+    predicates = []
+    for i in range(1, n):
+        if shape == "star":
+            parent, column = draw(st.integers(0, i - 1)), "a"
+        elif shape == "chain":
+            parent = i - 1
+            column = draw(st.sampled_from([c for c in "abcd" if c not in used[parent]]))
+        else:
+            parent, column = draw(st.integers(0, i - 1)), draw(st.sampled_from("abcd"))
+        predicates.append(f"r{parent + 1}.{column} = r{i + 1}.{column}")
+        used[parent].add(column)
+        used[i].add(column)
+    return wide_graph(n, predicates)
+
+
+# -- independent oracles -------------------------------------------------------------------
+
+
+def attributes_of(graph: JoinGraph, i: int) -> set[int]:
+    return {a for a, members in enumerate(graph.attributes) if any(m == i for m, _ in members)}
+
+
+def no_cross_product(graph: JoinGraph, i: int, order: Sequence[int]) -> bool:
+    joined = attributes_of(graph, i)
+    for j in order:
+        if not attributes_of(graph, j) & joined:
+            return False
+        joined |= attributes_of(graph, j)
+    return True
+
+
+def prefix_invariant(orders: Orders, segment: Sequence[int]) -> bool:
+    """Definition 3.2: for each R_il of the segment, its first k - j operators join inputs
+    of {R_ij..R_ik} - R_il."""
+    width = len(segment) - 1
+    members = set(segment)
+    return all(set(orders[m][:width]) <= members - {m} and len(orders[m][:width]) == width for m in segment)
+
+
+def key_of(graph: JoinGraph, before: set[int], segment: Sequence[int]) -> tuple[int, ...]:
+    left = set().union(*(attributes_of(graph, i) for i in before))
+    right = set().union(*(attributes_of(graph, i) for i in segment))
+    return tuple(sorted(left & right))
+
+
+def brute_force(graph: JoinGraph, orders: Orders) -> set[tuple[int, int, tuple[int, ...], tuple[int, ...]]]:
+    found = set()
+    for i, order in enumerate(orders):
+        for start in range(len(order)):
+            for stop in range(start + 2, len(order) + 1):
+                segment = order[start:stop]
+                key = key_of(graph, {i, *order[:start]}, segment)
+                if prefix_invariant(orders, segment) and key:
+                    found.add((i, start, tuple(segment), key))
+    return found
+
+
+def as_tuple(candidate: Candidate) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    return candidate.pipeline, candidate.start, candidate.segment, candidate.key
+
+
+# -- default_orders ------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(st.data())
+def test_default_orders_are_permutations_without_cross_products(data: st.DataObject) -> None:
+    graph = data.draw(graphs())
+    ranked = data.draw(st.booleans())
+    rank = data.draw(st.permutations(range(graph.n))) if ranked else None
+    orders = default_orders(graph, (lambda i, j: rank[j]) if rank else None)
+    assert len(orders) == graph.n
+    for i, order in enumerate(orders):
+        assert sorted(order) == [j for j in range(graph.n) if j != i]
+        assert no_cross_product(graph, i, order)
+    assert check_orders(graph, orders) == orders
+
+
+def test_default_orders_chain() -> None:
+    assert default_orders(chain()) == ((1, 2), (0, 2), (1, 0))
+
+
+def test_default_orders_follow_rank_among_connected_inputs() -> None:
+    graph = chain()
+    # r prefers t, but t is not connected to r alone: s must come first.
+    assert default_orders(graph, lambda i, j: {0: 2.0, 1: 1.0, 2: 0.0}[j]) == ((1, 2), (2, 0), (1, 0))
+
+
+def test_default_orders_star_by_declaration_order() -> None:
+    assert default_orders(star(4)) == ((1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2))
+
+
+# -- check_orders --------------------------------------------------------------------------
+
+
+def test_check_orders_accepts_and_normalises() -> None:
+    assert check_orders(chain(), [[1, 2], [2, 0], [1, 0]]) == ((1, 2), (2, 0), (1, 0))
+
+
+@pytest.mark.parametrize(
+    "orders, fragment",
+    [
+        ([[1, 2], [0, 2]], "one order per input (3), got 2"),
+        ([[1, 2], [0, 2], [1, 0], [0, 1]], "one order per input (3), got 4"),
+        ([[1, 2], [0, 2], [1]], "orders[2]: must list every other input once"),
+        ([[1, 1], [0, 2], [1, 0]], "orders[0]: must list every other input once"),
+        ([[1, 2], [1, 2], [1, 0]], "orders[1]: must list every other input once"),
+        ([[1, 2], [0, 2], [1, 0, 2]], "orders[2]: must list every other input once"),
+        ([[2, 1], [0, 2], [1, 0]], "orders[0]: input 2 joins nothing before it (a cross product)"),
+        ([[1, 2], [0, 2], [0, 1]], "orders[2]: input 0 joins nothing before it (a cross product)"),
+    ],
+)
+def test_check_orders_refuses(orders: list[list[int]], fragment: str) -> None:
+    with pytest.raises(ViewError) as caught:
+        check_orders(chain(), orders)
+    assert fragment in str(caught.value)
+
+
+@SETTINGS
+@given(st.data())
+def test_check_orders_agrees_with_oracle(data: st.DataObject) -> None:
+    graph = data.draw(graphs())
+    orders = [tuple(data.draw(st.permutations([j for j in range(graph.n) if j != i]))) for i in range(graph.n)]
+    valid = all(no_cross_product(graph, i, order) for i, order in enumerate(orders))
+    if valid:
+        assert check_orders(graph, orders) == tuple(orders)
+    else:
+        with pytest.raises(ViewError, match="cross product"):
+            check_orders(graph, orders)
+
+
+# -- candidates: the paper's examples ------------------------------------------------------
+
+
+def test_chain_candidate_is_t_over_s_r() -> None:
+    """Orders r:(s,t), s:(r,t), t:(s,r). In t's pipeline [s r]: s joins r first and r joins
+    s first, so the prefix invariant holds (Example 3.4's R_2, R_3 segment). In r's pipeline
+    [s t] fails (s joins r first, not t); in s's [r t] fails (r joins s first)."""
+    graph = chain()
+    orders = check_orders(graph, [(1, 2), (0, 2), (1, 0)])
+    found = candidates(graph, orders)
+    assert [c.name(CHAIN_ALIASES) for c in found] == ["t:[s r]"]
+    (cache,) = found
+    assert cache == Candidate(pipeline=2, start=0, segment=(1, 0), key=(1,))  # keyed on B
+    assert graph.attributes[cache.key[0]] == ((1, "b"), (2, "b"))
+    assert cache.end == 1 and cache.length == 2 and cache.members == {0, 1}
+    assert maintenance_points(orders, cache) == {0: 1, 1: 1}
+
+
+def test_chain_candidate_moves_to_r_when_s_joins_t_first() -> None:
+    """Orders r:(s,t), s:(t,r), t:(s,r): now s joins t first and t joins s first, so r's
+    [s t] holds (keyed on A, between r and the segment); t's [s r] no longer does (s's
+    first join is t, not r), and s's [t r] neither (t's first join is s, not r)."""
+    graph = chain()
+    orders = check_orders(graph, [(1, 2), (2, 0), (1, 0)])
+    found = candidates(graph, orders)
+    assert [c.name(CHAIN_ALIASES) for c in found] == ["r:[s t]"]
+    assert found[0] == Candidate(pipeline=0, start=0, segment=(1, 2), key=(0,))
+
+
+def test_two_way_join_has_no_candidates() -> None:
+    graph = wide_graph(2, ["r1.a = r2.a"])
+    assert candidates(graph, default_orders(graph)) == ()
+
+
+def test_six_way_star_shared_group() -> None:
+    graph = star(6)
+    orders = check_orders(
+        graph,
+        [(1, 2, 3, 4, 5), (0, 2, 3, 4, 5), (0, 1, 3, 4, 5), (0, 1, 2, 4, 5), (0, 1, 2, 3, 5), (0, 1, 2, 3, 4)],
+    )
+    found = candidates(graph, orders)
+    assert {as_tuple(c) for c in found} == brute_force(graph, orders)
+    pair = [c for c in found if c.members == {0, 1}]
+    assert sorted(c.pipeline for c in pair) == [2, 3, 4, 5]
+    assert all(c.start == 0 and c.key == (0,) for c in pair)
+    assert len({c.group for c in pair}) == 1
+    assert pair[0].group == (frozenset({0, 1}), (0,))
+    # No other candidate shares that group; every candidate's members are a prefix set
+    # {r1..rm} of the global preference.
+    assert all(c.group != pair[0].group for c in found if c not in pair)
+    assert {c.members for c in found} == {frozenset(range(m)) for m in range(2, 6)}
+    names = {c.name([f"r{i}" for i in range(1, 7)]) for c in found}
+    assert {"r3:[r1 r2]", "r4:[r1 r2]", "r4:[r1 r2 r3]", "r6:[r1 r2 r3 r4 r5]"} <= names
+
+
+def test_segments_of_one_operator_are_not_candidates() -> None:
+    graph = star(4)
+    assert all(c.length >= 2 for c in candidates(graph, default_orders(graph)))
+
+
+# -- candidates: properties ----------------------------------------------------------------
+
+
+@SETTINGS
+@given(st.data())
+def test_candidates_equal_brute_force(data: st.DataObject) -> None:
+    graph = data.draw(graphs())
+    orders = data.draw(valid_orders(graph))
+    found = candidates(graph, orders)
+    assert len(found) == len(set(found))
+    assert {as_tuple(c) for c in found} == brute_force(graph, orders)
+
+
+@SETTINGS
+@given(st.data())
+def test_every_candidate_satisfies_definition_3_2(data: st.DataObject) -> None:
+    graph = data.draw(graphs())
+    orders = data.draw(valid_orders(graph))
+    for cache in candidates(graph, orders):
+        order = orders[cache.pipeline]
+        assert order[cache.start : cache.end + 1] == cache.segment
+        assert cache.length >= 2
+        assert cache.key
+        assert cache.key == key_of(graph, {cache.pipeline, *order[: cache.start]}, cache.segment)
+        assert prefix_invariant(orders, cache.segment)
+        assert cache.pipeline not in cache.members
+        assert maintenance_points(orders, cache) == {m: cache.length - 1 for m in cache.segment}
+
+
+@SETTINGS
+@given(st.data())
+def test_overlapping_candidates_nest(data: st.DataObject) -> None:
+    """Section 4.4: with the prefix invariant, overlapping caches of one pipeline nest."""
+    graph = data.draw(graphs())
+    found = candidates(graph, data.draw(valid_orders(graph)))
+    for a in found:
+        for b in found:
+            if a.overlaps(b):
+                assert a.covers(b) or b.covers(a)
