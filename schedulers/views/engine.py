@@ -91,6 +91,8 @@ class CacheStore:
     __slots__ = ("complete", "capacity", "table", "probes", "hits", "tuples")
 
     def __init__(self, capacity: int | None, complete: bool = False) -> None:
+        if complete and capacity is not None:
+            raise ValueError("a materialised (XJoin) subresult cannot be bounded: an evicted key would read as empty")
         self.complete = complete
         self.capacity = capacity
         # Direct-mapped (capacity): bucket -> (key, value); unbounded: key -> value.
@@ -193,6 +195,8 @@ class MJoinEngine:
         self.shapes = tuple(shapes)
         self.orders: Orders = check_orders(graph, orders) if orders is not None else default_orders(graph)
         self._timer = timer
+        if self.settings.reoptimizer.unit == "seconds" and timer is None:
+            raise ValueError("a re-optimization interval in seconds needs a timer; without one, give it in updates")
         self._random = random.Random(self.settings.seed)
         self.work = 0
         self.updates = 0
@@ -223,7 +227,6 @@ class MJoinEngine:
         self._lookup: list[dict[int, tuple[Candidate, CacheStore, tuple]]] = [{} for _ in range(self.n)]
         self._maintain: list[dict[int, list[tuple[CacheStore, tuple]]]] = [{} for _ in range(self.n)]
         self._observe: list[dict[int, list[tuple[Candidate, tuple]]]] = [{} for _ in range(self.n)]
-        self.blocked = 0
         #: Over the executor's life, every cache together (stores come and go).
         self.cache_probes = 0
         self.cache_hits = 0
@@ -303,11 +306,11 @@ class MJoinEngine:
                 if all(s is not store for s, _ in point):
                     point.append((store, self._reader(c.members, c.key)))
         for c in used:
+            # No used cache spans another's CacheUpdate point: impossible between prefix-
+            # invariant candidates (tests/schedulers/views/test_pipelines.py proves it on
+            # random views), and a lookup there would skip tuples that cache must see.
+            assert not any(c.start < q <= c.end for q in self._maintain[c.pipeline]), c
             store = self.stores[c.group]
-            inside = any(c.start < q <= c.end for q in self._maintain[c.pipeline])
-            if inside:
-                self.blocked += 1  # the Re-optimizer avoids this; never serve a stale segment
-                continue
             prefix = {c.pipeline, *self.orders[c.pipeline][: c.start]}
             self._lookup[c.pipeline][c.start] = (c, store, self._reader(prefix, c.key))
         self._observe = [{} for _ in range(self.n)]
@@ -423,6 +426,7 @@ class MJoinEngine:
                 self.profiler.probe_outcome(c, value is not None)
             self.cache_probes += 1
             self.cache_hits += value is not None
+            hit = value is not None
             if value is None:
                 computed = self._run(c.pipeline, [(parts, 1)], c.start, c.end + 1, profile=None, quiet=True)
                 value = {}
@@ -436,13 +440,14 @@ class MJoinEngine:
                     self.profiler.update_cost_sample(self._clock() - before, 1 + len(value))
             else:
                 self.work += 1 + len(value)
-                if sampled:
-                    self.profiler.probe_cost_sample(self._clock() - before, 1 + len(value))
             for partial, times in value.items():
                 joined = list(parts)
                 for m in segment:
                     joined[m] = partial[m]
                 out.append((tuple(joined), count * times))
+            if sampled and hit:
+                # A hit's cost includes handing on its tuples, as an operator's c_ij does.
+                self.profiler.probe_cost_sample(self._clock() - before, 1 + len(value))
         return out
 
     def _cache_update(
@@ -451,15 +456,21 @@ class MJoinEngine:
         """CacheUpdate U_l (section 3.2): the stream here is the cached segment's delta."""
         for store, reader in maintain:
             # The stream here holds exactly the segment's inputs (the prefix invariant), so
-            # each composite is the partial tuple the store keeps.
+            # each composite is the partial tuple the store keeps. update_cost is measured
+            # here on a sample, where the upkeep that cost(C) charges is spent.
+            sampled = self._timer is not None and self._random.random() < self.settings.profile_probability
+            before = self._clock() if sampled else 0.0
             for parts, count in stream:
                 store.change(self._key(parts, reader), parts, sign * count)
             self.work += len(stream)
+            if sampled:
+                self.profiler.update_cost_sample(self._clock() - before, len(stream))
 
     def _process(self, i: int, row: Row, sign: int) -> Delta:
         """One update through its pipeline, then into its relation."""
         self.updates += 1
-        self.profiler.note_update(i)
+        if self.settings.mode == "adaptive":
+            self.profiler.note_update(i)
         base = tuple(row if k == i else None for k in range(self.n))
         profiled = self.settings.mode == "adaptive" and self._random.random() < self.settings.profile_probability
         profile = ([0] * self.n, [0.0] * (self.n - 1)) if profiled else None
@@ -515,15 +526,16 @@ class MJoinEngine:
         """A committed batch of one input, in order: deletes, inserts (a latest input's
         insert of a held key replaces its row), then the window's expiries."""
         i = input_ if isinstance(input_, int) else self.spec.input_index(input_)
+        deletes = [tuple(row) for row in deletes]
+        inserts = [tuple(row) for row in inserts]
+        self._check_batch(i, inserts, deletes)
         delta: Delta = []
         for row in deletes:
-            row = tuple(row)
             if self._latest[i] is not None:
-                self._latest[i].pop(self._latest_key(i, row), None)
+                del self._latest[i][self._latest_key(i, row)]
             delta += self._process(i, row, -1)
         window = self.spec.inputs[i].window
         for row in inserts:
-            row = tuple(row)
             latest = self._latest[i]
             if latest is not None:
                 key = self._latest_key(i, row)
@@ -543,6 +555,25 @@ class MJoinEngine:
             delta += self.expire(i, data_until)
         return delta
 
+    def _check_batch(self, i: int, inserts: list[Row], deletes: list[Row]) -> None:
+        """Refuse a batch that would fail half-way, before anything changes: a window's rows
+        leave only by expiring, and a delete must name a row the input holds (for a latest
+        input, the key's current row)."""
+        alias, width = self.spec.aliases[i], len(self.shapes[i].columns)
+        for row in (*inserts, *deletes):
+            if len(row) != width:
+                raise ValueError(f"{alias}: a row has {len(row)} values, the input has {width} columns")
+        if deletes and self.spec.inputs[i].window is not None:
+            raise ValueError(f"{alias}: rows leave a window by expiring; a windowed input takes no deletes")
+        wanted: dict[Row, int] = {}
+        for row in deletes:
+            wanted[row] = wanted.get(row, 0) + 1
+        for row, count in wanted.items():
+            latest = self._latest[i]
+            held = self.rows[i].get(row, 0) if latest is None else int(latest.get(self._latest_key(i, row)) == row)
+            if count > held:
+                raise ValueError(f"{alias}: deleting a row it does not hold: {row!r}")
+
     def expire(self, input_: int | str, data_until: float) -> Delta:
         """Rows of a seconds window older than ``data_until - size`` leave the join."""
         i = input_ if isinstance(input_, int) else self.spec.input_index(input_)
@@ -561,7 +592,8 @@ class MJoinEngine:
     # --- what operators and tests read ---------------------------------------------
 
     def drop_cache(self, name: str) -> None:
-        """Drop a used cache now (its group's store goes); the next selection may bring it back."""
+        """Drop a used cache now (its group's store goes); in adaptive mode the next
+        selection may bring it back, a forced plan (static, xjoin) loses it for good."""
         c = self.by_name[name]
         self.reoptimizer.drop(c.group, self.updates)
         self._sync()

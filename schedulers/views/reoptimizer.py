@@ -30,11 +30,6 @@ from schedulers.views.pipelines import Candidate
 from schedulers.views.profiler import ENTRY_BYTES, REFERENCE_BYTES, CacheEstimate, Profiler
 from schedulers.views.selection import Instance, SelectionMethod, select
 
-
-def _order(c: Candidate) -> tuple[int, int, int]:
-    return c.pipeline, c.start, c.end
-
-
 CacheState = Literal["profiled", "used", "unused"]
 IntervalUnit = Literal["updates", "seconds"]
 
@@ -69,7 +64,7 @@ class Reoptimizer:
         self.estimates: dict[Candidate, CacheEstimate] = {}
         self._selected_on: dict[Candidate, CacheEstimate] = {}
         self._chosen: frozenset[Candidate] = frozenset()
-        self._phase_started = 0.0
+        self._phase_started: float | None = None
         self._profiling = True
         self._since_check = 0
         self.reoptimizations = 0
@@ -97,6 +92,8 @@ class Reoptimizer:
         """Called after each update; True when the set of used caches or their memory changed."""
         if self.frozen:
             return False
+        if self._phase_started is None:
+            self._phase_started = now  # the first profiling phase starts with the first update
         self._since_check += 1
         if self._profiling:
             waiting = [c for c in self.candidates if self.states[c] == "profiled"]
@@ -173,7 +170,7 @@ class Reoptimizer:
                 (i, p): self.profiler.op_cost(i, p) for i in range(self.profiler.n) for p in range(self.profiler.n - 1)
             },
         )
-        chosen = self._without_straddles(select(instance, self.settings.method))
+        chosen = select(instance, self.settings.method)
         self.reoptimizations += 1
         self.grants = allocate(self._claims(chosen), self.settings.memory_budget)
         for c in self.candidates:
@@ -181,33 +178,6 @@ class Reoptimizer:
         self._selected_on = {c: self.estimates[c] for c in considered}
         self._chosen = frozenset(c for c in chosen if c.group in self.grants)
         return self._changed(now)
-
-    def _without_straddles(self, chosen: Iterable[Candidate]) -> set[Candidate]:
-        """Ours: the paper's selection treats caches of different pipelines as independent,
-        but a cache C2 is maintained inside the pipelines of its inputs, after their first
-        |C2| - 1 operators; a cache C1 of one of those pipelines whose segment spans that
-        point would skip the tuples C2 must see. Of two such caches keep the group with the
-        larger net benefit (the executor would otherwise leave C1 unprobed)."""
-        chosen = set(chosen)
-
-        def net(group: Hashable) -> float:
-            members = [c for c in chosen if c.group == group]
-            return sum(self.estimates[c].benefit for c in members) - self.estimates[members[0]].cost
-
-        while True:
-            clash = next(
-                (
-                    (one, other)
-                    for one in sorted(chosen, key=_order)
-                    for other in sorted(chosen, key=_order)
-                    if one.pipeline in other.members and one.start < other.length - 1 <= one.end
-                ),
-                None,
-            )
-            if clash is None:
-                return chosen
-            loser = min(clash, key=lambda c: (net(c.group), _order(c))).group
-            chosen = {c for c in chosen if c.group != loser}
 
     def _claims(self, chosen: Iterable[Candidate]) -> list[MemoryClaim]:
         groups: dict[Hashable, list[Candidate]] = {}

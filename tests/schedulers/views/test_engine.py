@@ -239,3 +239,37 @@ def test_adaptive_uses_caches_and_stays_exact() -> None:
     assert engine.reoptimizer.reoptimizations >= 1
     assert any(used for _, used in engine.reoptimizer.history)
     assert engine.cache_hits > 0
+
+
+def test_a_batch_that_would_fail_changes_nothing() -> None:
+    """A delete of a row not held, or of a windowed input's row, is refused before any row moves."""
+    spec, schemas, shapes = three_way(Window("rows", 2), latest=True)
+    engine = build(spec, schemas, shapes, "mjoin")
+    view: Counter = Counter()
+    accumulate(view, engine.apply("s", inserts=[(7, 1, 1), (8, 2, 2)]))
+    accumulate(view, engine.apply("t", inserts=[(1, 0), (2, 0)]))
+    accumulate(view, engine.apply("r", inserts=[(1, 10)]))
+    before = [dict(engine.relation(i)) for i in range(3)]
+    with pytest.raises(ValueError, match="windowed input takes no deletes"):
+        engine.apply("r", inserts=[(2, 20)], deletes=[(1, 10)])
+    with pytest.raises(ValueError, match="does not hold"):
+        engine.apply("s", inserts=[(9, 1, 1)], deletes=[(7, 2, 2)])  # key 7 holds (7, 1, 1)
+    with pytest.raises(ValueError, match="does not hold"):
+        engine.apply("t", deletes=[(1, 0), (1, 0)])  # held once
+    with pytest.raises(ValueError, match="columns"):
+        engine.apply("t", inserts=[(1, 0, 0)])
+    assert [dict(engine.relation(i)) for i in range(3)] == before
+    accumulate(view, engine.apply("s", inserts=[(7, 2, 2)]))  # the upsert still replaces key 7's row
+    assert dict(engine.relation("s")) == {(7, 2, 2): 1, (8, 2, 2): 1}
+    assert view == recompute(engine)
+
+
+def test_an_interval_in_seconds_needs_a_timer() -> None:
+    spec, schemas, shapes = three_way()
+    settings_ = EngineSettings(reoptimizer=ReoptimizerSettings(interval=2.0, unit="seconds"))
+    with pytest.raises(ValueError, match="needs a timer"):
+        MJoinEngine(spec, check(spec, schemas), shapes, settings=settings_)
+    clock = iter(range(1000, 10**6))
+    engine = MJoinEngine(spec, check(spec, schemas), shapes, settings=settings_, timer=lambda: float(next(clock)))
+    engine.apply("r", inserts=[(1, 1)])
+    assert engine.reoptimizer.reoptimizations == 0  # the first phase starts at the first update, not at 0

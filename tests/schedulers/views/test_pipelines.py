@@ -297,3 +297,18 @@ def test_overlapping_candidates_nest(data: st.DataObject) -> None:
         for b in found:
             if a.overlaps(b):
                 assert a.covers(b) or b.covers(a)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(data=st.data())
+def test_no_candidate_spans_another_candidates_maintenance_point(data: st.DataObject) -> None:
+    """Candidate C2 is maintained in each of its inputs' pipelines after |C2| - 1 operators.
+    No candidate C1 of such a pipeline starts before that point and ends at or after it: by
+    the prefix invariant their inputs' own pipelines would need two incompatible prefixes.
+    The executor relies on it (a lookup there would skip tuples C2 must see)."""
+    graph = data.draw(graphs())
+    found = candidates(graph, data.draw(valid_orders(graph)))
+    for one in found:
+        for other in found:
+            if one.pipeline in other.members:
+                assert not one.start < other.length - 1 <= one.end, (one, other)
