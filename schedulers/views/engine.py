@@ -210,13 +210,7 @@ class MJoinEngine:
         self._input_indexes = [
             [(columns, index) for (m, columns), index in self._indexes.items() if m == i] for i in range(self.n)
         ]
-        self._outputs = tuple(
-            (
-                spec.input_index(o.source.input),
-                self.shapes[spec.input_index(o.source.input)].columns.index(o.source.column),
-            )
-            for o in spec.outputs
-        )
+        self._outputs = tuple(self._output_column(o.source.input, o.source.column) for o in spec.outputs)
         self.candidates = candidates(graph, self.orders)
         self.by_name = {c.name(spec.aliases): c for c in self.candidates}
         self.profiler = Profiler(
@@ -506,7 +500,10 @@ class MJoinEngine:
         self.work += 1
 
     def _distinct_keys(self, c: Candidate) -> float:
-        """Entries a cache would hold: the distinct key values its first segment input has."""
+        """Entries a cache would hold, for section 5's memory requirement: the distinct key
+        values its first segment input has (ours; the paper counts distinct probe keys with
+        its Bloom filter). A probed key joining nothing also takes an entry, so this is an
+        estimate, not a bound."""
         first = c.segment[0]
         columns = tuple(self._column(first, a) for a in c.key if a in self.graph.of_input[first])
         index = self._indexes.get((first, columns))

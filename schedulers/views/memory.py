@@ -38,8 +38,9 @@ class Grant:
 def allocate(claims: Sequence[MemoryClaim], budget: float | None) -> dict[Hashable, Grant]:
     """Section 5's greedy allocation; groups left out get no memory and are not used."""
     if budget is None:
-        # Section 3.3: the number of buckets follows the expected cache size; twice the
-        # expected keys keeps collisions (replacements) rare without a budget.
+        # Section 3.3: the number of buckets follows the expected cache size. At twice the
+        # expected keys about a fifth of them still share a bucket with another and evict
+        # it in turn (direct-mapped); a budget, not this sizing, is the way to trade memory.
         grants = {}
         for claim in claims:
             if claim.net > 0:
