@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from schedulers.views.declaration import JoinGraph, ViewSpec
-from schedulers.views.pipelines import Candidate, Orders, candidates, check_orders, default_orders
+from schedulers.views.pipelines import (
+    Candidate,
+    Orders,
+    candidates,
+    check_orders,
+    default_orders,
+    maintenance_points,
+)
 from schedulers.views.profiler import DEFAULT_BLOOM_TUPLES, DEFAULT_WINDOW, Profiler
 from schedulers.views.reoptimizer import Reoptimizer, ReoptimizerSettings
 
@@ -295,8 +302,8 @@ class MJoinEngine:
         self._maintain = [{} for _ in range(self.n)]
         for c in used:
             store = self.stores[c.group]
-            for m in c.members:
-                point = self._maintain[m].setdefault(c.length - 1, [])
+            for m, position in maintenance_points(self.orders, c).items():
+                point = self._maintain[m].setdefault(position, [])
                 if all(s is not store for s, _ in point):
                     point.append((store, self._reader(c.members, c.key)))
         for c in used:

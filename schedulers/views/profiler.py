@@ -174,7 +174,7 @@ class Profiler:
             bloom = self._blooms[candidate] = _Bloom(self.bloom_tuples, self.bloom_alpha)
         observed = bloom.add(key)
         if observed is not None:
-            self._miss[candidate].add(min(1.0, observed))
+            self._miss[candidate].add(observed)  # b <= W_d
 
     def probe_outcome(self, candidate: Candidate, hit: bool) -> None:
         """A used cache was probed: miss_prob observed directly, per window of W_d probes."""

@@ -65,6 +65,9 @@ class Reoptimizer:
         self._selected_on: dict[Candidate, CacheEstimate] = {}
         self._chosen: frozenset[Candidate] = frozenset()
         self._phase_started: float | None = None
+        #: This phase's profiled candidates, and those of them without W observations yet.
+        self._profiled_count = len(self.candidates)
+        self._unready: list[Candidate] = list(self.candidates)
         self._profiling = True
         self._since_check = 0
         self.reoptimizations = 0
@@ -96,14 +99,16 @@ class Reoptimizer:
             self._phase_started = now  # the first profiling phase starts with the first update
         self._since_check += 1
         if self._profiling:
-            waiting = [c for c in self.candidates if self.states[c] == "profiled"]
-            ready = [self.profiler.ready(c) for c in waiting]
+            # Within a phase observations only accumulate, so a candidate once ready stays
+            # ready: only the ones still waiting are asked again.
+            self._unready = [c for c in self._unready if not self.profiler.ready(c)]
             # Step 2 waits for W observations of every profiled candidate; one whose
             # pipeline sees no tuples would stall it, so past the interval the ready ones
             # are enough, and past ten intervals none need be.
             elapsed = now - self._phase_started
-            overdue = (elapsed >= self.settings.interval and any(ready)) or elapsed >= 10 * self.settings.interval
-            if all(ready) or overdue:
+            some_ready = len(self._unready) < self._profiled_count
+            overdue = (elapsed >= self.settings.interval and some_ready) or elapsed >= 10 * self.settings.interval
+            if not self._unready or overdue:
                 return self._reoptimize(now, distinct_keys)
             return False
         if now - self._phase_started >= self.settings.interval:
@@ -147,6 +152,8 @@ class Reoptimizer:
                     continue
             self.states[c] = "profiled"
             self.profiler.forget_miss(c)  # W fresh observations (step 2), not last phase's
+        self._unready = [c for c in self.candidates if self.states[c] == "profiled"]
+        self._profiled_count = len(self._unready)
 
     def _estimate_all(self, distinct_keys: Callable[[Candidate], float]) -> None:
         self.estimates = {c: self.profiler.estimate(c, distinct_keys(c)) for c in self.candidates}

@@ -84,13 +84,8 @@ def three_way(
     r_rows = [(v, next(ids)) for v in range(values)]
     s_rows = [(v, v, next(ids)) for v in range(values)]
     t_rows = [(v, next(ids)) for v in range(0, values, t_every) for _ in range(t_multiplicity)]
-    rng = random.Random(seed)
-    arrivals = [(k + rng.random() * 0.5, R, row) for k, row in enumerate(r_rows)]
-    arrivals += [(k + rng.random() * 0.5, S, row) for k, row in enumerate(s_rows)]
-    per_value = t_multiplicity / t_every
-    arrivals += [(k / per_value + rng.random() * 0.5 / per_value, T, row) for k, row in enumerate(t_rows)]
-    arrivals.sort(key=lambda item: (item[0], item[1]))
-    return Workload(spec, schemas, shapes, tuple((i, row) for _, i, row in arrivals))
+    stream = _interleave([r_rows, s_rows, t_rows], [1.0, 1.0, t_multiplicity / t_every], seed)
+    return Workload(spec, schemas, shapes, tuple(stream))
 
 
 def star(
