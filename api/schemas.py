@@ -140,7 +140,10 @@ class TableStatusModel(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
     name: str
     schema_: TableSchema = Field(alias="schema")
-    mode: str = Field(description="append (every row kept) or latest (one row per schema.key, loaded by upsert).")
+    mode: str = Field(
+        description="append (every row kept), latest (one row per schema.key, loaded by upsert) or view (a join "
+        "view, GET /v1/admin/views/{view}; its updates are its inputs' commits)."
+    )
     superseded_rows: int = Field(
         description="Latest tables: rows dropped by design since registration, a newer value of their key won."
     )
@@ -171,6 +174,30 @@ class TableStatusModel(BaseModel):
     overhead_seconds: float
     group: int | None = Field(description="Index of the table's group under group-and-run policies.")
     failures: int
+
+
+class ViewModel(BaseModel):
+    """A join view as GET /v1/admin/views/{view} reports it (docs/join-views.md, "The admin view")."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    declaration: dict[str, Any]
+    delta_version: int | None
+    pending_input_commits: int
+    staleness_seconds: float
+    low_bound: float
+    max_stretch: float
+    inputs: list[dict[str, Any]] = Field(description="Each input: alias, table, kind, window, version_held.")
+    rebuilds: int = Field(description="Times the executor was rebuilt from Delta (start, and after a failed load).")
+    executor: dict[str, Any] | None = Field(
+        description="mode, updates, cache_probes, cache_hits, pipelines (join orders), candidates (name, "
+        "pipeline, state profiled/used/unused, benefit, cost, memory_bytes, granted_entries, granted_bytes), "
+        "caches (entries, tuples, capacity, probes, hits); null while being rebuilt."
+    )
+
+
+class ViewListModel(BaseModel):
+    views: list[str]
 
 
 class TablesModel(BaseModel):

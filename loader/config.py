@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from loader.core.tables import TableConfig
+from loader.core.views import ViewConfig
 from loader.durability.wal import Durability
 from loader.loading.spark import lean_changes
 from schedulers.registry import POLICIES
@@ -261,6 +262,8 @@ class Settings(BaseSettings):
     #: Bearer tokens. Empty: tokens are generated at start-up into <data_dir>/tokens.json.
     auth_tokens: list[TokenConfig] = Field(default_factory=list)
     tables: list[TableConfig] = Field(default_factory=list)
+    #: Join views over the tables (docs/join-views.md), checked against them at start-up.
+    views: list[ViewConfig] = Field(default_factory=list)
     intake: IntakeConfig = Field(default_factory=IntakeConfig)
     wal: WalConfig = Field(default_factory=WalConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
@@ -283,6 +286,9 @@ class Settings(BaseSettings):
         repeated = sorted(name for name, n in counts.items() if n > 1)
         if repeated:
             raise ValueError(f"tables declared twice: {repeated}")
+        views = Counter(v.name for v in self.views)
+        if any(n > 1 for n in views.values()):
+            raise ValueError(f"views declared twice: {sorted(v for v, n in views.items() if n > 1)}")
         tokens = [t.token for t in self.auth_tokens]
         if len(set(tokens)) != len(tokens):
             raise ValueError("auth_tokens holds the same token twice")

@@ -49,7 +49,8 @@ from loader.core.errors import Conflict, Invalid
 from loader.core.schema import TableSchema
 from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
 from loader.core.updates import Batch, LoadResult, Update
-from loader.durability.catalog import Catalog, CatalogEntry
+from loader.core.views import ViewConfig, resolve
+from loader.durability.catalog import Catalog, CatalogEntry, ViewEntry
 from loader.durability.quarantine import QuarantineStore
 from loader.durability.quarantine_desk import QuarantineDesk
 from loader.durability.recovery import RecoveryPlan
@@ -63,6 +64,7 @@ from loader.loading.dispatcher import Dispatcher
 from loader.loading.observed import ObservedRecord
 from loader.loading.sinks.base import Sink
 from loader.loading.spark import spark_unreachable
+from loader.loading.views.registry import JoinViews
 from loader.ops.maintenance import Maintenance, Schedule
 from loader.ops.metrics import Metrics
 from loader.ops.status import TableStatuses
@@ -152,7 +154,9 @@ class LoaderService:
             spill_retry_after=s.spill.retry_after_seconds,
         )
         self.quarantine = QuarantineDesk(quarantine, self.intake, metrics)
-        self.status = TableStatuses(catalog, self.intake, self.dispatcher, quarantine)
+        #: Join views (docs/join-views.md): scheduled beside the tables, loaded on the driver.
+        self.views = JoinViews(catalog, self.dispatcher, s.warehouse_path)
+        self.status = TableStatuses(catalog, self.intake, self.dispatcher, quarantine, self.views)
         m = s.maintenance
         self.maintenance = Maintenance(
             Schedule(m.wal_truncate_seconds, m.compact_seconds, m.vacuum_seconds, m.vacuum_retention_hours),
@@ -229,6 +233,7 @@ class LoaderService:
         metrics.watch_wal(lambda: wal.size_bytes)
         catalog = Catalog.open(s.state_path / "catalog.json")
         _register_configured(catalog, s.tables)
+        _declare_configured_views(catalog, s.views)
         policy_name = catalog.policy or s.policy
         policy = configured_policy(s, policy_name, catalog.policy_params if catalog.policy else s.policy_params)
         metrics.set_policy(policy_name)
@@ -308,6 +313,9 @@ class LoaderService:
                 name,
             )
         await asyncio.to_thread(remove_files, plan.stale_files)
+        await self.views.open_all()
+        for name in self.views.names():
+            self.metrics.table_added(name)
         await self.quarantine.settle(self.idempotency, list(self.catalog.entries))
         keep = plan.live_files | self.quarantine.live_files()
         removed = await asyncio.to_thread(sweep_copies, self.intake.owned_dir, keep)
@@ -701,9 +709,24 @@ class LoaderService:
         for name in tables:
             if name in self.intake.tables:
                 entries[name].freshness = asdict(self.dispatcher.loaded_account(name))
+        for name, view in self.catalog.views.items():
+            if name in self.views:
+                view.freshness = asdict(self.dispatcher.loaded_account(name))
+
+    async def register_view(self, config: ViewConfig) -> tuple[ViewEntry, bool]:
+        """Declare a join view (idempotent for the same declaration): checked against the
+        catalog, its Delta table created, its inputs' current contents pending for it."""
+        async with self._admin_lock:
+            entry, created = await self.views.register(config)
+            if created:
+                self.metrics.table_added(config.name)
+        await self.save_catalog()
+        return entry, created
 
     # -- around each batch (loader.abc.BatchHandler) ------------------------------------------
     def load(self, worker: int, batch: Batch) -> LoadResult:
+        if batch.table in self.views:  # the executor on this thread, a deltalake commit: no Spark
+            return self.views.load(batch)
         sink = self.sink
         if sink is None:  # the dispatcher starts only once the sink is there
             raise RuntimeError("a batch was dispatched before Spark was up")
@@ -716,6 +739,10 @@ class LoaderService:
         return result
 
     def load_group(self, worker: int, batches: list[Batch]) -> list[LoadResult | BaseException]:
+        if any(b.table in self.views for b in batches):  # views apart, the tables as one job
+            tables = [b for b in batches if b.table not in self.views]
+            loaded = iter(self.load_group(worker, tables) if tables else [])
+            return [self._view_outcome(b) if b.table in self.views else next(loaded) for b in batches]
         sink = self.sink
         if sink is None:
             raise RuntimeError("a batch was dispatched before Spark was up")
@@ -727,10 +754,25 @@ class LoaderService:
         remove_files([f.path for b, o in zip(batches, outcomes) if isinstance(o, LoadResult) for f in b.files])
         return outcomes
 
+    def _view_outcome(self, batch: Batch) -> LoadResult | BaseException:
+        try:
+            return self.views.load(batch)
+        except Exception as exc:
+            return exc
+
     def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
+        if batch.table in self.views:
+            # Its input commits are durable in the inputs' Delta logs: nothing to set aside,
+            # the load is retried with back-off until what fails it is fixed.
+            raise RuntimeError(f"view {batch.table!r} is not quarantined; its load retries: {error}")
         self.quarantine.set_aside(batch, error, attempts)
 
     def loaded(self, done: FinishedBatch) -> None:
+        if done.table in self.views:
+            self._view_loaded(done)
+            return
+        if not done.result.skipped:
+            self.views.input_committed(done.table, done.result.delta_version, done.batch.updates[-1].release)
         entry = self.catalog.entries[done.table]
         entry.last_seq = self.intake.loaded(done.table, done.batch.last_seq)
         entry.last_release = done.batch.updates[-1].release
@@ -762,6 +804,19 @@ class LoaderService:
         m.batch_duration.labels(done.table).observe(done.finished - done.started)
         m.job_tables.observe(done.job_tables)
         m.job_overhead.set(self.dispatcher.job_overhead.overhead)
+        hist = m.stretch.labels(done.table)
+        for value in done.stretches:
+            hist.observe(value)
+
+    def _view_loaded(self, done: FinishedBatch) -> None:
+        self.views.loaded(done.batch, done.result, done.alpha, done.overhead)
+        m = self.metrics
+        m.batches.labels(done.table, "skipped" if done.result.skipped else "loaded").inc()
+        m.rows_loaded.labels(done.table).inc(done.result.rows)
+        m.updates_loaded.labels(done.table).inc(len(done.batch.updates))
+        m.batch_duration.labels(done.table).observe(done.finished - done.started)
+        if done.result.delta_version is not None:
+            m.delta_version.labels(done.table).set(done.result.delta_version)
         hist = m.stretch.labels(done.table)
         for value in done.stretches:
             hist.observe(value)
@@ -842,6 +897,31 @@ def configured_policy(settings: Settings, name: str, params: dict[str, Any]) -> 
     loading = settings.loading
     groups = loading.max_tables_per_job if name in GROUPABLE else 1
     return with_groups(policy, groups, loading.job_overhead_seconds, loading.group_rule)
+
+
+def _declare_configured_views(catalog: Catalog, views: list[ViewConfig]) -> None:
+    """Views of the configuration file enter the catalog once, checked against its tables;
+    a declaration may not change under the same name."""
+    schemas = {name: entry.schema for name, entry in catalog.entries.items()}
+    changed = False
+    for view in views:
+        existing = catalog.views.get(view.name)
+        if existing is not None:
+            if existing.config != view:
+                raise ConfigError(
+                    f"view {view.name!r} is configured with a declaration that differs from the one it was "
+                    "registered with; such changes are not supported: use a new view name"
+                )
+            continue
+        try:
+            resolve(view, schemas)
+        except Invalid as exc:
+            raise ConfigError(f"[[views]] {exc.message}") from None
+        catalog.views[view.name] = ViewEntry(config=view, created_at=time.time())
+        changed = True
+    if changed:
+        catalog.changed()
+        catalog.save()
 
 
 def _register_configured(catalog: Catalog, tables: list[TableConfig]) -> None:

@@ -38,6 +38,13 @@ PRINCIPALS: dict[str, str | None] = {
 
 ROWS = [{"url": "/a", "n": 1}]
 NEW_TABLE = {"name": "visits", "schema": {"columns": [{"name": "page", "type": "string"}]}}
+#: A join view over the harness's tables: orders with itself, by country.
+NEW_VIEW = {
+    "name": "same_country",
+    "inputs": [{"table": "orders", "alias": "a"}, {"table": "orders", "alias": "b"}],
+    "on": ["a.country = b.country"],
+    "select": ["a.order_id", "b.order_id AS other_id"],
+}
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/admin/tables/{table}/pause"): Rule("/v1/admin/tables/clicks/pause", _operator()),
     ("POST", "/v1/admin/tables/{table}/resume"): Rule("/v1/admin/tables/clicks/resume", _operator()),
     ("GET", "/v1/admin/pending"): Rule("/v1/admin/pending", _operator()),
+    ("POST", "/v1/admin/views"): Rule("/v1/admin/views", _operator(201), NEW_VIEW),
+    ("GET", "/v1/admin/views"): Rule("/v1/admin/views", _operator()),
+    ("GET", "/v1/admin/views/{view}"): Rule("/v1/admin/views/nope", _operator(404)),
     ("GET", "/v1/admin/policy"): Rule("/v1/admin/policy", _operator()),
     ("PUT", "/v1/admin/policy"): Rule("/v1/admin/policy", _operator(), {"policy": "myopic"}),
     ("GET", "/v1/admin/trace"): Rule("/v1/admin/trace", _operator()),

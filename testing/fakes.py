@@ -10,12 +10,12 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
-from loader.durability.transactions import app_id
+from loader.durability.transactions import app_id, load_commit
 from loader.intake.landing import read_landing_file
 from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import schema_differences, unloaded_part
@@ -68,7 +68,7 @@ class ArrowSink:
             data,
             mode="append",
             partition_by=list(schema.partition_by) or None,
-            commit_properties=CommitProperties(app_transactions=[Transaction(app_id(batch.table), batch.last_seq)]),
+            commit_properties=load_commit(batch.table, batch.last_seq, batch.updates[-1].release),
         )
         self.loads += 1
         version = DeltaTable(str(self.table_path(batch.table))).version()
@@ -88,7 +88,9 @@ class ArrowSink:
                 newest[key] = row
         chosen = pa.Table.from_pylist(list(newest.values()), schema=rows.schema).select(schema.names)
         delta = DeltaTable(str(self.table_path(batch.table)))
-        metrics = commit_upsert(delta, chosen.cast(schema.arrow()), schema, batch.table, batch.last_seq)
+        metrics = commit_upsert(
+            delta, chosen.cast(schema.arrow()), schema, batch.table, batch.last_seq, batch.updates[-1].release
+        )
         self.loads += 1
         applied = metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0)
         return LoadResult(

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from api.deps import Operator, Service, read_body
 from api.schemas import (
@@ -17,6 +17,8 @@ from api.schemas import (
     PolicyBody,
     PolicyStateModel,
     TableStatusModel,
+    ViewListModel,
+    ViewModel,
     WeightBody,
     body_doc,
     error_responses,
@@ -24,6 +26,7 @@ from api.schemas import (
 )
 from loader.core.errors import BadRequest, Unsupported
 from loader.core.tables import TableConfig, table_declarations
+from loader.core.views import ViewConfig
 from schedulers.registry import POLICIES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -142,3 +145,43 @@ async def get_policy(service: Service, operator: Operator) -> dict[str, Any]:
 async def set_policy(body: PolicyBody, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_policy(body.policy, body.params)
     return await get_policy(service, operator)
+
+
+@router.post(
+    "/views",
+    status_code=201,
+    response_model=None,
+    responses={
+        **ok_response(ViewModel, "The view: declaration, freshness, pipelines and caches.", 201),
+        **error_responses(400, *OPERATOR_ONLY, 409, 422),
+    },
+    summary="Declare a join view over registered tables (idempotent for the same declaration)",
+)
+async def register_view(view: ViewConfig, service: Service, operator: Operator, response: Response) -> dict[str, Any]:
+    """A 422 says why a declaration cannot be maintained (non-equi predicates, unknown
+    columns, cycles, type mismatches, a view over a view); a 409 that the name is taken
+    by another declaration. The same declaration again answers 200."""
+    _, created = await service.register_view(view)
+    if not created:
+        response.status_code = 200
+    return service.views.describe(view.name)
+
+
+@router.get(
+    "/views",
+    response_model=None,
+    responses={**ok_response(ViewListModel, "The views' names."), **error_responses(*OPERATOR_ONLY)},
+    summary="The join views",
+)
+async def list_views(service: Service, operator: Operator) -> dict[str, Any]:
+    return {"views": service.views.names()}
+
+
+@router.get(
+    "/views/{view}",
+    response_model=None,
+    responses={**ok_response(ViewModel, "The view."), **error_responses(*OPERATOR_ONLY, 404)},
+    summary="A join view: pipelines, candidate caches (benefit, cost, state), memory per cache",
+)
+async def get_view(view: str, service: Service, operator: Operator) -> dict[str, Any]:
+    return service.views.describe(view)

@@ -79,6 +79,8 @@ POINTS = frozenset(
         "load.upsert.before-merge",
         "load.upsert.mid-merge",
         "load.upsert.after-merge",
+        "view.before-commit",
+        "view.after-commit",
     }
 )
 

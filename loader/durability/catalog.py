@@ -25,6 +25,7 @@ from loader.core.durable_files import write_atomic
 from loader.core.errors import unknown_table
 from loader.core.schema import TableSchema
 from loader.core.tables import TableConfig
+from loader.core.views import ViewConfig
 from schedulers.freshness import TableAccount
 
 
@@ -86,6 +87,38 @@ class CatalogEntry:
 
 
 @dataclass
+class ViewEntry:
+    """A join view as registered (docs/join-views.md) and its scheduling state."""
+
+    config: ViewConfig
+    created_at: float
+    #: A view load's cost model, as a table's (seconds per second of input data, and fixed).
+    alpha: float = 0.001
+    overhead: float = 0.05
+    last_release: float | None = None
+    delta_version: int | None = None
+    freshness: dict[str, float] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def account(self) -> TableAccount | None:
+        return TableAccount(**self.freshness) if self.freshness else None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["config"] = self.config.model_dump(mode="json", exclude_defaults=True)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ViewEntry:
+        data = dict(data)
+        data["config"] = ViewConfig.model_validate(data["config"])
+        return cls(**data)
+
+
+@dataclass
 class Catalog:
     """Every registered table's entry and the policy an operator chose, in one JSON file.
 
@@ -98,6 +131,8 @@ class Catalog:
     entries: dict[str, CatalogEntry] = field(default_factory=dict)
     policy: str | None = None
     policy_params: dict[str, Any] = field(default_factory=dict)
+    #: Join views, by name (few: encoded whole at every write).
+    views: dict[str, ViewEntry] = field(default_factory=dict)
     #: Something changed since the last write.
     dirty: bool = field(default=False, compare=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
@@ -114,6 +149,7 @@ class Catalog:
                 catalog.entries = {e["name"]: CatalogEntry.from_json(e) for e in raw["tables"]}
                 catalog.policy = raw.get("policy")
                 catalog.policy_params = raw.get("policy_params") or {}
+                catalog.views = {v["config"]["name"]: ViewEntry.from_json(v) for v in raw.get("views", [])}
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(
                     f"catalog {path} is unreadable ({exc}); restore it from a backup or remove it "
@@ -134,7 +170,10 @@ class Catalog:
             if name not in encoded:
                 encoded[name] = json.dumps(entry.to_json(), separators=(",", ":"))
         self._stale = set()
-        rest = json.dumps({"policy": self.policy, "policy_params": self.policy_params, "saved_at": time.time()})
+        views = [view.to_json() for view in self.views.values()]
+        rest = json.dumps(
+            {"policy": self.policy, "policy_params": self.policy_params, "views": views, "saved_at": time.time()}
+        )
         tables = ",\n".join(encoded[name] for name in self.entries)
         return f'{{"tables": [\n{tables}\n], {rest[1:]}\n'.encode()
 

@@ -14,13 +14,29 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
+
+#: commitInfo field of every load's commit: the data interval end of its batch (the last
+#: update's release). A join view's seconds window reads it back after a restart.
+DATA_UNTIL_KEY = "loader.data_until"
 
 
 def app_id(table: str) -> str:
     """Delta application-transaction id of a table's loader (one writer per table)."""
     return f"warehouse-loader:{table}"
+
+
+def view_app_id(view: str, table: str) -> str:
+    """A join view's transaction id for one input table: its version is the last version
+    of ``table`` the view holds (docs/join-views.md), so a replayed view load is skipped."""
+    return f"warehouse-loader:view:{view}:{table}"
+
+
+def load_commit(table: str, seq: int, data_until: float | None) -> CommitProperties:
+    """A load's commit properties: its application transaction and its data interval end."""
+    metadata = {DATA_UNTIL_KEY: repr(float(data_until))} if data_until is not None else None
+    return CommitProperties(app_transactions=[Transaction(app_id(table), seq)], custom_metadata=metadata)
 
 
 def committed_seq(path: Path, table: str) -> int:

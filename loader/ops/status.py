@@ -25,6 +25,7 @@ from loader.durability.quarantine import QuarantineStore
 from loader.intake.sequencing import iso
 from loader.intake.submission import Intake
 from loader.loading.dispatcher import Dispatcher
+from loader.loading.views.registry import JoinViews
 from schedulers.model import TableState
 
 #: Tables in a page of GET /v1/tables when the caller gives no limit: every table of a
@@ -49,8 +50,16 @@ class TableStatuses:
     """Each table's status: its declaration (catalog), intake's counters, the dispatcher's
     scheduling and freshness state, the pending store's bytes, the quarantine's count."""
 
-    def __init__(self, catalog: Catalog, intake: Intake, dispatcher: Dispatcher, quarantine: QuarantineStore) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        intake: Intake,
+        dispatcher: Dispatcher,
+        quarantine: QuarantineStore,
+        views: JoinViews | None = None,
+    ) -> None:
         self.catalog = catalog
+        self.views = views
         self.intake = intake
         self.dispatcher = dispatcher
         self.quarantine = quarantine
@@ -64,7 +73,12 @@ class TableStatuses:
     def all(self) -> list[dict[str, Any]]:
         """Every table's status; the policy is described once, not once per table."""
         groups = self.policy_groups()
-        return [self.table(name, groups) for name in self.intake.tables]
+        return [self.table(name, groups) for name in self._names()]
+
+    def _names(self) -> list[str]:
+        """Tables, then join views (scheduled and reported like tables)."""
+        views = self.views.names() if self.views is not None else []
+        return [*self.intake.tables, *views]
 
     def page(
         self,
@@ -83,8 +97,9 @@ class TableStatuses:
         may show again on a later page.
         """
         after = _decode(cursor, sort) if cursor else None
-        if len(self._by_name) != len(self.intake.tables):
-            self._by_name = sorted(self.intake.tables)
+        everything = self._names()
+        if len(self._by_name) != len(everything):
+            self._by_name = sorted(everything)
         names = self._by_name
         if sort == "name":
             total = sum(1 for n in names if visible(n))
@@ -140,9 +155,46 @@ class TableStatuses:
             "cuts": figures.cuts,
         }
 
+    def _view(self, name: str, groups: dict[str, int] | None, now: float | None) -> dict[str, Any]:
+        """A join view's status: the fields a table's has that mean something for a view."""
+        entry = self.catalog.views[name]
+        d = self.dispatcher
+        tid = d.index[name]
+        state = d.states[tid]
+        now = time.time() if now is None else now
+        assert self.views is not None
+        return {
+            "name": name,
+            "schema": self.views.maintainers[name].view.schema.model_dump(mode="json"),
+            "mode": "view",
+            "inputs": [i.table for i in entry.config.inputs],
+            "superseded_rows": 0,
+            "keys": None,
+            "weight": state.weight,
+            "period_hint": None,
+            "period_estimate": state.period_estimate,
+            "paused": state.paused,
+            "running": state.running,
+            **_freshness(d, tid, now),
+            # A view's updates are its inputs' commits; they hold no bytes of their own.
+            "pending_updates": state.pending_count,
+            "pending_bytes": 0,
+            "pending_resident_bytes": 0,
+            "pending_spilled_bytes": 0,
+            "last_sequence": 0,
+            "last_loaded_sequence": 0,
+            "delta_version": entry.delta_version,
+            "alpha": state.alpha,
+            "overhead_seconds": state.overhead,
+            "group": (self.policy_groups() if groups is None else groups).get(name),
+            "failures": d.failures(name),
+        }
+
     def table(self, table: str, groups: dict[str, int] | None = None, now: float | None = None) -> dict[str, Any]:
         """NotFound for an unknown table; otherwise staleness, pending work and load progress
         (at ``now``: one instant for every table of a page)."""
+        if self.views is not None and table in self.views:
+            return self._view(table, groups, now)
         entry = self.catalog.entry(table)
         d = self.dispatcher
         tid = d.index[table]
@@ -182,6 +234,18 @@ class TableStatuses:
             "failures": d.failures(table),
             "quarantined_updates": sum(len(e.updates) for e in self.quarantine.active(table)),
         }
+
+
+def _freshness(d: Dispatcher, tid: int, now: float) -> dict[str, Any]:
+    return {
+        "current_upto": d.ledger.current_upto(tid),
+        "current_upto_iso": iso(d.ledger.current_upto(tid)),
+        "staleness_seconds": d.ledger.staleness_at(tid, now),
+        "staleness_integral": d.ledger.staleness_integral_at(tid, now),
+        "staleness_integral_at_last_load": d.ledger.table(tid).staleness,
+        "low_bound": d.ledger.low_bound(tid),
+        "max_stretch": d.ledger.max_stretch(tid),
+    }
 
 
 def _encode(sort: str, key: Any) -> str:

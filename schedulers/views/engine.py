@@ -559,6 +559,41 @@ class MJoinEngine:
             delta += self.expire(i, data_until)
         return delta
 
+    def restore(self, input_: int | str, rows: Iterable[Row], data_until: float | None = None) -> None:
+        """Rows an input held before this executor started (its committed state at the
+        version the view absorbed, read back after a restart), in arrival order: they join
+        the relations and windows without producing a view delta, which the view already
+        holds. Only before the first ``apply``: a cache must never see a change it was not
+        maintained for, so complete (XJoin) subresults are computed again afterwards."""
+        if self.updates:
+            raise RuntimeError("restore is for the state before the first update; apply changes it afterwards")
+        i = input_ if isinstance(input_, int) else self.spec.input_index(input_)
+        rows = [tuple(row) for row in rows]
+        self._check_batch(i, rows, [])
+        window, latest = self.spec.inputs[i].window, self._latest[i]
+        for row in rows:
+            if latest is not None:
+                key = self._latest_key(i, row)
+                old = latest.get(key)
+                if old == row:
+                    continue
+                if old is not None:
+                    self._store(i, old, -1)
+                latest[key] = row
+            self._store(i, row, +1)
+            if window is not None:
+                self._windows[i].append((data_until if data_until is not None else 0.0, row))
+                if window.kind == "rows" and len(self._windows[i]) > window.size:
+                    self._store(i, self._windows[i].popleft()[1], -1)
+        if window is not None and window.kind == "seconds" and data_until is not None:
+            queue = self._windows[i]
+            while queue and queue[0][0] <= data_until - window.size:
+                self._store(i, queue.popleft()[1], -1)
+        if self.settings.mode == "xjoin":
+            self.stores.clear()
+            self._sync()
+        self.work = 0
+
     def _check_batch(self, i: int, inserts: list[Row], deletes: list[Row]) -> None:
         """Refuse a batch that would fail half-way, before anything changes: a window's rows
         leave only by expiring, and a delete must name a row the input holds (for a latest

@@ -24,13 +24,13 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
-from loader.durability.transactions import app_id
+from loader.durability.transactions import app_id, load_commit
 from loader.loading.sinks.add_actions import file_stats, log_path, partition_values
 from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import STAGING_PREFIX, DeltaSinkBase, remove_staging, unloaded_part
@@ -73,10 +73,10 @@ class DeltaRsSink(DeltaSinkBase):
         return remove_staging(self.table_path(table))
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
-        table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
+        table, seq = batch.table, batch.last_seq
         path = self.table_path(table)
         delta = self._current_table(table)
-        todo = unloaded_part(batch, delta.transaction_version(txn_app) or 0)
+        todo = unloaded_part(batch, delta.transaction_version(app_id(table)) or 0)
         if todo is None:
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
         batch = todo
@@ -239,7 +239,7 @@ class DeltaRsSink(DeltaSinkBase):
     ) -> LoadResult:
         """Publish a batch's staged files into its table and commit them with its transaction;
         files published by a commit that did not land are removed again."""
-        table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
+        table, seq = batch.table, batch.last_seq
         path = self.table_path(table)
         published: list[Path] = []
         committed = False
@@ -253,7 +253,7 @@ class DeltaRsSink(DeltaSinkBase):
                 "append",
                 delta.schema(),
                 partition_by=list(schema.partition_by) or None,
-                commit_properties=CommitProperties(app_transactions=[Transaction(txn_app, seq)]),
+                commit_properties=load_commit(table, seq, batch.updates[-1].release),
             )
             committed = True
             done = time.perf_counter()

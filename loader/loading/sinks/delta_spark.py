@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
-from loader.durability.transactions import app_id
+from loader.durability.transactions import DATA_UNTIL_KEY, app_id
 from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame, spark_struct
@@ -28,6 +28,10 @@ from loader.loading.spark import DEFAULT_LEAN, is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+#: Delta Spark's commitInfo.userMetadata of the session's next commits: it carries the
+#: batch's data interval end (``DATA_UNTIL_KEY=value``), as the embedded writer's custom field does.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 class DeltaSparkSink(DeltaSinkBase):
@@ -62,6 +66,7 @@ class DeltaSparkSink(DeltaSinkBase):
                 .mode("append")
                 .option("txnAppId", txn_app)
                 .option("txnVersion", str(seq))
+                .option("userMetadata", f"{DATA_UNTIL_KEY}={batch.updates[-1].release!r}")
             )
             if schema.partition_by:
                 writer = writer.partitionBy(*schema.partition_by)
@@ -102,6 +107,7 @@ class DeltaSparkSink(DeltaSinkBase):
         try:
             session.conf.set("spark.databricks.delta.write.txnAppId", app_id(table))
             session.conf.set("spark.databricks.delta.write.txnVersion", str(seq))
+            session.conf.set(USER_METADATA, f"{DATA_UNTIL_KEY}={batch.updates[-1].release!r}")
             if rows.num_rows:
                 source = newest_per_key(session, rows, schema, scratch)
                 target = SparkDeltaTable.forPath(session, str(self.table_path(table)))
@@ -118,6 +124,7 @@ class DeltaSparkSink(DeltaSinkBase):
         finally:
             session.conf.unset("spark.databricks.delta.write.txnAppId")
             session.conf.unset("spark.databricks.delta.write.txnVersion")
+            session.conf.unset(USER_METADATA)
             shutil.rmtree(scratch, ignore_errors=True)
         failpoints.hit("load.upsert.after-merge")
         failpoints.hit("load.after-commit")

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import DeltaTable
 
 from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult, arrival
-from loader.durability.transactions import app_id
+from loader.durability.transactions import load_commit
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def upsert_with_deltalake(
     spark_seconds = time.perf_counter() - started
     failpoints.hit("load.after-spark-write")
     failpoints.hit("load.upsert.before-merge")
-    metrics = commit_upsert(delta, newest, schema, table, seq)
+    metrics = commit_upsert(delta, newest, schema, table, seq, batch.updates[-1].release)
     inserted, updated = metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0)
     done = time.perf_counter()
     failpoints.hit("load.upsert.after-merge")
@@ -145,12 +145,14 @@ def upsert_with_deltalake(
     )
 
 
-def commit_upsert(delta: DeltaTable, newest: pa.Table, schema: TableSchema, table: str, seq: int) -> dict[str, int]:
+def commit_upsert(
+    delta: DeltaTable, newest: pa.Table, schema: TableSchema, table: str, seq: int, data_until: float | None = None
+) -> dict[str, int]:
     """Step 2 of the module docstring: ``newest`` (one row per key) merged into ``delta``
     with the batch's application transaction; the MERGE's row counts."""
     on, newer = merge_predicates(schema)
     before = delta.version()
-    commit = CommitProperties(app_transactions=[Transaction(app_id(table), seq)])
+    commit = load_commit(table, seq, data_until)
     metrics: dict[str, int] = {}
     failpoints.hit("load.upsert.mid-merge")  # armed with a delay: the kill lands inside the MERGE
     if newest.num_rows:

@@ -1,0 +1,113 @@
+"""What an input table's Delta commits changed: the rows a join view must absorb.
+
+A view learns of an input's new data from the input's Delta log, not from the batch
+that was loaded: the log is durable (a restart finds exactly what the view lacks), it
+holds the rows whatever their payload was (in the request, spilled, landing files that
+are gone once loaded), and every writer produces it. Each version's rows are the files
+its data-changing ``add`` actions name, in the log's order (a rows window counts rows
+in that order, live and after a restart alike); compaction's ``add`` actions carry
+``dataChange: false`` and add nothing. A latest table's MERGE rewrites whole files, so
+its added files hold the changed keys' new rows and copies of unchanged ones, which
+the executor recognises (an upsert of a key's current row changes nothing).
+
+Read with ``deltalake`` and ``pyarrow`` on the loader's side, no Spark (docs/join-views.md
+says why the join itself runs there too).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from loader.core.schema import TableSchema
+from loader.durability.transactions import DATA_UNTIL_KEY
+
+
+class HistoryGone(RuntimeError):
+    """An input's Delta history the view needs was cleaned up (log retention, vacuum)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One version of an input table as a view sees it."""
+
+    version: int
+    #: Rows added (None: the version changed no data: compaction, a transaction alone).
+    rows: pa.Table | None
+    #: The data interval end of the batch the version loaded (``DATA_UNTIL_KEY``); for
+    #: commits of other writers, the commit's timestamp.
+    data_until: float
+
+
+def current_version(path: Path) -> int:
+    """The table's newest version; -1 when it does not exist yet."""
+    try:
+        return DeltaTable(str(path)).version()
+    except TableNotFoundError:
+        return -1
+
+
+def _log_entry(path: Path, version: int) -> list[dict]:
+    file = path / "_delta_log" / f"{version:020d}.json"
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise HistoryGone(
+            f"version {version} of the Delta table at {path} is no longer in its log (log retention "
+            "cleaned it up); the view cannot absorb it: re-declare the view to rebuild it from the "
+            "table's current state"
+        ) from None
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def data_until_of(info: dict) -> float:
+    """A commitInfo's data interval end (module docstring)."""
+    if DATA_UNTIL_KEY in info:
+        return float(info[DATA_UNTIL_KEY])
+    meta = info.get("userMetadata") or ""
+    if isinstance(meta, str) and meta.startswith(DATA_UNTIL_KEY + "="):
+        return float(meta.split("=", 1)[1])
+    return float(info.get("timestamp", 0)) / 1000.0
+
+
+def read_commit(path: Path, version: int, schema: TableSchema) -> Commit:
+    """Version ``version``'s added rows, in log order (module docstring)."""
+    actions = _log_entry(path, version)
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    added = [unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)]
+    if not added:
+        return Commit(version, None, data_until_of(info))
+    dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
+    root = str(path).replace("\\", "/").rstrip("/") + "/"
+    fragments = {unquote(f.path).replace("\\", "/").split(root, 1)[-1]: f for f in dataset.get_fragments()}
+    parts = []
+    for name in added:
+        fragment = fragments.get(name)
+        try:
+            if fragment is None:
+                raise FileNotFoundError(name)
+            parts.append(fragment.to_table(schema=dataset.schema))
+        except FileNotFoundError:
+            raise HistoryGone(
+                f"file {name} of version {version} of the Delta table at {path} is gone (vacuumed); keep "
+                "[maintenance] vacuum_retention_hours above how far a view may lag behind its inputs"
+            ) from None
+    arrow = schema.arrow()
+    rows = pa.concat_tables(parts).select(arrow.names).cast(arrow) if parts else arrow.empty_table()
+    return Commit(version, rows, data_until_of(info))
+
+
+def snapshot(path: Path, version: int, schema: TableSchema) -> pa.Table:
+    """Every row of the table at ``version`` (a whole-table input after a restart)."""
+    if version < 0:
+        return schema.arrow().empty_table()
+    dataset: pads.Dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
+    arrow = schema.arrow()
+    return dataset.to_table().select(arrow.names).cast(arrow)

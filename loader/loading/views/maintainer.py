@@ -1,0 +1,254 @@
+"""One join view kept up to date: its MJoin executor with A-Caching, fed by its inputs'
+committed versions, and each view load committed exactly once.
+
+What runs where (docs/join-views.md, "Where the work runs"): the executor runs in the
+loader process, on the worker thread that loads the view, because A-Caching is a
+per-tuple algorithm over in-memory hash indexes and caches (section 3): a probe costs
+microseconds, and a Spark job's fixed cost (~0.2 s here) is the time of 10^4-10^5
+probes, so a join shipped to Spark per view load would cost more than the work it does
+and leave nothing for the caches to save. The input rows come from the inputs' Delta
+logs (``commits.py``), the view's delta is committed by ``deltalake`` as one MERGE
+(``loader.loading.sinks.view_delta``); the input tables themselves are still loaded by
+Spark jobs like every table.
+
+Exactly once: each view commit carries one application transaction per input table,
+``(view_app_id(view, table), the table's last version the view holds)``. After any
+failure or restart the executor is rebuilt from those versions (whole inputs from the
+snapshot at that version, windows from the versions the last view commit lists), never
+trusted stale, and versions at or below them are skipped. Caches start empty after a
+rebuild and fill as probes miss (section 3.2): no blocking rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from loader.core.views import ResolvedView
+from loader.loading.sinks.view_delta import ViewTable
+from loader.loading.views.commits import Commit, current_version, read_commit, snapshot
+from schedulers.views.engine import Delta, MJoinEngine
+
+log = logging.getLogger(__name__)
+#: The view commit's field listing each window's versions (module docstring).
+WINDOWS_KEY = "loader.view.windows"
+
+
+@dataclass(frozen=True, slots=True)
+class InputChange:
+    """A view's pending update: ``table`` committed new versions, up to ``upto`` (None: its
+    newest when the view loads)."""
+
+    table: str
+    upto: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewLoad:
+    """What one view load did."""
+
+    inserted: int
+    deleted: int
+    changed_rows: int
+    versions: dict[str, int]
+    skipped: bool
+    join_seconds: float
+    commit_seconds: float
+    delta_version: int | None
+
+
+class ViewMaintainer:
+    """A view's executor and Delta table; one view load at a time (the dispatcher's rule)."""
+
+    def __init__(
+        self, view: ResolvedView, warehouse: Path, seed: int = 0, timer: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.view = view
+        self.warehouse = warehouse
+        self._seed = seed
+        self._timer = timer
+        self.table = ViewTable(warehouse / view.name, view.schema, view.name)
+        self.engine: MJoinEngine | None = None
+        #: Per input table: the last version the executor holds (-1: none yet).
+        self.absorbed: dict[str, int] = {}
+        #: Per windowed input: [version, data_until, rows of it inside the window], oldest first.
+        self.windows: dict[str, deque[list[float]]] = {}
+        self.rebuilds = 0
+
+    # -- state ---------------------------------------------------------------------
+    def open(self) -> dict[str, int]:
+        """The view's Delta table (created if missing) and the executor rebuilt from it;
+        each input table's version the view holds."""
+        self.table.ensure()
+        self._rebuild()
+        return dict(self.absorbed)
+
+    def _rebuild(self) -> None:
+        view = self.view
+        held = self.table.versions(view.tables)
+        windows = self.table.last_metadata(WINDOWS_KEY) or {}
+        engine = MJoinEngine(
+            view.spec, view.graph, view.shapes, settings=view.config.caching.engine(self._seed), timer=self._timer
+        )
+        self.windows = {}
+        for i, item in enumerate(view.spec.inputs):
+            path, schema = self.warehouse / item.table, view.inputs[item.table]
+            version = held.get(item.table, -1)
+            if item.window is None:
+                engine.restore(i, _tuples(snapshot(path, version, schema)))
+                continue
+            ledger: deque[list[float]] = deque(list(entry) for entry in windows.get(item.alias, []))
+            for entry in ledger:
+                commit = read_commit(path, int(entry[0]), schema)
+                rows = commit.rows if commit.rows is not None else schema.arrow().empty_table()
+                take = int(entry[2])
+                engine.restore(i, _tuples(rows.slice(rows.num_rows - take)), entry[1])
+            self.windows[item.alias] = ledger
+        self.engine = engine
+        self.absorbed = {table: held.get(table, -1) for table in view.tables}
+        self.rebuilds += 1
+
+    # -- a view load --------------------------------------------------------------------
+    def load(self, changes: Sequence[InputChange]) -> ViewLoad:
+        """Absorb ``changes`` in order (each input's versions in commit order) and commit the
+        view's delta once; on any failure the executor is rebuilt before the next load."""
+        try:
+            if self.engine is None:
+                self._rebuild()
+            return self._load(changes)
+        except BaseException:
+            self.engine = None
+            raise
+
+    def _load(self, changes: Sequence[InputChange]) -> ViewLoad:
+        engine = self.engine
+        assert engine is not None
+        started = time.perf_counter()
+        delta: dict[tuple, int] = {}
+        versions: dict[str, int] = {}
+        for change in changes:
+            path = self.warehouse / change.table
+            upto = change.upto if change.upto is not None else current_version(path)
+            first = self.absorbed[change.table] + 1
+            if upto < first:
+                continue  # already in the view (a replay after a crash) or nothing new
+            schema = self.view.inputs[change.table]
+            if first == 0:  # never absorbed: the table as it is now, windows from here on
+                self._absorb(change.table, Commit(upto, snapshot(path, upto, schema), 0.0), delta, whole_only=True)
+            else:
+                for version in range(first, upto + 1):
+                    self._absorb(change.table, read_commit(path, version, schema), delta)
+            self.absorbed[change.table] = versions[change.table] = upto
+        joined = time.perf_counter()
+        if not versions:
+            return ViewLoad(0, 0, 0, {}, True, joined - started, 0.0, None)
+        metadata = {WINDOWS_KEY: json.dumps({alias: list(ledger) for alias, ledger in self.windows.items()})}
+        changed = {row: count for row, count in delta.items() if count}
+        version, inserted, deleted = self.table.commit(changed, versions, metadata)
+        done = time.perf_counter()
+        return ViewLoad(inserted, deleted, len(changed), versions, False, joined - started, done - joined, version)
+
+    def _absorb(self, table: str, commit: Commit, delta: dict[tuple, int], whole_only: bool = False) -> None:
+        """One input version through every input over ``table`` (a self-join's aliases in turn)."""
+        engine = self.engine
+        assert engine is not None
+        if commit.rows is None or commit.rows.num_rows == 0:
+            return
+        rows = _tuples(commit.rows)
+        for i, item in enumerate(self.view.spec.inputs):
+            if item.table != table or (whole_only and item.window is not None):
+                continue
+            out: Delta = engine.apply(i, rows, data_until=commit.data_until if item.window is not None else None)
+            for row, count in out:
+                delta[row] = delta.get(row, 0) + count
+            if item.window is not None:
+                self._slide(item.alias, commit, len(rows))
+
+    def _slide(self, alias: str, commit: Commit, count: int) -> None:
+        """The window's version list moves exactly as the executor's window did."""
+        window = self.view.spec.inputs[self.view.spec.input_index(alias)].window
+        assert window is not None
+        ledger = self.windows.setdefault(alias, deque())
+        ledger.append([commit.version, commit.data_until, count])
+        if window.kind == "seconds":
+            while ledger and ledger[0][1] <= commit.data_until - window.size:
+                ledger.popleft()
+            return
+        total = sum(int(entry[2]) for entry in ledger)
+        while ledger and total - int(ledger[0][2]) >= window.size:
+            total -= int(ledger.popleft()[2])
+        if total > window.size:
+            ledger[0][2] -= total - window.size
+
+    # -- reading ------------------------------------------------------------------------
+    def describe(self) -> dict[str, object]:
+        """The admin view's body for this view's executor (docs/join-views.md)."""
+        view, engine = self.view, self.engine
+        out: dict[str, object] = {
+            "name": view.name,
+            "inputs": [
+                {
+                    "alias": item.alias,
+                    "table": item.table,
+                    "kind": item.kind,
+                    "window": {item.window.kind: item.window.size} if item.window is not None else None,
+                    "version_held": self.absorbed.get(item.table, -1),
+                }
+                for item in view.spec.inputs
+            ],
+            "rebuilds": self.rebuilds,
+        }
+        if engine is None:
+            out["executor"] = None
+            return out
+        aliases = view.spec.aliases
+        estimates = engine.reoptimizer.estimates
+        states = engine.reoptimizer.states
+        grants = engine.reoptimizer.grants
+        out["executor"] = {
+            "mode": engine.settings.mode,
+            "updates": engine.updates,
+            "cache_probes": engine.cache_probes,
+            "cache_hits": engine.cache_hits,
+            "pipelines": [
+                {"input": aliases[i], "order": [aliases[k] for k in order]} for i, order in enumerate(engine.orders)
+            ],
+            "candidates": [
+                {
+                    "name": c.name(aliases),
+                    "pipeline": aliases[c.pipeline],
+                    "state": states[c],
+                    "benefit": estimates[c].benefit if c in estimates else None,
+                    "cost": estimates[c].cost if c in estimates else None,
+                    "memory_bytes": estimates[c].memory if c in estimates else None,
+                    "granted_entries": grants[c.group].entries if c.group in grants else None,
+                    "granted_bytes": grants[c.group].bytes if c.group in grants else None,
+                }
+                for c in engine.candidates
+            ],
+            "caches": [
+                {
+                    "name": f.name,
+                    "pipelines": list(f.pipelines),
+                    "entries": f.entries,
+                    "tuples": f.tuples,
+                    "capacity": f.capacity,
+                    "probes": f.probes,
+                    "hits": f.hits,
+                }
+                for f in engine.cache_figures()
+            ],
+        }
+        return out
+
+
+def _tuples(rows: pa.Table) -> list[tuple]:
+    columns = [column.to_pylist() for column in rows.columns]
+    return list(zip(*columns)) if columns else []

@@ -1,0 +1,179 @@
+"""The service's join views: each a schedulable unit beside the tables.
+
+A view enters the dispatcher as a table does (its own weight, cost estimates and
+freshness ledger), so the policy decides when to bring it up to date and one view load
+absorbs every input commit that waited (docs/join-views.md, "Scheduling"). Its pending
+updates are the input commits: when an input's load commits, each view over the input
+gets an update whose release is the data interval end the input reached (kept non-
+decreasing per view, as releases are per table), and which names the input's version.
+The update carries no rows; the view load reads them from the input's Delta log.
+
+On the event loop: registration, the notes of input commits, the outcome of view loads.
+On a worker thread: a view's load (its executor), one at a time per view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from pathlib import Path
+
+from loader.core.errors import Conflict, NotFound
+from loader.core.schema import TableSchema
+from loader.core.updates import Batch, LoadResult, Update
+from loader.core.views import ResolvedView, ViewConfig, resolve
+from loader.durability.catalog import Catalog, ViewEntry
+from loader.loading.dispatcher import Dispatcher
+from loader.loading.views.commits import current_version
+from loader.loading.views.maintainer import InputChange, ViewMaintainer
+from schedulers.model import TableSpec
+
+log = logging.getLogger(__name__)
+
+
+class JoinViews:
+    """Every registered view's executor and pending input commits."""
+
+    def __init__(self, catalog: Catalog, dispatcher: Dispatcher, warehouse: Path) -> None:
+        self.catalog = catalog
+        self.dispatcher = dispatcher
+        self.warehouse = warehouse
+        self.maintainers: dict[str, ViewMaintainer] = {}
+        #: view -> its pending updates' input commits, by the update's sequence number.
+        self._changes: dict[str, dict[int, InputChange]] = {}
+        self._next_seq: dict[str, int] = {}
+        self._release: dict[str, float] = {}
+        #: input table -> the views over it.
+        self._over: dict[str, list[str]] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.maintainers
+
+    def schemas(self) -> dict[str, TableSchema]:
+        return {name: entry.schema for name, entry in self.catalog.entries.items()}
+
+    # -- registration (event loop) ------------------------------------------------------------
+    def resolve(self, config: ViewConfig) -> ResolvedView:
+        """``Invalid`` (422) when the declaration cannot be maintained over the catalog's tables."""
+        return resolve(config, self.schemas())
+
+    async def open_all(self) -> None:
+        """At start-up: every view in the catalog, its executor rebuilt from its Delta table;
+        input commits it lacks are pending again."""
+        for entry in list(self.catalog.views.values()):
+            await self._open(entry, self.resolve(entry.config))
+
+    async def register(self, config: ViewConfig) -> tuple[ViewEntry, bool]:
+        """A new view (True), or the same declaration again (False); ``Conflict`` for another
+        declaration under a registered name."""
+        existing = self.catalog.views.get(config.name)
+        if existing is not None:
+            if existing.config != config:
+                raise Conflict(
+                    f"view {config.name!r} already exists with another declaration; choose a new name",
+                    view=config.name,
+                )
+            return existing, False
+        resolved = self.resolve(config)
+        entry = ViewEntry(config=config, created_at=time.time())
+        await self._open(entry, resolved)
+        self.catalog.views[config.name] = entry
+        self.catalog.changed()
+        return entry, True
+
+    async def _open(self, entry: ViewEntry, resolved: ResolvedView) -> None:
+        name = entry.name
+        maintainer = ViewMaintainer(resolved, self.warehouse, seed=_seed(name))
+        held = await asyncio.to_thread(maintainer.open)
+        latest = await asyncio.to_thread(lambda: {t: current_version(self.warehouse / t) for t in resolved.tables})
+        account = entry.account()
+        origin = account.current_upto if account is not None else entry.last_release or entry.created_at
+        spec = TableSpec(name=name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.config.weight)
+        self.dispatcher.add_table(spec, origin=origin, account=account)
+        self.maintainers[name] = maintainer
+        self._changes[name] = {}
+        self._next_seq[name] = 1
+        self._release[name] = origin
+        for table in resolved.tables:
+            self._over.setdefault(table, []).append(name)
+        for table in resolved.tables:
+            if latest[table] > held.get(table, -1):
+                # What the input reached while the view was away: released now (its data
+                # interval end is not known here; now is an upper bound).
+                self._note(name, InputChange(table, latest[table]), time.time())
+
+    # -- input commits (event loop) ----------------------------------------------------------
+    def input_committed(self, table: str, version: int | None, data_until: float) -> None:
+        """A load of ``table`` committed (``version``: its Delta version, None when the sink
+        did not say): every view over it has an update pending."""
+        for view in self._over.get(table, ()):
+            self._note(view, InputChange(table, version), data_until)
+
+    def _note(self, view: str, change: InputChange, data_until: float) -> None:
+        seq = self._next_seq[view]
+        self._next_seq[view] = seq + 1
+        previous = self._release[view]
+        release = data_until if data_until > previous else math.nextafter(previous, math.inf)
+        self._release[view] = release
+        self._changes[view][seq] = change
+        self.dispatcher.released(Update(table=view, seq=seq, release=release))
+
+    # -- a view load (worker thread) -------------------------------------------------------------
+    def load(self, batch: Batch) -> LoadResult:
+        changes = self._changes[batch.table]
+        done = self.maintainers[batch.table].load([changes[u.seq] for u in batch.updates])
+        return LoadResult(
+            batch.table,
+            batch.last_seq,
+            rows=done.changed_rows,
+            delta_version=done.delta_version,
+            skipped=done.skipped,
+            details={
+                "rows_inserted": float(done.inserted),
+                "rows_deleted": float(done.deleted),
+                "join_seconds": done.join_seconds,
+                "commit_seconds": done.commit_seconds,
+            },
+        )
+
+    # -- the outcome (event loop) -----------------------------------------------------------------
+    def loaded(self, batch: Batch, result: LoadResult, alpha: float, overhead: float) -> None:
+        changes = self._changes[batch.table]
+        for update in batch.updates:
+            changes.pop(update.seq, None)
+        entry = self.catalog.views[batch.table]
+        entry.alpha, entry.overhead = alpha, overhead
+        entry.last_release = batch.updates[-1].release
+        if result.delta_version is not None:
+            entry.delta_version = result.delta_version
+        self.catalog.changed()
+
+    # -- reading --------------------------------------------------------------------------------
+    def describe(self, name: str) -> dict[str, object]:
+        """``GET /v1/admin/views/{name}``: the declaration, freshness and the executor."""
+        maintainer = self.maintainers.get(name)
+        if maintainer is None:
+            raise NotFound(f"no view {name!r}; GET /v1/admin/views lists the views", view=name)
+        entry = self.catalog.views[name]
+        d = self.dispatcher
+        tid = d.index[name]
+        now = time.time()
+        return {
+            "declaration": entry.config.model_dump(mode="json"),
+            "delta_version": entry.delta_version,
+            "pending_input_commits": d.states[tid].pending_count,
+            "staleness_seconds": d.ledger.staleness_at(tid, now),
+            "low_bound": d.ledger.low_bound(tid),
+            "max_stretch": d.ledger.max_stretch(tid),
+            **maintainer.describe(),
+        }
+
+    def names(self) -> list[str]:
+        return sorted(self.maintainers)
+
+
+def _seed(name: str) -> int:
+    """A view's executor seed (profiling samples): fixed per name, so runs repeat."""
+    return sum(ord(c) * (k + 1) for k, c in enumerate(name)) % (1 << 31)
