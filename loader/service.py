@@ -771,8 +771,6 @@ class LoaderService:
         if done.table in self.views:
             self._view_loaded(done)
             return
-        if not done.result.skipped:
-            self.views.input_committed(done.table, done.result.delta_version, done.batch.updates[-1].release)
         entry = self.catalog.entries[done.table]
         entry.last_seq = self.intake.loaded(done.table, done.batch.last_seq)
         entry.last_release = done.batch.updates[-1].release
@@ -807,6 +805,10 @@ class LoaderService:
         hist = m.stretch.labels(done.table)
         for value in done.stretches:
             hist.observe(value)
+        # Views over the table: a skipped load may be a commit whose answer was lost, which
+        # their last note missed, so every load notes the table's newest version.
+        version = None if done.result.skipped else done.result.delta_version
+        self.views.input_committed(done.table, version, done.batch.updates[-1].release)
 
     def _view_loaded(self, done: FinishedBatch) -> None:
         self.views.loaded(done.batch, done.result, done.alpha, done.overhead)

@@ -213,14 +213,7 @@ class TableStatuses:
             "period_estimate": state.period_estimate,
             "paused": entry.paused,
             "running": state.running,
-            "current_upto": d.ledger.current_upto(tid),
-            "current_upto_iso": iso(d.ledger.current_upto(tid)),
-            "staleness_seconds": d.ledger.staleness_at(tid, now),
-            "staleness_integral": d.ledger.staleness_integral_at(tid, now),
-            # Up to the finish of the last load, as the simulator counts it (comparisons).
-            "staleness_integral_at_last_load": d.ledger.table(tid).staleness,
-            "low_bound": d.ledger.low_bound(tid),
-            "max_stretch": d.ledger.max_stretch(tid),
+            **_freshness(d, tid, now),
             "pending_updates": state.pending_count,
             "pending_bytes": d.pending.bytes(table),
             "pending_resident_bytes": d.pending.resident_bytes(table),
@@ -242,6 +235,7 @@ def _freshness(d: Dispatcher, tid: int, now: float) -> dict[str, Any]:
         "current_upto_iso": iso(d.ledger.current_upto(tid)),
         "staleness_seconds": d.ledger.staleness_at(tid, now),
         "staleness_integral": d.ledger.staleness_integral_at(tid, now),
+        # Up to the finish of the last load, as the simulator counts it (comparisons).
         "staleness_integral_at_last_load": d.ledger.table(tid).staleness,
         "low_bound": d.ledger.low_bound(tid),
         "max_stretch": d.ledger.max_stretch(tid),

@@ -140,8 +140,10 @@ class ViewMaintainer:
             if upto < first:
                 continue  # already in the view (a replay after a crash) or nothing new
             schema = self.view.inputs[change.table]
-            if first == 0:  # never absorbed: the table as it is now, windows from here on
-                self._absorb(change.table, Commit(upto, snapshot(path, upto, schema), 0.0), delta, whole_only=True)
+            if first == 0:  # never absorbed: whole inputs as the table is now, windows from its history
+                self._absorb(change.table, Commit(upto, snapshot(path, upto, schema), 0.0), delta, windows=False)
+                for version in range(0, upto + 1):
+                    self._absorb(change.table, read_commit(path, version, schema), delta, whole=False)
             else:
                 for version in range(first, upto + 1):
                     self._absorb(change.table, read_commit(path, version, schema), delta)
@@ -155,7 +157,9 @@ class ViewMaintainer:
         done = time.perf_counter()
         return ViewLoad(inserted, deleted, len(changed), versions, False, joined - started, done - joined, version)
 
-    def _absorb(self, table: str, commit: Commit, delta: dict[tuple, int], whole_only: bool = False) -> None:
+    def _absorb(
+        self, table: str, commit: Commit, delta: dict[tuple, int], whole: bool = True, windows: bool = True
+    ) -> None:
         """One input version through every input over ``table`` (a self-join's aliases in turn)."""
         engine = self.engine
         assert engine is not None
@@ -163,7 +167,7 @@ class ViewMaintainer:
             return
         rows = _tuples(commit.rows)
         for i, item in enumerate(self.view.spec.inputs):
-            if item.table != table or (whole_only and item.window is not None):
+            if item.table != table or not (windows if item.window is not None else whole):
                 continue
             out: Delta = engine.apply(i, rows, data_until=commit.data_until if item.window is not None else None)
             for row, count in out:

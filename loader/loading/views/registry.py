@@ -148,7 +148,7 @@ class JoinViews:
         entry.last_release = batch.updates[-1].release
         if result.delta_version is not None:
             entry.delta_version = result.delta_version
-        self.catalog.changed()
+        self.catalog.changed(batch.table)  # (a view's name: no table entry is encoded again)
 
     # -- reading --------------------------------------------------------------------------------
     def describe(self, name: str) -> dict[str, object]:
