@@ -197,7 +197,11 @@ class ViewModel(BaseModel):
 
 
 class ViewListModel(BaseModel):
-    views: list[str]
+    views: list[str] = Field(description="The views maintained.")
+    broken: dict[str, str] = Field(
+        description="Views in the catalog that cannot be maintained over today's tables (found at start-up), "
+        "each with the reason."
+    )
 
 
 class TablesModel(BaseModel):

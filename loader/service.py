@@ -579,7 +579,7 @@ class LoaderService:
         if repeated:
             raise Invalid(f"tables declared more than once: {repeated[:NAMED_IN_MESSAGE]}; declare each once")
         async with self._admin_lock:
-            new, unchanged, rekeyed, conflicts = [], [], [], []
+            new, unchanged, rekeyed, conflicts, viewed = [], [], [], [], []
             for table in tables:
                 existing = self.catalog.entries.get(table.name)
                 if existing is None:
@@ -588,10 +588,19 @@ class LoaderService:
                     unchanged.append(table.name)
                 elif existing.schema == table.schema_:
                     rekeyed.append(table)  # a latest table's key policy or batch bound: from now on
+                elif self.views.over(table.name):
+                    viewed.append(table.name)  # a view's executor treats the input by its mode
                 elif _same_columns(existing.schema, table.schema_) and self._never_written(table.name):
                     rekeyed.append(table)  # mode, key or order_by of a table that holds nothing yet
                 else:
                     conflicts.append(table.name)
+            if viewed:
+                raise Conflict(
+                    f"tables {viewed[:NAMED_IN_MESSAGE]} are read by join views "
+                    f"{sorted({v for t in viewed for v in self.views.over(t)})[:NAMED_IN_MESSAGE]}; their schema, "
+                    "mode or key cannot change: choose a new table name",
+                    tables=viewed[:NAMED_IN_MESSAGE],
+                )
             if conflicts:
                 raise _conflict(
                     conflicts,

@@ -174,13 +174,13 @@ async def register_view(view: ViewConfig, service: Service, operator: Operator, 
     summary="The join views",
 )
 async def list_views(service: Service, operator: Operator) -> dict[str, Any]:
-    return {"views": service.views.names()}
+    return {"views": service.views.names(), "broken": dict(service.views.broken)}
 
 
 @router.get(
     "/views/{view}",
     response_model=None,
-    responses={**ok_response(ViewModel, "The view."), **error_responses(*OPERATOR_ONLY, 404)},
+    responses={**ok_response(ViewModel, "The view."), **error_responses(*OPERATOR_ONLY, 404, 409)},
     summary="A join view: pipelines, candidate caches (benefit, cost, state), memory per cache",
 )
 async def get_view(view: str, service: Service, operator: Operator) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def test_a_view_follows_its_inputs_across_upserts_restarts_and_a_lost_answer(
         h.wait(lambda: lost["left"] == 0 and caught_up(h))
         assert h.get("/v1/admin/views/enriched").json()["rebuilds"] >= 2
     with Harness(data) as h:  # restart: the executor is rebuilt from the inputs at the versions the view holds
-        assert h.get("/v1/admin/views").json() == {"views": ["enriched"]}
+        assert h.get("/v1/admin/views").json() == {"views": ["enriched"], "broken": {}}
         send(h, "customers", [{"cid": 2, "cname": "bob2"}])
         send(h, "sales", [{"sid": 11, "cid": 2, "amt": 2.5}])
         h.wait(lambda: caught_up(h))
@@ -161,7 +161,12 @@ def test_declarations_that_cannot_be_maintained_are_refused_with_the_reason(tmp_
         for change, reason in REFUSED:
             answer = h.post("/v1/admin/views", token=OPERATOR, json={**VIEW, "name": "other", **change})
             assert answer.status_code == 422 and reason in answer.json()["message"], (change, answer.text)
-        assert h.get("/v1/admin/views").json() == {"views": ["enriched"]}
+        assert h.get("/v1/admin/views").json() == {"views": ["enriched"], "broken": {}}
         other = h.post("/v1/admin/views", token=OPERATOR, json={**VIEW, "select": ["s.sid"]})
         assert other.status_code == 409 and "another declaration" in other.json()["message"]
         assert h.get("/v1/admin/views/nope").status_code == 404
+        # customers holds nothing yet, but a view reads it by its mode: the mode stays.
+        appended = {k: v for k, v in CUSTOMERS.items() if k != "key"} | {"mode": "append"}
+        answer = h.post("/v1/admin/tables", token=OPERATOR, json=appended)
+        assert answer.status_code == 409 and "read by join views ['enriched']" in answer.json()["message"], answer.text
+        assert h.status("customers")["mode"] == "latest"

@@ -81,13 +81,19 @@ class ViewMaintainer:
         #: Per windowed input: [version, data_until, rows of it inside the window], oldest first.
         self.windows: dict[str, deque[list[float]]] = {}
         self.rebuilds = 0
+        #: The admin view's body as the last load (or rebuild) left the executor: read on the
+        #: event loop while the next load changes the executor on a worker thread.
+        self._described: dict[str, object] = self._figures()
 
     # -- state ---------------------------------------------------------------------
     def open(self) -> dict[str, int]:
         """The view's Delta table (created if missing) and the executor rebuilt from it;
         each input table's version the view holds."""
-        self.table.ensure()
-        self._rebuild()
+        try:
+            self.table.ensure()
+            self._rebuild()
+        finally:
+            self._described = self._figures()
         return dict(self.absorbed)
 
     def _rebuild(self) -> None:
@@ -121,11 +127,14 @@ class ViewMaintainer:
         view's delta once; on any failure the executor is rebuilt before the next load."""
         try:
             if self.engine is None:
+                self.table.ensure()
                 self._rebuild()
             return self._load(changes)
         except BaseException:
             self.engine = None
             raise
+        finally:
+            self._described = self._figures()
 
     def _load(self, changes: Sequence[InputChange]) -> ViewLoad:
         engine = self.engine
@@ -193,7 +202,11 @@ class ViewMaintainer:
 
     # -- reading ------------------------------------------------------------------------
     def describe(self) -> dict[str, object]:
-        """The admin view's body for this view's executor (docs/join-views.md)."""
+        """The admin view's body for this view's executor (docs/join-views.md), as of the
+        last load: safe to call while a load runs."""
+        return self._described
+
+    def _figures(self) -> dict[str, object]:
         view, engine = self.view, self.engine
         out: dict[str, object] = {
             "name": view.name,

@@ -47,6 +47,10 @@ class JoinViews:
         self._release: dict[str, float] = {}
         #: input table -> the views over it.
         self._over: dict[str, list[str]] = {}
+        #: A view being opened -> the input commits noted meanwhile (noted once it is open).
+        self._opening: dict[str, list[tuple[InputChange, float]]] = {}
+        #: A configured view that cannot be maintained over today's catalog -> why.
+        self.broken: dict[str, str] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.maintainers
@@ -63,7 +67,13 @@ class JoinViews:
         """At start-up: every view in the catalog, its executor rebuilt from its Delta table;
         input commits it lacks are pending again."""
         for entry in list(self.catalog.views.values()):
-            await self._open(entry, self.resolve(entry.config))
+            try:
+                resolved = self.resolve(entry.config)
+            except Exception as exc:  # a table it reads changed: the others still start
+                self.broken[entry.name] = str(exc)
+                log.error("view %r is not maintained: %s; declare a new view over today's tables", entry.name, exc)
+                continue
+            await self._open(entry, resolved, starting=True)
 
     async def register(self, config: ViewConfig) -> tuple[ViewEntry, bool]:
         """A new view (True), or the same declaration again (False); ``Conflict`` for another
@@ -83,11 +93,39 @@ class JoinViews:
         self.catalog.changed()
         return entry, True
 
-    async def _open(self, entry: ViewEntry, resolved: ResolvedView) -> None:
+    def over(self, table: str) -> list[str]:
+        """The views reading ``table``."""
+        return list(self._over.get(table, ()))
+
+    async def _open(self, entry: ViewEntry, resolved: ResolvedView, starting: bool = False) -> None:
+        """The view's executor and dispatcher unit. Input commits noted while its Delta state
+        is read (the awaits below) wait in ``_opening`` and are noted once it is open.
+
+        At start-up (``starting``) a view whose executor cannot be rebuilt (its inputs'
+        history vacuumed, the disk) does not stop the service: it is scheduled with every
+        input pending, and each load tries the rebuild again, failing with the reason and
+        retrying with back-off until what blocks it is fixed.
+        """
         name = entry.name
         maintainer = ViewMaintainer(resolved, self.warehouse, seed=_seed(name))
-        held = await asyncio.to_thread(maintainer.open)
-        latest = await asyncio.to_thread(lambda: {t: current_version(self.warehouse / t) for t in resolved.tables})
+        self._opening[name] = []
+        for table in resolved.tables:
+            self._over.setdefault(table, []).append(name)
+        try:
+            try:
+                held = await asyncio.to_thread(maintainer.open)
+            except Exception as exc:
+                if not starting:
+                    raise
+                log.error("view %r could not be rebuilt at start-up: %s; its loads retry the rebuild", name, exc)
+                held = {}
+            latest = await asyncio.to_thread(lambda: {t: current_version(self.warehouse / t) for t in resolved.tables})
+        except BaseException:
+            for table in resolved.tables:
+                self._over[table].remove(name)
+            del self._opening[name]
+            raise
+        noted = self._opening.pop(name)
         account = entry.account()
         origin = account.current_upto if account is not None else entry.last_release or entry.created_at
         spec = TableSpec(name=name, alpha=entry.alpha, overhead=entry.overhead, weight=entry.config.weight)
@@ -97,19 +135,23 @@ class JoinViews:
         self._next_seq[name] = 1
         self._release[name] = origin
         for table in resolved.tables:
-            self._over.setdefault(table, []).append(name)
-        for table in resolved.tables:
             if latest[table] > held.get(table, -1):
                 # What the input reached while the view was away: released now (its data
                 # interval end is not known here; now is an upper bound).
                 self._note(name, InputChange(table, latest[table]), time.time())
+        for change, data_until in noted:
+            self._note(name, change, data_until)
 
     # -- input commits (event loop) ----------------------------------------------------------
     def input_committed(self, table: str, version: int | None, data_until: float) -> None:
         """A load of ``table`` committed (``version``: its Delta version, None when the sink
         did not say): every view over it has an update pending."""
         for view in self._over.get(table, ()):
-            self._note(view, InputChange(table, version), data_until)
+            opening = self._opening.get(view)
+            if opening is not None:
+                opening.append((InputChange(table, version), data_until))
+            else:
+                self._note(view, InputChange(table, version), data_until)
 
     def _note(self, view: str, change: InputChange, data_until: float) -> None:
         seq = self._next_seq[view]
@@ -154,6 +196,11 @@ class JoinViews:
     def describe(self, name: str) -> dict[str, object]:
         """``GET /v1/admin/views/{name}``: the declaration, freshness and the executor."""
         maintainer = self.maintainers.get(name)
+        if maintainer is None and name in self.broken:
+            raise Conflict(
+                f"view {name!r} is not maintained: {self.broken[name]}; declare a new view over today's tables",
+                view=name,
+            )
         if maintainer is None:
             raise NotFound(f"no view {name!r}; GET /v1/admin/views lists the views", view=name)
         entry = self.catalog.views[name]
@@ -171,6 +218,7 @@ class JoinViews:
         }
 
     def names(self) -> list[str]:
+        """The views maintained (not those ``broken``)."""
         return sorted(self.maintainers)
 
 
