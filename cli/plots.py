@@ -88,6 +88,10 @@ def build_run(trace: Trace, schedule: list[BatchRecord]) -> Run:
             skipped += 1
         else:
             by_table[tid].append(batch)
+    for vid, spec in enumerate(trace.tables):
+        if spec.view_of is not None:  # a view's releases are its inputs' commits (schedulers.simulator)
+            inputs = [index[name] for name in spec.view_of]
+            per_table[vid] = sorted({b.finish for tid in inputs for b in by_table.get(tid, ())})
     ledger = FreshnessLedger()
     tables: list[TableRun] = []
     covered = 0
@@ -146,7 +150,7 @@ def build_run(trace: Trace, schedule: list[BatchRecord]) -> Run:
     return Run(
         tables=tables,
         summary=ledger.summary(),
-        unloaded_updates=trace.n_updates - covered,
+        unloaded_updates=sum(len(r) for r in per_table) - covered,
         skipped_batches=skipped,
         unloaded_tables=unloaded_tables,
     )

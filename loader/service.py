@@ -817,7 +817,7 @@ class LoaderService:
         # Views over the table: a skipped load may be a commit whose answer was lost, which
         # their last note missed, so every load notes the table's newest version.
         version = None if done.result.skipped else done.result.delta_version
-        self.views.input_committed(done.table, version, done.batch.updates[-1].release)
+        self.views.input_committed(done.table, version, done.finished)
 
     def _view_loaded(self, done: FinishedBatch) -> None:
         self.views.loaded(done.batch, done.result, done.alpha, done.overhead)

@@ -243,6 +243,12 @@ def evaluate_schedule(trace: Trace, batches: Iterable[BatchRecord]) -> Freshness
     elsewhere. Checks that the batches of each table cover its updates contiguously,
     in order, without overlapping in time.
     """
+    views = [spec.name for spec in trace.tables if spec.view_of is not None]
+    if views:
+        raise ScheduleError(
+            f"the trace declares views ({views[0]!r}...), whose releases are the simulation's own; "
+            "score it with the simulator, not a schedule"
+        )
     index = trace.table_index()
     per_table = trace.releases_by_table()
     ledger = FreshnessLedger(trace.tables)

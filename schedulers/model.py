@@ -52,12 +52,22 @@ class TableSpec(BaseModel):
     period: float | None = Field(default=None, gt=0.0, allow_inf_nan=False, strict=True)
     #: A latest table's key queue (None: an append table).
     keyed: KeyedSpec | None = None
+    #: A join view over these tables (docs/join-views.md): it has no updates of its own; each
+    #: load of an input that commits releases one, at the data interval end the input reached.
+    view_of: tuple[str, ...] | None = Field(default=None, min_length=1)
 
     @field_validator("name")
     @classmethod
     def _no_blank_name(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("table name must not be blank")
+        return value
+
+    @field_validator("view_of")
+    @classmethod
+    def _distinct_inputs(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("a view names each input table once")
         return value
 
 
@@ -82,6 +92,15 @@ class Trace:
 
     def table_index(self) -> dict[str, int]:
         return {spec.name: i for i, spec in enumerate(self.tables)}
+
+    def views_over(self) -> list[list[int]]:
+        """Per table: the views whose input it is (ids); checked by ``traces.parse_trace``."""
+        index = self.table_index()
+        over: list[list[int]] = [[] for _ in self.tables]
+        for vid, spec in enumerate(self.tables):
+            for name in spec.view_of or ():
+                over[index[name]].append(vid)
+        return over
 
     def releases_by_table(self) -> list[list[float]]:
         per_table: list[list[float]] = [[] for _ in self.tables]

@@ -10,6 +10,14 @@ batch started at time s therefore holds every pending update released at or befo
 A worker may be given several tables at once (a multi-table job, ``schedulers.job_groups``):
 their batches start together and finish together, at the job's predicted end.
 
+Join views (``TableSpec.view_of``) are units whose updates are derived, as in the service
+(loader/loading/views/registry.py): when a batch of an input finishes, each view over it
+gets an update released then, when the input's commit becomes loadable for the view (the
+model's release time). A view's staleness is so its lag behind its inputs' commits, the
+part its own loads decide. Inputs finishing at one instant give one update. A view in a
+multi-table job pays its whole overhead: the service runs a view's load on the worker
+apart from the tables' Spark job.
+
 The trace is already sorted by release, so arrivals are read off it in order and only
 running batches (at most P) and a timed policy's wake-up live in the heap: the event
 loop costs O(log P) per event plus the policy's O(log t) per decision.
@@ -90,14 +98,16 @@ def _work(spec: TableSpec, state: TableState, lo: int, hi: int, taken: list[Take
 
 
 def _job_seconds(specs: list[TableSpec], states: list[TableState], members: list[Member], job_overhead: float) -> float:
-    """The job's duration under the cost model of ``schedulers.job_groups``."""
+    """The job's duration under the cost model of ``schedulers.job_groups`` (views apart)."""
     if len(members) == 1:
         tid, lo, hi, taken = members[0]
         return states[tid].overhead + _work(specs[tid], states[tid], lo, hi, taken)
-    total = job_overhead
+    tables = [m for m in members if specs[m[0]].view_of is None]
+    total = job_overhead if tables else 0.0
     for tid, lo, hi, taken in members:
         state = states[tid]
-        total += max(0.0, state.overhead - job_overhead) + _work(specs[tid], state, lo, hi, taken)
+        shared = job_overhead if specs[tid].view_of is None else 0.0
+        total += max(0.0, state.overhead - shared) + _work(specs[tid], state, lo, hi, taken)
     return total
 
 
@@ -172,6 +182,7 @@ def simulate(
             updates, keys = backlog.batch()
             states[tid].set_keys(backlog.waiting_keys, keys, updates if backlog.max_keys is not None else None)
 
+    views_over = trace.views_over()
     ledger = FreshnessLedger(trace.tables)
     per_table_counts = [0] * len(states)
     for tid in trace.update_tables:
@@ -243,6 +254,18 @@ def simulate(
             heapq.heappush(free, worker)
             for tid, _, _, _ in members:
                 notify(tid, now)
+            for tid, _, _, _ in members:
+                for vid in views_over[tid]:  # the input committed: its views have an update
+                    view = states[vid]
+                    previous = view.releases[-1] if view.releases else 0.0
+                    if previous == now and view.dispatched < len(view.releases):
+                        continue  # another input's commit at this instant: the same update
+                    release = now if now > previous else math.nextafter(previous, inf)  # (zero-cost jobs)
+                    view.release(release)
+                    ledger.note_release(vid, release - previous)
+                    if cumulative is not None:
+                        cumulative[vid].append(cumulative[vid][-1])
+                    notify(vid, now)
 
         while i < n and releases[i] <= now:
             tid = tids[i]

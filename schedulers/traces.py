@@ -5,6 +5,10 @@ Trace: table lines, then update lines in non-decreasing release order::
     {"type":"table","name":"t1","alpha":0.02,"overhead":0.0,"weight":1.0,"period":10.0}
     {"type":"update","table":"t1","release":12.5}
 
+A join view's line names its inputs, ``"view_of": ["orders", "customers"]`` (tables declared
+before it, not views); it has no update lines: the simulator releases one update of the view
+each time a load of an input finishes (``schedulers.simulator``).
+
 A latest table's line carries ``"keyed": {"policy": "in-place", "max_keys_per_batch": 100,
 "per_key": 0.0001}`` and each of its updates the keys of its rows, ``"keys": [17, 4, 17]``
 (integers or strings; ``schedulers.model.KeyedSpec``).
@@ -80,6 +84,10 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
             tid = index.get(name) if isinstance(name, str) else None
             if tid is None:
                 raise TraceError(f"{where}: update for unknown table {name!r}; declare it in a table line first")
+            if tables[tid].view_of is not None:
+                raise TraceError(
+                    f"{where}: {name!r} is a view: its updates are its inputs' loads, drop its update lines"
+                )
             if ("keys" in record) != (tables[tid].keyed is not None):
                 raise TraceError(
                     f"{where}: table {name!r} is "
@@ -129,6 +137,12 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
                 raise TraceError(f"{where}: bad table line, {_describe(exc)}") from None
             if spec.name in index:
                 raise TraceError(f"{where}: table {spec.name!r} is declared twice")
+            for name in spec.view_of or ():
+                if name not in index or tables[index[name]].view_of is not None:
+                    raise TraceError(
+                        f"{where}: view {spec.name!r} reads {name!r}, which is not a table declared before it "
+                        "(a view's inputs are tables, declared first)"
+                    )
             keyed_trace = keyed_trace or spec.keyed is not None
             index[spec.name] = len(tables)
             tables.append(spec)
@@ -169,7 +183,8 @@ def read_trace(path: str | Path) -> Trace:
 
 def trace_lines(trace: Trace) -> Iterator[str]:
     for spec in trace.tables:
-        yield json.dumps({"type": "table", **spec.model_dump(exclude={"keyed"} if spec.keyed is None else None)})
+        dropped = {name for name in ("keyed", "view_of") if getattr(spec, name) is None}
+        yield json.dumps({"type": "table", **spec.model_dump(exclude=dropped)})
     names = [spec.name for spec in trace.tables]
     keyed = [spec.keyed is not None for spec in trace.tables]
     if any(keyed) and len(trace.update_keys) != len(trace.update_releases):

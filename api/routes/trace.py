@@ -77,7 +77,7 @@ SCHEDULE_HEADERS = {
     summary="Export the observed arrival trace in the simulator's format",
 )
 async def get_trace(service: Service, operator: Operator, since: Since = None, tables: Tables = None) -> NDJSONResponse:
-    snapshot = export_trace(service.dispatcher, tables, since)
+    snapshot = export_trace(service.dispatcher, tables, since, views=service.views.inputs())
     return NDJSONResponse(snapshot.lines(), headers=snapshot.headers())
 
 
@@ -103,5 +103,5 @@ async def get_schedule(
         ),
     ] = None,
 ) -> NDJSONResponse:
-    snapshot = export_schedule(service.dispatcher, tables, since, origin)
+    snapshot = export_schedule(service.dispatcher, tables, since, origin, views=service.views.inputs())
     return NDJSONResponse(snapshot.lines(), headers=snapshot.headers())

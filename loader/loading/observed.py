@@ -59,6 +59,8 @@ class ObservedTable:
     overhead: float
     weight: float
     period: float | None
+    #: A join view's input tables (its updates are not exported: the simulator derives them).
+    view_of: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -113,13 +115,17 @@ class TraceSnapshot:
                         "weight": spec.weight,
                         "period": spec.period,
                     }
+                    | ({"view_of": list(spec.view_of)} if spec.view_of is not None else {})
                 )
             )
         yield "".join(line + "\n" for line in out)
         if not self.n_updates:
             return
         # Stable: equal releases keep the order the service saw them in.
+        views = [tid for tid, spec in zip(self.tids, self.tables) if spec.view_of is not None]
         order = np.argsort(self.releases, kind="stable")
+        if views:
+            order = order[~np.isin(self.update_tids[order], views)]
         shifted = (self.releases[order] - self.origin).tolist()
         tids = self.update_tids[order].tolist()
         prefix = {tid: '{"type":"update","table":' + json.dumps(self.names[tid]) + ',"release":' for tid in self.tids}

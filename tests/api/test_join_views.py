@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 
 from loader.loading.sinks import view_delta
+from schedulers.registry import make_policy
+from schedulers.simulator import simulate
+from schedulers.traces import parse_trace
 from testing.service_harness import OPERATOR, Harness
 
 CUSTOMERS: dict[str, Any] = {
@@ -104,6 +107,15 @@ def test_a_view_follows_its_inputs_across_upserts_restarts_and_a_lost_answer(
         send(h, "sales", [{"sid": 10, "cid": 2, "amt": 1.5}])
         h.wait(lambda: lost["left"] == 0 and caught_up(h))
         assert h.get("/v1/admin/views/enriched").json()["rebuilds"] >= 2
+        # The trace export declares the view over its inputs, for the simulator to derive
+        # its updates; asking for the view brings its inputs.
+        trace = parse_trace(h.get("/v1/admin/trace?tables=enriched").text.splitlines())
+        assert [(t.name, t.view_of) for t in trace.tables] == [
+            ("customers", None),
+            ("sales", None),
+            ("enriched", ("sales", "customers")),
+        ]
+        assert simulate(trace, make_policy("myopic"), 2).freshness.tables[2].updates >= 1
     with Harness(data) as h:  # restart: the executor is rebuilt from the inputs at the versions the view holds
         assert h.get("/v1/admin/views").json() == {"views": ["enriched"], "broken": {}}
         send(h, "customers", [{"cid": 2, "cname": "bob2"}])

@@ -4,9 +4,11 @@ A view enters the dispatcher as a table does (its own weight, cost estimates and
 freshness ledger), so the policy decides when to bring it up to date and one view load
 absorbs every input commit that waited (docs/join-views.md, "Scheduling"). Its pending
 updates are the input commits: when an input's load commits, each view over the input
-gets an update whose release is the data interval end the input reached (kept non-
-decreasing per view, as releases are per table), and which names the input's version.
-The update carries no rows; the view load reads them from the input's Delta log.
+gets an update released then (when the commit became loadable for the view, the model's
+release time; strictly increasing per view), naming the input's version. A view's
+staleness is so its lag behind its inputs' commits, the part its loads decide; the
+simulator derives a view's updates the same way (``schedulers.simulator``). The update
+carries no rows; the view load reads them from the input's Delta log.
 
 On the event loop: registration, the notes of input commits, the outcome of view loads.
 On a worker thread: a view's load (its executor), one at a time per view.
@@ -93,6 +95,10 @@ class JoinViews:
         self.catalog.changed()
         return entry, True
 
+    def inputs(self) -> dict[str, tuple[str, ...]]:
+        """Each maintained view's input tables (a trace export marks views with them)."""
+        return {name: tuple(m.view.tables) for name, m in self.maintainers.items()}
+
     def over(self, table: str) -> list[str]:
         """The views reading ``table``."""
         return list(self._over.get(table, ()))
@@ -136,28 +142,27 @@ class JoinViews:
         self._release[name] = origin
         for table in resolved.tables:
             if latest[table] > held.get(table, -1):
-                # What the input reached while the view was away: released now (its data
-                # interval end is not known here; now is an upper bound).
+                # What the input reached while the view was away: loadable now.
                 self._note(name, InputChange(table, latest[table]), time.time())
         for change, data_until in noted:
             self._note(name, change, data_until)
 
     # -- input commits (event loop) ----------------------------------------------------------
-    def input_committed(self, table: str, version: int | None, data_until: float) -> None:
-        """A load of ``table`` committed (``version``: its Delta version, None when the sink
-        did not say): every view over it has an update pending."""
+    def input_committed(self, table: str, version: int | None, committed: float) -> None:
+        """A load of ``table`` committed at ``committed`` (``version``: its Delta version,
+        None when the sink did not say): every view over it has an update pending."""
         for view in self._over.get(table, ()):
             opening = self._opening.get(view)
             if opening is not None:
-                opening.append((InputChange(table, version), data_until))
+                opening.append((InputChange(table, version), committed))
             else:
-                self._note(view, InputChange(table, version), data_until)
+                self._note(view, InputChange(table, version), committed)
 
-    def _note(self, view: str, change: InputChange, data_until: float) -> None:
+    def _note(self, view: str, change: InputChange, committed: float) -> None:
         seq = self._next_seq[view]
         self._next_seq[view] = seq + 1
         previous = self._release[view]
-        release = data_until if data_until > previous else math.nextafter(previous, math.inf)
+        release = committed if committed > previous else math.nextafter(previous, math.inf)
         self._release[view] = release
         self._changes[view][seq] = change
         self.dispatcher.released(Update(table=view, seq=seq, release=release))
