@@ -50,11 +50,12 @@ from typing import Any
 
 import httpx
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from loader.core.failpoints import POINTS
-from loader.durability.transactions import app_id
+from loader.durability.transactions import app_id, view_app_id
 from loader.durability.wal_format import parse_segment_name, scan_segment
 from loader.loading.sinks.delta_rs import STAGING_PREFIX
 from testing.prom import sample_value
@@ -65,7 +66,14 @@ TOKEN = "crash-test-operator-token-0001"
 #: Three append tables on two workers: a free worker meets two due tables and loads them in
 #: one job.
 APPEND_TABLES = ("alpha", "beta", "gamma")
-SCHEMA = {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "note", "type": "string"}]}
+#: ``k = id % KEYS``: the join column of the view below.
+SCHEMA = {
+    "columns": [
+        {"name": "id", "type": "int64", "nullable": False},
+        {"name": "note", "type": "string"},
+        {"name": "k", "type": "int64", "nullable": False},
+    ]
+}
 #: A latest table (docs/latest-tables.md) keyed by ``k = id % KEYS``, without ``order_by``:
 #: the last value to arrive wins, so the replay after a kill must keep arrival order. At
 #: most a few keys per load, so values wait behind a cut and loads split a backlog.
@@ -86,6 +94,16 @@ LATEST_TABLE = {
     "max_keys_per_batch": 8,
 }
 TABLES = (*APPEND_TABLES, LATEST)
+#: A join view (docs/join-views.md) over an append and the latest table: each alpha row with
+#: its key's current quote. It lives through every kill (its points view.before-commit and
+#: view.after-commit among them) and must equal the join recomputed from the two tables.
+VIEW = "alpha_quotes"
+VIEW_DECLARATION = {
+    "name": VIEW,
+    "inputs": [{"table": "alpha", "alias": "a"}, {"table": LATEST, "alias": "q"}],
+    "on": ["a.k = q.k"],
+    "select": ["a.id", "q.id AS quote_id"],
+}
 #: Makes rows big enough that the 64 KiB memory budget overflows and updates spill.
 PAD = "x" * 96
 
@@ -143,6 +161,7 @@ def crash_config(workdir: Path, port: int, mode: str = "connect") -> Path:
             "spill": {"memory_budget_bytes": 65536},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
             "tables": [*({"name": name, "schema": SCHEMA} for name in APPEND_TABLES), LATEST_TABLE],
+            "views": [VIEW_DECLARATION],
         },
     )
 
@@ -189,11 +208,12 @@ class Submission:
         def rows(part: Part) -> list[dict[str, Any]]:
             if part.table == LATEST:
                 return [{"k": i % KEYS, "id": i, "note": f"row {i} {PAD}"} for i in part.ids]
-            return [{"id": i, "note": f"row {i} {PAD}"} for i in part.ids]
+            return [{"id": i, "note": f"row {i} {PAD}", "k": i % KEYS} for i in part.ids]
 
         if landing is not None and len(parts) == 1:
             name = f"{key}.parquet"
-            table = pa.table({"id": pa.array(parts[0].ids, pa.int64()), "note": [r["note"] for r in rows(parts[0])]})
+            ids = pa.array(parts[0].ids, pa.int64())
+            table = pa.table({"id": ids, "note": [r["note"] for r in rows(parts[0])], "k": pc.remainder(ids, KEYS)})
             landing.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, landing / f".{name}.tmp")
             os.replace(landing / f".{name}.tmp", landing / name)  # complete before it is named
@@ -648,7 +668,9 @@ class CrashTrial:
             while True:
                 status = {t: http.get(f"/v1/tables/{t}").json() for t in TABLES}
                 if all(status[t]["last_loaded_sequence"] >= last.get(t, 0) for t in TABLES):
-                    break
+                    view = http.get(f"/v1/tables/{VIEW}").json()
+                    if view["pending_updates"] == 0 and not view["running"]:
+                        break
                 if time.monotonic() > deadline:
                     self.failures.append(f"acknowledged updates not loaded after {timeout:.0f} s: {status}")
                     break
@@ -723,6 +745,7 @@ class CrashTrial:
         logs = sorted(self.workdir.glob("server-*.log"))
         return Verdict(
             tables=checks,
+            view=view_check(self.data / "warehouse"),
             lives=list(self.lives),
             acked_requests=len(acked),
             sequence_reused=sum(1 for keys in owners.values() if len(keys) > 1),
@@ -770,6 +793,56 @@ def duckdb_rows(path: Path) -> int | None:
         con.close()
 
 
+def view_check(warehouse: Path) -> ViewCheck:
+    """The view read back, against the join recomputed from its inputs' Delta tables."""
+    path = warehouse / VIEW
+    if not (path / "_delta_log").is_dir():
+        return ViewCheck(VIEW, expected_rows=0, view_rows=0, missing=0, extra=0, versions_held={})
+    quotes = {r["k"]: r["id"] for r in read_delta(warehouse / LATEST).to_pylist()}
+    expected = Counter(
+        (r["id"], quotes[r["k"]]) for r in read_delta(warehouse / "alpha").to_pylist() if r["k"] in quotes
+    )
+    held: Counter[tuple[int, int]] = Counter()
+    for r in read_delta(path).to_pylist():
+        held[(r["id"], r["quote_id"])] += r["__loader_count"]
+    table = DeltaTable(str(path))
+    versions = {t: table.transaction_version(view_app_id(VIEW, t)) for t in ("alpha", LATEST)}
+    current = {t: DeltaTable(str(warehouse / t)).version() for t in ("alpha", LATEST)}
+    return ViewCheck(
+        VIEW,
+        expected_rows=sum(expected.values()),
+        view_rows=sum(held.values()),
+        missing=sum((expected - held).values()),
+        extra=sum((held - expected).values()),
+        versions_held=versions,
+        input_versions=current,
+    )
+
+
+@dataclass
+class ViewCheck:
+    """The join view after the last load: it must equal the join of its inputs as they are."""
+
+    view: str
+    expected_rows: int
+    view_rows: int
+    #: Rows of the recomputed join the view lacks, and rows it holds beyond it (multiset).
+    missing: int
+    extra: int
+    #: Per input: the version the view's application transaction holds, and the input's own.
+    versions_held: dict[str, int | None]
+    input_versions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """(An input's version may be past the one held: compaction commits change no data.)"""
+        return (
+            self.missing == self.extra == 0
+            and None not in self.versions_held.values()
+            and all(v is not None and v <= self.input_versions.get(t, -1) for t, v in self.versions_held.items())
+        )
+
+
 @dataclass
 class TableCheck:
     table: str
@@ -809,6 +882,7 @@ class TableCheck:
 @dataclass
 class Verdict:
     tables: list[TableCheck]
+    view: ViewCheck
     lives: list[Life]
     acked_requests: int
     sequence_reused: int
@@ -854,6 +928,7 @@ class Verdict:
         return (
             not self.failures
             and all(t.ok for t in self.tables)
+            and self.view.ok
             and self.sequence_reused == 0
             and not self.reask_mismatches
             and not self.producer.refused
@@ -867,6 +942,8 @@ class Verdict:
         for t in self.tables:
             if not t.ok:
                 out.append(f"table {t.table}: {t}")
+        if not self.view.ok:
+            out.append(f"view {self.view.view}: {self.view}")
         if self.sequence_reused:
             out.append(f"{self.sequence_reused} sequence numbers acknowledged to two requests")
         out += [f"re-sent request answered differently: {m}" for m in self.reask_mismatches]

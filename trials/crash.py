@@ -132,6 +132,7 @@ def summary(verdict: Verdict) -> dict[str, Any]:
         "killed_before_ready": sum(1 for life in verdict.lives if life.ready_after is None),
         "acked_file_updates": verdict.acked_file_updates,
         "copies_left": verdict.copies_left,
+        "view": {**asdict(verdict.view), "ok": verdict.view.ok},
         "failures": verdict.failures,
         "problems": verdict.problems(),
         "trial_seconds": verdict.seconds,
@@ -152,12 +153,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         "killed with SIGKILL again and again: at failpoints (`loader/core/failpoints.py`) inside the WAL "
         "group commit (after `write()` before fsync; half a record written), during recovery (after "
         "the spill reset; after the N-th replayed WAL record), in a spill write, between Spark's write, "
-        "the publish and the Delta commit, between the WAL and the 202; and from outside (service and "
+        "the publish and the Delta commit, between the WAL and the 202, around a join view's commit; and from outside (service and "
         "JVM) at seeded random moments before `/readyz` and while loads run. Producers retry every "
         "unanswered request with its key; one in five single-update requests names a Parquet file in the "
-        "landing directory instead of carrying rows. At the end the service restarts cleanly, loads everything, "
+        "landing directory instead of carrying rows. A join view over an append and the latest table lives "
+        "through every kill. At the end the service restarts cleanly, loads everything, "
         "and each Delta table is read back with the `deltalake` package and DuckDB and compared with "
-        "the acknowledged set.",
+        "the acknowledged set; the view with the join recomputed from its inputs.",
         "",
         "Short version: `.venv/bin/python -m pytest -q tests/system/test_crash.py` (CI: 8 kills of 8 kinds) "
         "or `.venv/bin/python -m trials.crash --kills 8 --seed 1`. "
@@ -181,6 +183,14 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"| Delta txn version = last acknowledged sequence, no staging left, DuckDB = deltalake | "
         f"{sum(t['ok'] for t in results['tables'])} of {len(results['tables'])} tables | "
         f"{status(all(t['ok'] for t in results['tables']))} |",
+        *(
+            [
+                f"| join view `{v['view']}` = the join recomputed from its inputs (rows missing, extra; of "
+                f"{v['expected_rows']:,}) | {v['missing']}, {v['extra']} | {status(v['ok'])} |"
+            ]
+            if (v := s.get("view"))
+            else []
+        ),
         f"| **overall** | | **{status(verdict_ok and enough)}** |",
         "",
         md_table(

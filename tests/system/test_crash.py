@@ -4,7 +4,8 @@ The short version of the crash-consistency trial (testing/crash_trial.py; the lo
 ``trials/crash.py``): one data directory lives through one SIGKILL of each
 kind, with producers submitting all along and retrying what was left unanswered. In the
 end each Delta table, read back with deltalake and DuckDB, holds every acknowledged
-update exactly once (the latest table: each key's newest acknowledged value, once). The
+update exactly once (the latest table: each key's newest acknowledged value, once), and the
+join view over two of them equals the join recomputed from them. The
 WAL's own failpoints are also checked alone, without a server.
 """
 
@@ -73,6 +74,7 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(trial: CrashTrial) -
     assert verdict.problems() == []
     assert verdict.kills == len(KILLS)
     assert verdict.lost == 0 and verdict.duplicated == 0
+    assert verdict.view.ok and verdict.view.expected_rows > 0, verdict.view  # the join view, through every kill
     planned = [life.plan for life in verdict.lives[:-1]]
     assert [life.hit for life in verdict.lives[:-1]] == planned, "a failpoint was not reached"
     assert verdict.lives[-1].hit.startswith("kill: ") and "not reached" not in verdict.lives[-1].hit
