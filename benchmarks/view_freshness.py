@@ -82,7 +82,7 @@ VIEW = ViewConfig.model_validate(
 COMMIT_ROWS = 200
 WAITING = (1, 4, 16, 32)
 POLICIES = ("myopic", "max-benefit", "fifo")
-INTERVALS = (10.0, 60.0, 300.0, 900.0)
+INTERVALS = (1.0, 2.0, 10.0, 60.0, 900.0)
 HOUR = 3600.0
 
 
@@ -265,8 +265,6 @@ def markdown(meta: dict[str, Any], costs: dict[str, Any], fresh: dict[str, Any])
         ]
         for t, f in fresh["rebuilds"].items()
     ]
-    best = min(f["mean_staleness"] for f in fresh["policies"].values())
-    fastest = min(f["mean_staleness"] for f in fresh["rebuilds"].values())
     return "\n".join(
         [
             f"<!-- {SECTION}:begin -->",
@@ -299,13 +297,33 @@ def markdown(meta: dict[str, Any], costs: dict[str, Any], fresh: dict[str, Any])
                 ["view maintained", "mean staleness (s)", "staleness / LOW", "view loads", "worker s per hour"], rows
             ),
             "",
-            f"Reading. Maintained incrementally the view trails its inputs by {best:.2f} s on average; the "
-            f"most frequent rebuild here trails by {fastest:.1f} s, {fastest / best:.0f}x more, and a rebuild "
-            "costs "
-            f"{costs['rebuild_seconds'] / (costs['overhead'] + costs['per_commit']):.0f}x one incremental load. "
-            "The rebuild's cost grows with the tables; the incremental load's with what changed.",
+            reading(costs, fresh),
             f"<!-- {SECTION}:end -->",
         ]
+    )
+
+
+def reading(costs: dict[str, Any], fresh: dict[str, Any]) -> str:
+    """The comparison at about equal compute: the rebuild interval whose worker time per hour
+    is nearest the incremental view's."""
+    name, inc = min(fresh["policies"].items(), key=lambda kv: kv[1]["mean_staleness"])
+    interval, rebuilt = min(
+        fresh["rebuilds"].items(),
+        key=lambda kv: abs(kv[1]["worker_seconds_per_hour"] - inc["worker_seconds_per_hour"]),
+    )
+    load = costs["overhead"] + costs["per_commit"]
+    return (
+        f"Reading. Maintained incrementally ({name}) the view trails its inputs by {inc['mean_staleness']:.2f} s "
+        f"on average for {inc['worker_seconds_per_hour']:.0f} worker seconds an hour; rebuilt every "
+        f"{float(interval):.0f} s, for about that compute ({rebuilt['worker_seconds_per_hour']:.0f} s), it trails by "
+        f"{rebuilt['mean_staleness']:.1f} s, {rebuilt['mean_staleness'] / inc['mean_staleness']:.1f}x more, and the "
+        "intervals batch jobs usually run at (minutes) trail by minutes. At this size a rebuild (pyarrow's "
+        f"multi-threaded join, {costs['rebuild_seconds']:.2f} s) costs only "
+        f"{costs['rebuild_seconds'] / load:.1f}x one incremental load ({load:.2f} s: the log read, the executor and "
+        "a MERGE into a table of a million rows): the rebuild's cost grows with the tables, the incremental load's with what "
+        "changed, so the gap widens as the tables grow. The rebuild here is favoured: a worker of its own, and "
+        "no row digests or counts (the view table's exactly-once MERGE key). The policies tie: with 2 workers "
+        "the view never waits for one, and every policy loads it as soon as an input commits."
     )
 
 
