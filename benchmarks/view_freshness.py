@@ -319,9 +319,10 @@ def reading(costs: dict[str, Any], fresh: dict[str, Any]) -> str:
         f"{rebuilt['mean_staleness']:.1f} s, {rebuilt['mean_staleness'] / inc['mean_staleness']:.1f}x more, and the "
         "intervals batch jobs usually run at (minutes) trail by minutes. At this size a rebuild (pyarrow's "
         f"multi-threaded join, {costs['rebuild_seconds']:.2f} s) costs only "
-        f"{costs['rebuild_seconds'] / load:.1f}x one incremental load ({load:.2f} s: the log read, the executor and "
-        "a MERGE into a table of a million rows): the rebuild's cost grows with the tables, the incremental load's with what "
-        "changed, so the gap widens as the tables grow. The rebuild here is favoured: a worker of its own, and "
+        f"{costs['rebuild_seconds'] / load:.1f}x one incremental load ({load:.2f} s: the log read, the "
+        "executor and a MERGE into a table of a million rows): the rebuild's cost grows with the tables, the "
+        "incremental load's with what changed, so the gap widens as the tables grow. The rebuild here is "
+        "favoured: a worker of its own, and "
         "no row digests or counts (the view table's exactly-once MERGE key). The policies tie: with 2 workers "
         "the view never waits for one, and every policy loads it as soon as an input commits."
     )
