@@ -39,6 +39,7 @@ from loader.core.views import ViewConfig, resolve
 from loader.durability.transactions import load_commit
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
 from schedulers.freshness import FreshnessLedger
+from schedulers.generators import jittered_feeds
 from schedulers.model import TableSpec, Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
@@ -160,26 +161,10 @@ def measure_costs(sales: int, customers: int, repeats: int, seed: int) -> dict[s
 
 
 # -- 2. freshness ------------------------------------------------------------------------------
-def feeds(seed: int, seconds: float) -> list[tuple[float, int]]:
-    rng = random.Random(seed)
-    events = []
-    for tid, period in ((0, 1.0), (1, 10.0)):
-        t = 0.0
-        while True:
-            t += rng.uniform(period / 2, period)
-            if t > seconds:
-                break
-            events.append((t, tid))
-    return sorted(events)
-
-
-def trace(events: list[tuple[float, int]], view: TableSpec | None) -> Trace:
+def trace(seed: int, seconds: float, view: TableSpec | None) -> Trace:
+    """Sales every ~1 s, customers every ~10 s (the view, when given, after them)."""
     tables = [TableSpec(name="sales", alpha=0.02, overhead=0.2), TableSpec(name="customers", alpha=0.01, overhead=0.2)]
-    return Trace(
-        tables=tables + ([view] if view is not None else []),
-        update_tables=[tid for _, tid in events],
-        update_releases=[t for t, _ in events],
-    )
+    return jittered_feeds(tables + ([view] if view is not None else []), (1.0, 10.0), seconds, seed)
 
 
 def rebuilt_view(commits: list[float], interval: float, cost: float, horizon: float) -> dict[str, float]:
@@ -217,18 +202,17 @@ def summary(staleness: float, low: float, stretch: float, horizon: float, loads:
 
 
 def freshness(costs: dict[str, Any], seed: int, seconds: float) -> dict[str, Any]:
-    events = feeds(seed, seconds)
     # The inputs alone (myopic): their commits are the view's releases, for the rebuilds, and
     # their rate turns the per-commit cost into the model's alpha (seconds per second of
     # the view's data interval, as the service fits it).
-    result = simulate(trace(events, None), make_policy("myopic"), 2, record_schedule=True)
+    result = simulate(trace(seed, seconds, None), make_policy("myopic"), 2, record_schedule=True)
     assert result.schedule is not None
     commits = sorted({b.finish for b in result.schedule})
     alpha = costs["per_commit"] * len(commits) / result.makespan
     view = TableSpec(name="view", alpha=alpha, overhead=costs["overhead"], view_of=("sales", "customers"))
     out: dict[str, Any] = {"policies": {}, "rebuilds": {}, "view_alpha": alpha, "input_commits": len(commits)}
     for name in POLICIES:
-        result = simulate(trace(events, view), make_policy(name), 2, record_schedule=True)
+        result = simulate(trace(seed, seconds, view), make_policy(name), 2, record_schedule=True)
         assert result.schedule is not None
         figures = {t.name: t for t in result.freshness.tables}
         v = figures["view"]

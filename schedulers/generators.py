@@ -221,3 +221,21 @@ GENERATORS = {
     "bursty": bursty,
     "counterexample": stretch_counterexample,
 }
+
+
+def jittered_feeds(tables: Sequence[TableSpec], periods: Sequence[float], horizon: float, seed: int) -> Trace:
+    """Table k updated every ``periods[k]`` seconds with uniform jitter in [P/2, P] (the
+    paper's quasi-periodic feeds, given their periods) until ``horizon``. ``tables`` may end
+    with join views (``view_of``), which get no updates of their own."""
+    rng = random.Random(seed)
+    per_table: list[list[float]] = []
+    for period in periods:
+        releases, t = [], 0.0
+        while True:
+            t += rng.uniform(period / 2, period)
+            if t > horizon:
+                break
+            releases.append(t)
+        per_table.append(releases)
+    per_table += [[] for _ in range(len(tables) - len(periods))]
+    return _assemble(list(tables), per_table)

@@ -5,11 +5,10 @@ with ``view_of`` and carry no updates for them."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from schedulers.freshness import ScheduleError, evaluate_schedule
+from schedulers.generators import jittered_feeds
 from schedulers.model import TableSpec, Trace
 from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import simulate
@@ -21,21 +20,7 @@ VIEW = TableSpec(name="v", alpha=0.01, overhead=0.05, weight=2.0, view_of=("sale
 
 
 def feeds(seed: int, seconds: float = 300.0, tables: list[TableSpec] | None = None) -> Trace:
-    rng = random.Random(seed)
-    events = []
-    for tid, period in ((0, 1.0), (1, 4.0)):
-        t = 0.0
-        while True:
-            t += rng.uniform(period / 2, period)
-            if t > seconds:
-                break
-            events.append((t, tid))
-    events.sort()
-    return Trace(
-        tables=tables or [SALES, CUSTOMERS, VIEW],
-        update_tables=[tid for _, tid in events],
-        update_releases=[t for t, _ in events],
-    )
+    return jittered_feeds(tables or [SALES, CUSTOMERS, VIEW], (1.0, 4.0), seconds, seed)
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
