@@ -53,7 +53,7 @@ class TableSpec(BaseModel):
     #: A latest table's key queue (None: an append table).
     keyed: KeyedSpec | None = None
     #: A join view over these tables (docs/join-views.md): it has no updates of its own; each
-    #: load of an input that commits releases one, at the data interval end the input reached.
+    #: load of an input that commits releases one, when it commits (schedulers/simulator.py).
     view_of: tuple[str, ...] | None = Field(default=None, min_length=1)
 
     @field_validator("name")

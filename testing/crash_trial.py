@@ -672,7 +672,11 @@ class CrashTrial:
                     if view["pending_updates"] == 0 and not view["running"]:
                         break
                 if time.monotonic() > deadline:
-                    self.failures.append(f"acknowledged updates not loaded after {timeout:.0f} s: {status}")
+                    view = http.get(f"/v1/tables/{VIEW}").json()
+                    self.failures.append(
+                        f"acknowledged updates (or the view's input commits) not loaded after {timeout:.0f} s: "
+                        f"{status}; view: {view}"
+                    )
                     break
                 time.sleep(0.1)
         code = self.server.terminate()
@@ -796,18 +800,19 @@ def duckdb_rows(path: Path) -> int | None:
 def view_check(warehouse: Path) -> ViewCheck:
     """The view read back, against the join recomputed from its inputs' Delta tables."""
     path = warehouse / VIEW
-    if not (path / "_delta_log").is_dir():
-        return ViewCheck(VIEW, expected_rows=0, view_rows=0, missing=0, extra=0, versions_held={})
-    quotes = {r["k"]: r["id"] for r in read_delta(warehouse / LATEST).to_pylist()}
-    expected = Counter(
-        (r["id"], quotes[r["k"]]) for r in read_delta(warehouse / "alpha").to_pylist() if r["k"] in quotes
-    )
+    inputs = ("alpha", LATEST)
+    present = {t: (warehouse / t / "_delta_log").is_dir() for t in inputs}
+    rows = {t: read_delta(warehouse / t).to_pylist() if present[t] else [] for t in inputs}
+    quotes = {r["k"]: r["id"] for r in rows[LATEST]}
+    expected = Counter((r["id"], quotes[r["k"]]) for r in rows["alpha"] if r["k"] in quotes)
     held: Counter[tuple[int, int]] = Counter()
-    for r in read_delta(path).to_pylist():
-        held[(r["id"], r["quote_id"])] += r["__loader_count"]
-    table = DeltaTable(str(path))
-    versions = {t: table.transaction_version(view_app_id(VIEW, t)) for t in ("alpha", LATEST)}
-    current = {t: DeltaTable(str(warehouse / t)).version() for t in ("alpha", LATEST)}
+    versions: dict[str, int | None] = {t: None for t in inputs}
+    if (path / "_delta_log").is_dir():
+        for r in read_delta(path).to_pylist():
+            held[(r["id"], r["quote_id"])] += r["__loader_count"]
+        table = DeltaTable(str(path))
+        versions = {t: table.transaction_version(view_app_id(VIEW, t)) for t in inputs}
+    current = {t: DeltaTable(str(warehouse / t)).version() for t in inputs if present[t]}
     return ViewCheck(
         VIEW,
         expected_rows=sum(expected.values()),
@@ -838,7 +843,7 @@ class ViewCheck:
         """(An input's version may be past the one held: compaction commits change no data.)"""
         return (
             self.missing == self.extra == 0
-            and None not in self.versions_held.values()
+            and bool(self.versions_held)
             and all(v is not None and v <= self.input_versions.get(t, -1) for t, v in self.versions_held.items())
         )
 

@@ -87,7 +87,11 @@ class TraceSnapshot:
 
     @property
     def n_updates(self) -> int:
-        return int(self.releases.size)
+        """Update lines written (a view's updates are not: the simulator derives them)."""
+        views = [tid for tid, spec in zip(self.tids, self.tables) if spec.view_of is not None]
+        if not views:
+            return int(self.releases.size)
+        return int(np.count_nonzero(~np.isin(self.update_tids, views)))
 
     def headers(self) -> dict[str, str]:
         return {

@@ -109,7 +109,9 @@ def test_a_view_follows_its_inputs_across_upserts_restarts_and_a_lost_answer(
         assert h.get("/v1/admin/views/enriched").json()["rebuilds"] >= 2
         # The trace export declares the view over its inputs, for the simulator to derive
         # its updates; asking for the view brings its inputs.
-        trace = parse_trace(h.get("/v1/admin/trace?tables=enriched").text.splitlines())
+        exported = h.get("/v1/admin/trace?tables=enriched")
+        trace = parse_trace(exported.text.splitlines())
+        assert int(exported.headers["X-Trace-Updates"]) == trace.n_updates
         assert [(t.name, t.view_of) for t in trace.tables] == [
             ("customers", None),
             ("sales", None),

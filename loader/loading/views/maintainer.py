@@ -93,7 +93,7 @@ class ViewMaintainer:
             self.table.ensure()
             self._rebuild()
         finally:
-            self._described = self._figures()
+            self._describe()
         return dict(self.absorbed)
 
     def _rebuild(self) -> None:
@@ -134,7 +134,16 @@ class ViewMaintainer:
             self.engine = None
             raise
         finally:
+            self._describe()
+
+    def _describe(self) -> None:
+        """The admin view's figures after a load; never the reason a committed load fails."""
+        try:
             self._described = self._figures()
+        except Exception:
+            log.exception(
+                "view %r: the admin view's figures could not be read; it shows the previous ones", self.view.name
+            )
 
     def _load(self, changes: Sequence[InputChange]) -> ViewLoad:
         engine = self.engine

@@ -120,12 +120,14 @@ class JoinViews:
         try:
             try:
                 held = await asyncio.to_thread(maintainer.open)
+                latest: dict[str, int | None] = await asyncio.to_thread(
+                    lambda: {t: current_version(self.warehouse / t) for t in resolved.tables}
+                )
             except Exception as exc:
                 if not starting:
                     raise
                 log.error("view %r could not be rebuilt at start-up: %s; its loads retry the rebuild", name, exc)
-                held = {}
-            latest = await asyncio.to_thread(lambda: {t: current_version(self.warehouse / t) for t in resolved.tables})
+                held, latest = {}, {t: None for t in resolved.tables}  # every input: its newest at load time
         except BaseException:
             for table in resolved.tables:
                 self._over[table].remove(name)
@@ -141,11 +143,12 @@ class JoinViews:
         self._next_seq[name] = 1
         self._release[name] = origin
         for table in resolved.tables:
-            if latest[table] > held.get(table, -1):
+            version = latest[table]
+            if version is None or version > held.get(table, -1):
                 # What the input reached while the view was away: loadable now.
-                self._note(name, InputChange(table, latest[table]), time.time())
-        for change, data_until in noted:
-            self._note(name, change, data_until)
+                self._note(name, InputChange(table, version), time.time())
+        for change, committed in noted:
+            self._note(name, change, committed)
 
     # -- input commits (event loop) ----------------------------------------------------------
     def input_committed(self, table: str, version: int | None, committed: float) -> None:
