@@ -102,8 +102,7 @@ def _job_seconds(specs: list[TableSpec], states: list[TableState], members: list
     if len(members) == 1:
         tid, lo, hi, taken = members[0]
         return states[tid].overhead + _work(specs[tid], states[tid], lo, hi, taken)
-    tables = [m for m in members if specs[m[0]].view_of is None]
-    total = job_overhead if tables else 0.0
+    total = job_overhead if any(specs[m[0]].view_of is None for m in members) else 0.0
     for tid, lo, hi, taken in members:
         state = states[tid]
         shared = job_overhead if specs[tid].view_of is None else 0.0

@@ -85,10 +85,14 @@ class TraceSnapshot:
     #: The measured fixed cost of a Spark job (``loader simulate --job-overhead``).
     job_overhead: float = 0.0
 
+    def _views(self) -> list[int]:
+        """The exported views' table ids."""
+        return [tid for tid, spec in zip(self.tids, self.tables) if spec.view_of is not None]
+
     @property
     def n_updates(self) -> int:
         """Update lines written (a view's updates are not: the simulator derives them)."""
-        views = [tid for tid, spec in zip(self.tids, self.tables) if spec.view_of is not None]
+        views = self._views()
         if not views:
             return int(self.releases.size)
         return int(np.count_nonzero(~np.isin(self.update_tids, views)))
@@ -126,7 +130,7 @@ class TraceSnapshot:
         if not self.n_updates:
             return
         # Stable: equal releases keep the order the service saw them in.
-        views = [tid for tid, spec in zip(self.tids, self.tables) if spec.view_of is not None]
+        views = self._views()
         order = np.argsort(self.releases, kind="stable")
         if views:
             order = order[~np.isin(self.update_tids[order], views)]
