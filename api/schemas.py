@@ -191,8 +191,9 @@ class ViewModel(BaseModel):
     rebuilds: int = Field(description="Times the executor was rebuilt from Delta (start, and after a failed load).")
     executor: dict[str, Any] | None = Field(
         description="mode, updates, cache_probes, cache_hits, pipelines (join orders), candidates (name, "
-        "pipeline, state profiled/used/unused, benefit, cost, memory_bytes, granted_entries, granted_bytes), "
-        "caches (entries, tuples, capacity, probes, hits); null while being rebuilt."
+        "pipeline, scope prefix/global (section 6), state profiled/used/unused, benefit, cost, memory_bytes, "
+        "granted_entries, granted_bytes), caches (entries, tuples, capacity, probes, hits, evictions, bytes); "
+        "null while being rebuilt."
     )
 
 

@@ -29,9 +29,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from schedulers.views.engine import EngineSettings, MJoinEngine
+from schedulers.views.engine import EngineSettings, MJoinEngine, store_bytes
 from schedulers.views.pipelines import Orders
-from schedulers.views.profiler import ENTRY_BYTES, REFERENCE_BYTES
 from schedulers.views.reoptimizer import ReoptimizerSettings
 from schedulers.views.workloads import ORDERS_RS_CACHE, ORDERS_ST_CACHE, Workload, global_orders, star, three_way
 from testing.report import (
@@ -70,13 +69,9 @@ READING = (
 NO_INDEX = ("s.b",)
 
 
-def store_bytes(engine: MJoinEngine) -> float:
-    """Memory of the caches as section 3.3 lays them out: an entry per key, a reference per tuple."""
-    total = 0.0
-    for group, store in engine.stores.items():
-        members = len(group[0])
-        total += len(store.table) * ENTRY_BYTES + store.tuples * REFERENCE_BYTES * members
-    return total
+def caches_bytes(engine: MJoinEngine) -> float:
+    """Memory of the caches as section 3.3 lays them out (``engine.store_bytes``)."""
+    return sum(store_bytes(store, len(group[0])) for group, store in engine.stores.items())
 
 
 def run_plan(
@@ -108,7 +103,7 @@ def run_plan(
     for step, (i, row) in enumerate(workload.stream):
         engine.apply(i, inserts=[row])
         if sample_every and step % sample_every == 0:
-            peak = max(peak, store_bytes(engine))
+            peak = max(peak, caches_bytes(engine))
             now = time.perf_counter()
             if step:
                 timeline.append((step, (engine.updates - last_updates) / (now - last)))

@@ -156,6 +156,7 @@ class LoaderService:
         self.quarantine = QuarantineDesk(quarantine, self.intake, metrics)
         #: Join views (docs/join-views.md): scheduled beside the tables, loaded on the driver.
         self.views = JoinViews(catalog, self.dispatcher, s.warehouse_path)
+        metrics.attach_views(self.views)
         self.status = TableStatuses(catalog, self.intake, self.dispatcher, quarantine, self.views)
         m = s.maintenance
         self.maintenance = Maintenance(

@@ -84,6 +84,9 @@ class CachingConfig(BaseModel):
     profile_probability: float = Field(default=0.05, ge=0.0, le=1.0)
     #: Bytes for the view's caches together (section 5); None: unbounded.
     memory_budget_bytes: int | None = Field(default=None, ge=0)
+    #: Section 6's m: globally-consistent caches are candidates too while fewer than m
+    #: satisfy the prefix invariant; 0 keeps to the prefix invariant.
+    global_caches: int = Field(default=6, ge=0, le=12)
 
     def engine(self, seed: int) -> EngineSettings:
         return EngineSettings(
@@ -91,6 +94,7 @@ class CachingConfig(BaseModel):
             caches=self.caches,
             profile_probability=self.profile_probability,
             window=self.observations,
+            global_caches=self.global_caches,
             reoptimizer=ReoptimizerSettings(
                 interval=self.interval,
                 unit=self.interval_unit,

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from loader.loading.dispatcher import Dispatcher
+from loader.loading.views.registry import JoinViews
 from loader.ops.table_series import TableCounter, TableGauge, TableHistogram
 from loader.pending.spill.model import DiskOp
 from loader.pending.store import PendingStore
@@ -264,6 +265,78 @@ class TablesCollector(Collector):
         )
 
 
+#: A view candidate cache's states (section 4.5), exported as a state set.
+CACHE_STATES = ("profiled", "used", "unused")
+
+
+class ViewCachesCollector(Collector):
+    """A-Caching's figures of every join view, as ``GET /v1/admin/views/{v}`` shows them: per
+    candidate cache its state, estimated benefit and cost (per update processed, in the
+    executor's seconds) and memory, per cache in use its entries, tuples, bytes, probes,
+    hits and evictions. Read at scrape time from each view's figures as of its last load
+    (never from an executor a load is changing); a view being rebuilt exports none."""
+
+    def __init__(self) -> None:
+        self.views: JoinViews | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["view", "cache"]
+        state = GaugeMetricFamily(
+            "loader_view_cache_state", "Candidate cache state (1 for the current one).", labels=[*labels, "state"]
+        )
+        scope = GaugeMetricFamily(
+            "loader_view_cache_candidate_info",
+            "Candidate caches: their pipeline and scope (prefix: Definition 3.2; global: section 6).",
+            labels=[*labels, "pipeline", "scope"],
+        )
+        benefit = GaugeMetricFamily(
+            "loader_view_cache_benefit", "Estimated benefit per update processed (seconds).", labels=labels
+        )
+        cost = GaugeMetricFamily(
+            "loader_view_cache_cost", "Estimated maintenance cost per update processed (seconds).", labels=labels
+        )
+        estimated = GaugeMetricFamily(
+            "loader_view_cache_estimated_bytes", "Memory the candidate is expected to need.", labels=labels
+        )
+        granted = GaugeMetricFamily("loader_view_cache_granted_bytes", "Memory granted (section 5).", labels=labels)
+        figures = {
+            name: GaugeMetricFamily(f"loader_view_cache_{name}", text, labels=labels)
+            for name, text in (
+                ("entries", "Keys a cache in use holds."),
+                ("tuples", "Join subresult tuples a cache in use holds."),
+                ("bytes", "Memory of a cache in use (section 3.3's layout)."),
+                ("probes", "Probes of a cache in use since it was created."),
+                ("hits", "Hits of a cache in use since it was created."),
+                ("evictions", "Entries evicted since it was created (section 6)."),
+            )
+        }
+        probes = CounterMetricFamily(
+            "loader_view_cache_probes", "Cache probes of a view's executor since it was built.", labels=["view"]
+        )
+        hits = CounterMetricFamily(
+            "loader_view_cache_hits", "Cache hits of a view's executor since it was built.", labels=["view"]
+        )
+        for view in self.views.names() if self.views is not None else ():
+            executor = self.views.maintainers[view].describe().get("executor")  # type: ignore[union-attr]
+            if not isinstance(executor, dict):
+                continue
+            probes.add_metric([view], executor["cache_probes"])
+            hits.add_metric([view], executor["cache_hits"])
+            for c in executor["candidates"]:
+                key = [view, c["name"]]
+                for value in CACHE_STATES:
+                    state.add_metric([*key, value], float(c["state"] == value))
+                scope.add_metric([*key, c["pipeline"], c["scope"]], 1.0)
+                for family, field in ((benefit, "benefit"), (cost, "cost"), (estimated, "memory_bytes")):
+                    if c[field] is not None:
+                        family.add_metric(key, c[field])
+                granted.add_metric(key, c["granted_bytes"] or 0.0)
+            for cache in executor["caches"]:
+                for name, family in figures.items():
+                    family.add_metric([view, cache["name"]], cache[name])
+        yield from (state, scope, benefit, cost, estimated, granted, *figures.values(), probes, hits)
+
+
 class Metrics:
     """All metric objects of one service instance, on its own registry (tests stay isolated).
 
@@ -369,6 +442,8 @@ class Metrics:
         )
         self._tables = TablesCollector(self)
         r.register(self._tables)
+        self._views = ViewCachesCollector()
+        r.register(self._views)
         self.requests = Counter(
             "loader_http_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
         )
@@ -474,6 +549,10 @@ class Metrics:
         self.memory_budget.set_function(lambda: pending.cache.budget)
         self.spill_disk_budget.set_function(lambda: pending.disk_budget or 0)
         self.pressure_mode.set_function(lambda: float(getattr(dispatcher.policy, "pressure", False)))
+
+    def attach_views(self, views: JoinViews) -> None:
+        """Export the join views' caches (``ViewCachesCollector``) from now on."""
+        self._views.views = views
 
     def on_spill_op(self, op: DiskOp) -> None:
         kind = "write" if op.kind == "write" else ("read_in_place" if op.reader == "loader" else "read_back")

@@ -15,6 +15,13 @@ direct-mapped (section 3.3: a new key landing in a taken bucket replaces its ent
 so a smaller grant means more misses, never a wrong answer. Shared caches (Definition
 4.1) are one store used by several pipelines.
 
+Section 6's globally-consistent caches (``EngineSettings.global_caches`` = m) join the
+candidates when fewer than m satisfy the prefix invariant. Their CacheUpdate point in a
+segment input's pipeline follows joins with inputs outside the segment, so the stream
+there is projected on the segment's inputs (each segment tuple once, its multiplicity
+from the relations), and a tuple that dies at a watched operator before the point evicts
+the entry it would have changed (``pipelines.global_candidates`` says why ours evicts).
+
 ``mode`` picks the plan: ``adaptive`` (A-Caching: the Profiler and Re-optimizer choose
 caches as conditions change), ``mjoin`` (no caches, no profiling: the paper's M),
 ``static`` (the caches given, forced, as in the paper's Figs. 6 and 8) and ``xjoin``
@@ -36,14 +43,22 @@ from typing import Literal
 
 from schedulers.views.declaration import JoinGraph, ViewSpec
 from schedulers.views.pipelines import (
+    DEFAULT_GLOBAL_LIMIT,
     Candidate,
     Orders,
     candidates,
     check_orders,
+    conflicts,
     default_orders,
-    maintenance_points,
+    global_candidates,
 )
-from schedulers.views.profiler import DEFAULT_BLOOM_TUPLES, DEFAULT_WINDOW, Profiler
+from schedulers.views.profiler import (
+    DEFAULT_BLOOM_TUPLES,
+    DEFAULT_WINDOW,
+    ENTRY_BYTES,
+    REFERENCE_BYTES,
+    Profiler,
+)
 from schedulers.views.reoptimizer import Reoptimizer, ReoptimizerSettings
 
 Mode = Literal["adaptive", "mjoin", "static", "xjoin"]
@@ -75,6 +90,9 @@ class EngineSettings:
     no_index: tuple[str, ...] = ()
     window: int = DEFAULT_WINDOW
     bloom_tuples: int = DEFAULT_BLOOM_TUPLES
+    #: Section 6's m: globally-consistent candidates fill the candidates up to m when fewer
+    #: satisfy the prefix invariant; 0 keeps to the prefix invariant (section 4's plans).
+    global_caches: int = DEFAULT_GLOBAL_LIMIT
     reoptimizer: ReoptimizerSettings = field(default_factory=ReoptimizerSettings)
     seed: int = 0
 
@@ -90,12 +108,17 @@ class CacheFigures:
     capacity: int | None
     probes: int
     hits: int
+    #: Entries evicted because an update could not be applied to them (section 6).
+    evictions: int = 0
+    #: Memory as section 3.3 lays a cache out: an entry (key, bucket) per key and a
+    #: reference per cached tuple's part (tuples themselves are not copied).
+    bytes: float = 0.0
 
 
 class CacheStore:
     """Key -> the segment's joined tuples for that key (a multiset of partial tuples)."""
 
-    __slots__ = ("complete", "capacity", "table", "probes", "hits", "tuples")
+    __slots__ = ("complete", "capacity", "table", "probes", "hits", "tuples", "evictions")
 
     def __init__(self, capacity: int | None, complete: bool = False) -> None:
         if complete and capacity is not None:
@@ -107,6 +130,7 @@ class CacheStore:
         self.probes = 0
         self.hits = 0
         self.tuples = 0
+        self.evictions = 0
 
     def _slot(self, key: Hashable) -> Hashable:
         return key if self.capacity is None else hash(key) % self.capacity
@@ -153,6 +177,20 @@ class CacheStore:
         self.tuples += count
         return True
 
+    def evict(self, key: Hashable) -> None:
+        """Forget the entry of ``key`` (section 6: an update it could not be kept exact for)."""
+        slot = self._slot(key)
+        found = self.table.get(slot)
+        if found is not None and found[0] == key:
+            del self.table[slot]
+            self.tuples -= sum(found[1].values())
+            self.evictions += 1
+
+    def clear(self) -> None:
+        self.evictions += len(self.table)
+        self.table.clear()
+        self.tuples = 0
+
     def resize(self, capacity: int | None) -> None:
         """Keep what fits: entries whose key lands in the same bucket keep the last one."""
         if capacity == self.capacity:
@@ -161,6 +199,11 @@ class CacheStore:
         self.capacity, self.table, self.tuples = capacity, {}, 0
         for key, value in entries:
             self.create(key, value)
+
+
+def store_bytes(store: CacheStore, members: int) -> float:
+    """Section 3.3's layout: ``ENTRY_BYTES`` per entry, a reference per tuple of each member."""
+    return len(store.table) * ENTRY_BYTES + store.tuples * REFERENCE_BYTES * members
 
 
 class _Operator:
@@ -218,7 +261,10 @@ class MJoinEngine:
             [(columns, index) for (m, columns), index in self._indexes.items() if m == i] for i in range(self.n)
         ]
         self._outputs = tuple(self._output_column(o.source.input, o.source.column) for o in spec.outputs)
-        self.candidates = candidates(graph, self.orders)
+        prefix = candidates(graph, self.orders)
+        extra = global_candidates(graph, self.orders, prefix, self.settings.global_caches)
+        # An XJoin materialises prefix-invariant subresults only; an MJoin has no caches.
+        self.candidates = prefix + (extra if self.settings.mode in ("adaptive", "static") else ())
         self.by_name = {c.name(spec.aliases): c for c in self.candidates}
         self.profiler = Profiler(
             self.n, self.candidates, window=self.settings.window, bloom_tuples=self.settings.bloom_tuples
@@ -226,7 +272,11 @@ class MJoinEngine:
         self.reoptimizer = Reoptimizer(self.candidates, self.profiler, self.settings.reoptimizer)
         self.stores: dict[Hashable, CacheStore] = {}
         self._lookup: list[dict[int, tuple[Candidate, CacheStore, tuple]]] = [{} for _ in range(self.n)]
-        self._maintain: list[dict[int, list[tuple[CacheStore, tuple]]]] = [{} for _ in range(self.n)]
+        #: Pipeline -> position -> CacheUpdate there: (store, key reader, None for a prefix
+        #: cache's exact stream, or a globally-consistent cache's (segment inputs, others)).
+        self._maintain: list[dict[int, list[tuple[CacheStore, tuple, tuple | None]]]] = [{} for _ in range(self.n)]
+        #: Pipeline -> position -> (store, key reader over what is joined there, or None).
+        self._watch: list[dict[int, list[tuple[CacheStore, tuple | None]]]] = [{} for _ in range(self.n)]
         self._observe: list[dict[int, list[tuple[Candidate, tuple]]]] = [{} for _ in range(self.n)]
         #: Over the executor's life, every cache together (stores come and go).
         self.cache_probes = 0
@@ -238,7 +288,15 @@ class MJoinEngine:
                 raise ValueError(
                     f"caches {unknown} are not candidates of these pipelines; candidates: {sorted(self.by_name)}"
                 )
-            self.reoptimizer.force([self.by_name[name] for name in self.settings.caches])
+            forced = [self.by_name[name] for name in self.settings.caches]
+            clashing = [(a, b) for k, a in enumerate(forced) for b in forced[k + 1 :] if conflicts(a, b)]
+            if clashing:
+                a, b = clashing[0]
+                raise ValueError(
+                    f"caches {a.name(spec.aliases)} and {b.name(spec.aliases)} cannot be used together "
+                    "(they overlap, or one's lookup skips where the other is maintained)"
+                )
+            self.reoptimizer.force(forced)
         elif mode == "mjoin":
             self.reoptimizer.force([])
         self._sync()
@@ -260,10 +318,17 @@ class MJoinEngine:
 
     def _reader(self, members: Iterable[int], attributes: tuple[int, ...]) -> tuple:
         """Where to read each attribute in a composite holding ``members``."""
+        found = self._reader_or_none(members, attributes)
+        assert found is not None, (members, attributes)
+        return found
+
+    def _reader_or_none(self, members: Iterable[int], attributes: tuple[int, ...]) -> tuple | None:
         members = sorted(members)
         readers = []
         for a in attributes:
-            holder = next(m for m in members if a in self.graph.of_input[m])
+            holder = next((m for m in members if a in self.graph.of_input[m]), None)
+            if holder is None:
+                return None
             readers.append((holder, self._column(holder, a)))
         return tuple(readers)
 
@@ -300,17 +365,29 @@ class MJoinEngine:
                 self.stores[c.group].resize(capacity)
         self._lookup = [{} for _ in range(self.n)]
         self._maintain = [{} for _ in range(self.n)]
+        self._watch = [{} for _ in range(self.n)]
         for c in used:
             store = self.stores[c.group]
-            for m, position in maintenance_points(self.orders, c).items():
+            projection = None
+            if c.scope == "global":
+                projection = (tuple(sorted(c.members)), tuple(k for k in range(self.n) if k not in c.members))
+            for m, position in c.update_points.items():
                 point = self._maintain[m].setdefault(position, [])
-                if all(s is not store for s, _ in point):
-                    point.append((store, self._reader(c.members, c.key)))
+                if all(s is not store for s, _, _ in point):
+                    point.append((store, self._reader(c.members, c.key), projection))
+            for m, (first, q) in c.watched.items():
+                for pos in range(first, q):
+                    joined = {m, *self.orders[m][:pos]}
+                    watch = self._watch[m].setdefault(pos, [])
+                    if all(s is not store for s, _ in watch):
+                        watch.append((store, self._reader_or_none(joined, c.key)))
         for c in used:
-            # No used cache spans another's CacheUpdate point: impossible between prefix-
-            # invariant candidates (tests/schedulers/views/test_pipelines.py proves it on
-            # random views), and a lookup there would skip tuples that cache must see.
+            # No used cache spans another's CacheUpdate point or watched operator: impossible
+            # between prefix-invariant candidates (tests/schedulers/views/test_pipelines.py
+            # proves it on random views), and selection keeps section 6's caches apart
+            # (pipelines.conflicts); a lookup there would skip tuples that cache must see.
             assert not any(c.start < q <= c.end for q in self._maintain[c.pipeline]), c
+            assert not any(c.start <= q <= c.end for q in self._watch[c.pipeline]), c
             store = self.stores[c.group]
             prefix = {c.pipeline, *self.orders[c.pipeline][: c.start]}
             self._lookup[c.pipeline][c.start] = (c, store, self._reader(prefix, c.key))
@@ -338,11 +415,14 @@ class MJoinEngine:
     def _clock(self) -> float:
         return self._timer() if self._timer is not None else float(self.work)
 
-    def _join(self, op: _Operator, stream: list[tuple[Parts, int]]) -> list[tuple[Parts, int]]:
+    def _join(
+        self, op: _Operator, stream: list[tuple[Parts, int]], dead: list[Parts] | None = None
+    ) -> list[tuple[Parts, int]]:
+        """``dead``: where to list the tuples that join nothing (a watched operator, section 6)."""
         out = []
         index, m, reader = op.index, op.input, op.prefix_columns
         if index is None:
-            return self._scan(op, stream)
+            return self._scan(op, stream, dead)
         for parts, count in stream:
             matches = index.get(tuple(parts[h][c] for h, c in reader))
             if matches:
@@ -350,20 +430,27 @@ class MJoinEngine:
                     joined = list(parts)
                     joined[m] = row
                     out.append((tuple(joined), count * times))
+            elif dead is not None:
+                dead.append(parts)
         self.work += len(stream) + len(out)
         return out
 
-    def _scan(self, op: _Operator, stream: list[tuple[Parts, int]]) -> list[tuple[Parts, int]]:
+    def _scan(
+        self, op: _Operator, stream: list[tuple[Parts, int]], dead: list[Parts] | None = None
+    ) -> list[tuple[Parts, int]]:
         """A nested-loop join: every row of the input is compared (cost grows with its size)."""
         out = []
         rows, m, columns = self.rows[op.input], op.input, op.columns
         for parts, count in stream:
             key = tuple(parts[h][c] for h, c in op.prefix_columns)
+            found = len(out)
             for row, times in rows.items():
                 if tuple(row[c] for c in columns) == key:
                     joined = list(parts)
                     joined[m] = row
                     out.append((tuple(joined), count * times))
+            if dead is not None and len(out) == found:
+                dead.append(parts)
         self.work += len(stream) * (1 + len(rows)) + len(out)
         return out
 
@@ -389,7 +476,7 @@ class MJoinEngine:
             if not quiet:
                 maintain = self._maintain[i].get(pos)
                 if maintain:
-                    self._cache_update(maintain, stream, sign)
+                    self._cache_update(i, maintain, stream, sign)
                 observe = self._observe[i].get(pos)
                 if observe:
                     for c, reader in observe:
@@ -400,16 +487,24 @@ class MJoinEngine:
                 stream = self._through_cache(cache, stream)
                 pos = cache[0].end + 1
                 continue
+            watch = None if quiet else self._watch[i].get(pos)
+            dead: list[Parts] | None = [] if watch else None
             if profile is not None:
                 before = self._clock()
                 profile[0][pos] += len(stream)
-                stream = self._join(ops[pos], stream)
+                stream = self._join(ops[pos], stream, dead)
                 profile[1][pos] += self._clock() - before
             else:
-                stream = self._join(ops[pos], stream)
+                stream = self._join(ops[pos], stream, dead)
+            if dead:
+                self._evict(watch, dead)
             pos += 1
-        if profile is not None and pos == stop == self.n - 1:
-            profile[0][self.n - 1] += len(stream)
+        if pos == stop == self.n - 1:
+            if profile is not None:
+                profile[0][self.n - 1] += len(stream)
+            maintain = None if quiet else self._maintain[i].get(pos)
+            if maintain and stream:  # section 6: a CacheUpdate point at the pipeline's output
+                self._cache_update(i, maintain, stream, sign)
         return stream
 
     def _through_cache(
@@ -452,20 +547,55 @@ class MJoinEngine:
         return out
 
     def _cache_update(
-        self, maintain: list[tuple[CacheStore, tuple]], stream: list[tuple[Parts, int]], sign: int
+        self,
+        i: int,
+        maintain: list[tuple[CacheStore, tuple, tuple | None]],
+        stream: list[tuple[Parts, int]],
+        sign: int,
     ) -> None:
-        """CacheUpdate U_l (section 3.2): the stream here is the cached segment's delta."""
-        for store, reader in maintain:
-            # The stream here holds exactly the segment's inputs (the prefix invariant), so
-            # each composite is the partial tuple the store keeps. update_cost is measured
-            # here on a sample, where the upkeep that cost(C) charges is spent.
+        """CacheUpdate U_l (section 3.2) in pipeline i: the stream here is the cached segment's delta."""
+        for store, reader, projection in maintain:
+            # update_cost is measured here on a sample, where the upkeep that cost(C) charges
+            # is spent.
             sampled = self._timer is not None and self._random.random() < self.settings.profile_probability
             before = self._clock() if sampled else 0.0
-            for parts, count in stream:
-                store.change(self._key(parts, reader), parts, sign * count)
+            if projection is None:
+                # The stream holds exactly the segment's inputs (the prefix invariant), so
+                # each composite is the partial tuple the store keeps.
+                for parts, count in stream:
+                    store.change(self._key(parts, reader), parts, sign * count)
+            else:
+                # Section 6: inputs outside the segment joined first, so a segment tuple comes
+                # once per partner it found there; each is applied once, with its own
+                # multiplicity (the updated row counts once, the others as their relations hold
+                # them).
+                members, others = projection
+                seen = set()
+                for parts, _ in stream:
+                    partial = tuple(None if k in others else parts[k] for k in range(self.n))
+                    if partial in seen:
+                        continue
+                    seen.add(partial)
+                    count = 1
+                    for k in members:
+                        if k != i:
+                            count *= self.rows[k][partial[k]]
+                    store.change(self._key(parts, reader), partial, sign * count)
             self.work += len(stream)
             if sampled:
                 self.profiler.update_cost_sample(self._clock() - before, len(stream))
+
+    def _evict(self, watch: list[tuple[CacheStore, tuple | None]], dead: list[Parts]) -> None:
+        """Section 6 (ours): tuples that died at a watched operator took segment tuples with
+        them that the CacheUpdate point will not see; their entries go (every entry, where
+        the key is not bound yet)."""
+        for store, reader in watch:
+            if reader is None:
+                store.clear()
+                continue
+            for parts in dead:
+                store.evict(self._key(parts, reader))
+        self.work += len(dead)
 
     def _process(self, i: int, row: Row, sign: int) -> Delta:
         """One update through its pipeline, then into its relation."""
@@ -651,6 +781,8 @@ class MJoinEngine:
                     capacity=store.capacity,
                     probes=store.probes,
                     hits=store.hits,
+                    evictions=store.evictions,
+                    bytes=store_bytes(store, len(group[0])),
                 )
             )
         return figures

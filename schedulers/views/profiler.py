@@ -257,8 +257,8 @@ class Profiler:
         proc = d_in * probe_cost + miss * (segment + d_out * update_cost)
         benefit = segment - proc
         # cost(C) = update_cost * sum over the segment's inputs l of d_l,k-j+1: the tuples
-        # their own pipelines produce after joining the rest of the segment.
-        width = candidate.length - 1
-        cost = update_cost * sum(self.d(m, width) for m in candidate.members)
+        # their own pipelines produce after joining the rest of the segment (section 6: at
+        # the CacheUpdate point, after whatever joined before it).
+        cost = update_cost * sum(self.d(m, q) for m, q in candidate.update_points.items())
         memory = distinct_keys * (ENTRY_BYTES + REFERENCE_BYTES * entry)
         return CacheEstimate(benefit, cost, proc, segment, miss, probe_cost, update_cost, entry, memory)

@@ -17,9 +17,15 @@ The problem is NP-hard once caches are shared (Theorem 4.2), hence several metho
   recursion decides everything else, which is the same optimum in 2^(shared groups) steps.
 * ``greedy``: Appendix B's set-cover-like greedy on the equivalent minimum *total cost*
   form; an O(log n) approximation when processing costs are nonnegative.
-* ``auto``: ``tree`` when nothing is shared, else ``exhaustive`` while its enumeration is
-  small, else ``greedy`` (the paper's own choice, section 4.4, plus its observation that
-  exhaustive search is cheap for n <= 6).
+* ``subsets``: section 6's search over all 2^m combinations of candidates, the only method
+  once globally-consistent caches are among them: those break the forest (a pipeline's
+  caches may overlap without nesting, and one cache's lookup may skip where another is
+  maintained, ``pipelines.conflicts``), and the problem becomes as hard as independent set.
+  Pruning: a candidate whose benefit is not positive is never taken.
+* ``auto``: ``subsets`` when a globally-consistent candidate is present, else ``tree`` when
+  nothing is shared, else ``exhaustive`` while its enumeration is small, else ``greedy``
+  (the paper's own choice, section 4.4, plus its observation that exhaustive search is
+  cheap for n <= 6).
 
 Pure: the caller (the re-optimizer) supplies the estimates; nothing here reads a clock.
 Ties are broken deterministically (fewer caches first, then the order of
@@ -34,9 +40,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Literal, get_args
 
-from schedulers.views.pipelines import Candidate
+from schedulers.views.pipelines import Candidate, conflicts
 
-SelectionMethod = Literal["auto", "tree", "greedy", "exhaustive"]
+SelectionMethod = Literal["auto", "tree", "greedy", "exhaustive", "subsets"]
 SELECTION_METHODS: tuple[str, ...] = get_args(SelectionMethod)
 
 #: A shared-cache group (Definition 4.1): ``Candidate.group``, the cached inputs and the key.
@@ -46,6 +52,8 @@ Operator = tuple[int, int]
 
 #: ``auto`` runs ``exhaustive`` while at most this many groups are shared (2^limit steps).
 EXHAUSTIVE_LIMIT = 16
+#: ``subsets`` refuses more candidates than this (2^limit combinations; section 6 fixes m).
+SUBSETS_LIMIT = 20
 
 
 @dataclass(frozen=True)
@@ -89,13 +97,21 @@ class Instance:
             missing = [op for op in operators(candidate) if op not in self.op_cost]
             if missing:
                 raise ValueError(f"op_cost: no estimate for operator(s) {missing} of {candidate}")
-        # Every algorithm here relies on the forest structure the prefix invariant gives.
+        # Every algorithm but ``subsets`` relies on the forest structure the prefix invariant
+        # gives; section 6's caches may break it, and only ``subsets`` takes them.
         for left, right in combinations(self.candidates, 2):
+            if left.scope == "global" or right.scope == "global":
+                continue
             if left.overlaps(right) and not (left.covers(right) or right.covers(left)):
                 raise ValueError(
                     f"candidates: {left} and {right} overlap without one containing the other; "
                     "candidates must satisfy the prefix invariant (use pipelines.candidates)"
                 )
+
+    @property
+    def global_(self) -> bool:
+        """Section 6's caches are among the candidates."""
+        return any(c.scope == "global" for c in self.candidates)
 
     def proc(self, candidate: Candidate) -> float:
         """proc(C) of section 4.4: the cost of running C's pipeline segment through the cache,
@@ -119,8 +135,11 @@ def _check_chosen(instance: Instance, chosen: Iterable[Candidate]) -> list[Candi
         if candidate not in known:
             raise ValueError(f"{candidate} is not a candidate of the instance")
     for left, right in combinations(ordered, 2):
-        if left.overlaps(right):
-            raise ValueError(f"{left} and {right} overlap; a pipeline uses nonoverlapping caches")
+        if conflicts(left, right):
+            raise ValueError(
+                f"{left} and {right} overlap, or one's lookup skips where the other is maintained; "
+                "a plan uses nonconflicting caches"
+            )
     return ordered
 
 
@@ -175,12 +194,21 @@ def select(
     shared, when it falls back to the greedy approximation (section 4.4)."""
     if method == "auto":
         shared = shared_groups(instance)
-        if not shared:
+        if instance.global_:
+            method = "subsets"
+        elif not shared:
             method = "tree"
         elif len(shared) <= exhaustive_limit:
             method = "exhaustive"
         else:
             method = "greedy"
+    if method == "subsets":
+        return frozenset(_subsets(instance))
+    if instance.global_:
+        raise ValueError(
+            f"method {method!r} needs candidates satisfying the prefix invariant; with section 6's "
+            "globally-consistent caches among them use 'subsets' (or 'auto')"
+        )
     if method == "tree":
         return frozenset(_tree(instance))
     if method == "exhaustive":
@@ -326,3 +354,35 @@ def _greedy(instance: Instance) -> list[Candidate]:
         uncovered.difference_update(best_ops)
     # Appendix B: of overlapping (hence nested) chosen caches keep the one covering most.
     return [c for c in taken if not any(o is not c and o.covers(c) for o in taken)]
+
+
+# -- subsets: section 6 ------------------------------------------------------------------------
+
+
+def _subsets(instance: Instance) -> list[Candidate]:
+    """Section 6: "fix a maximum number m of candidate caches and use exhaustive search over
+    the 2^m possible combinations". Depth-first over the candidates in ``_order``, each taken
+    or not, skipping conflicting ones and those whose benefit is not positive (taking one
+    never raises the net benefit: a shared group's cost is paid by whichever member opens
+    it). Ties keep fewer caches, then the first in order, as the other methods do."""
+    ordered = sorted((c for c in instance.candidates if instance.benefit[c] > 0), key=_order)
+    if len(ordered) > SUBSETS_LIMIT:
+        raise ValueError(f"subsets: {len(ordered)} candidates with a benefit; the search takes at most {SUBSETS_LIMIT}")
+    clash = {c: {o for o in ordered if o is not c and conflicts(c, o)} for c in ordered}
+    best: tuple[float, int, list[tuple[int, int, int]]] | None = None
+    chosen: list[Candidate] = []
+
+    def visit(k: int, taken: list[Candidate], blocked: frozenset[Candidate]) -> None:
+        nonlocal best, chosen
+        if k == len(ordered):
+            key = (-_net(instance, taken), len(taken), [_order(c) for c in taken])
+            if best is None or key < best:
+                best, chosen = key, list(taken)
+            return
+        c = ordered[k]
+        if c not in blocked:
+            visit(k + 1, [*taken, c], blocked | clash[c])
+        visit(k + 1, taken, blocked)
+
+    visit(0, [], frozenset())
+    return chosen

@@ -184,3 +184,60 @@ def test_declarations_that_cannot_be_maintained_are_refused_with_the_reason(tmp_
         answer = h.post("/v1/admin/tables", token=OPERATOR, json=appended)
         assert answer.status_code == 409 and "read by join views ['enriched']" in answer.json()["message"], answer.text
         assert h.status("customers")["mode"] == "latest"
+
+
+def test_a_three_way_view_with_a_globally_consistent_cache_in_admin_and_metrics(tmp_path: Path) -> None:
+    """Section 6 through the service: sales -> customers -> regions, with the customers-regions
+    cache in the sales pipeline forced (customers join sales first, so only section 6 allows
+    it). The view stays the join of its inputs; the admin view and /metrics show the
+    candidates with their scope and state and the cache with its figures."""
+    regions = {
+        "name": "regions",
+        "schema": {"columns": [{"name": "rid", "type": "int64"}, {"name": "rname", "type": "string"}]},
+    }
+    clients = {
+        "name": "clients",
+        "schema": {"columns": [{"name": "cid", "type": "int64"}, {"name": "rid", "type": "int64"}]},
+    }
+    view = {
+        "name": "geo",
+        "inputs": [{"table": "sales", "alias": "s"}, {"table": "clients", "alias": "c"}, {"table": "regions"}],
+        "on": ["s.cid = c.cid", "c.rid = regions.rid"],
+        "select": ["s.sid", "regions.rname"],
+        "caching": {"mode": "static", "caches": ["s:[c regions]*"]},
+    }
+
+    def joined(h: Harness) -> Counter:
+        names = {r["rid"]: r["rname"] for r in h.rows("regions")}
+        homes = Counter((r["cid"], names[r["rid"]]) for r in h.rows("clients") if r["rid"] in names)
+        out: Counter = Counter()
+        for r in h.rows("sales"):
+            for (cid, name), times in homes.items():
+                if cid == r["cid"]:
+                    out[(r["sid"], name)] += times
+        return out
+
+    def geo(h: Harness) -> Counter:
+        return Counter({(r["sid"], r["rname"]): r["__loader_count"] for r in h.rows("geo")})
+
+    with Harness(tmp_path / "data") as h:
+        for table in (SALES, clients, regions):
+            assert h.post("/v1/admin/tables", token=OPERATOR, json=table).status_code == 201
+        assert h.post("/v1/admin/views", token=OPERATOR, json=view).status_code == 201, "declared"
+        send(h, "regions", [{"rid": 1, "rname": "north"}, {"rid": 2, "rname": "south"}])
+        send(h, "clients", [{"cid": 7, "rid": 1}, {"cid": 8, "rid": 2}])
+        send(h, "sales", [{"sid": 1, "cid": 7, "amt": 1.0}, {"sid": 2, "cid": 7, "amt": 2.0}])
+        send(h, "clients", [{"cid": 7, "rid": 2}])  # a second home: the cached entry for 7 is maintained
+        send(h, "sales", [{"sid": 3, "cid": 7, "amt": 3.0}, {"sid": 4, "cid": 8, "amt": 4.0}])
+        h.wait(lambda: h.status("geo")["pending_updates"] == 0 and geo(h) == joined(h))
+        assert sum(joined(h).values()) == 7
+        executor = h.get("/v1/admin/views/geo").json()["executor"]
+        scopes = {c["name"]: (c["scope"], c["state"]) for c in executor["candidates"]}
+        assert scopes == {"regions:[c s]": ("prefix", "unused"), "s:[c regions]*": ("global", "used")}
+        (cache,) = executor["caches"]
+        assert cache["name"] == "s:[c regions]*" and cache["hits"] >= 1 and cache["bytes"] > 0
+        metrics = h.get("/metrics").text
+        assert 'loader_view_cache_state{cache="s:[c regions]*",state="used",view="geo"} 1.0' in metrics
+        info = 'loader_view_cache_candidate_info{cache="regions:[c s]",pipeline="regions",scope="prefix",view="geo"}'
+        assert info in metrics
+        assert f'loader_view_cache_hits{{cache="s:[c regions]*",view="geo"}} {float(cache["hits"])}' in metrics

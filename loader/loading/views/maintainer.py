@@ -250,6 +250,7 @@ class ViewMaintainer:
                 {
                     "name": c.name(aliases),
                     "pipeline": aliases[c.pipeline],
+                    "scope": c.scope,
                     "state": states[c],
                     "benefit": estimates[c].benefit if c in estimates else None,
                     "cost": estimates[c].cost if c in estimates else None,
@@ -268,6 +269,8 @@ class ViewMaintainer:
                     "capacity": f.capacity,
                     "probes": f.probes,
                     "hits": f.hits,
+                    "evictions": f.evictions,
+                    "bytes": f.bytes,
                 }
                 for f in engine.cache_figures()
             ],

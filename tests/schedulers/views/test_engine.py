@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 from schedulers.views.declaration import ViewInput, ViewSpec, Window, check, declared
 from schedulers.views.engine import EngineSettings, InputShape, MJoinEngine
+from schedulers.views.pipelines import Orders, conflicts
 from schedulers.views.reoptimizer import ReoptimizerSettings
+from tests.schedulers.views.strategies import valid_orders
 
 #: Small statistics windows and a short interval, so caches come and go within a test.
 FAST = ReoptimizerSettings(interval=40, check_every=5)
@@ -117,13 +119,21 @@ def operations(draw: st.DrawFn, n: int, widths: list[int]) -> list[tuple]:
 
 
 def build(
-    spec, schemas, shapes, mode: str, caches: tuple[str, ...] = (), seed: int = 0, no_index: tuple[str, ...] = ()
+    spec,
+    schemas,
+    shapes,
+    mode: str,
+    caches: tuple[str, ...] = (),
+    seed: int = 0,
+    no_index: tuple[str, ...] = (),
+    orders: Orders | None = None,
 ) -> MJoinEngine:
     graph = check(spec, schemas)
     return MJoinEngine(
         spec,
         graph,
         shapes,
+        orders,
         settings=EngineSettings(
             mode=mode.removesuffix("-long"),  # type: ignore[arg-type]
             caches=caches,
@@ -137,7 +147,7 @@ def build(
     )
 
 
-def run(engine: MJoinEngine, ops: list[tuple], spec, schemas, shapes, mode, caches, no_index=()) -> None:
+def run(engine: MJoinEngine, ops: list[tuple], spec, schemas, shapes, mode, caches, no_index=(), orders=None) -> None:
     view: Counter = Counter()
     for op in ops:
         if op[0] == "insert":
@@ -155,7 +165,7 @@ def run(engine: MJoinEngine, ops: list[tuple], spec, schemas, shapes, mode, cach
         elif op[0] == "restart":
             # A crash: the caches die with the process; a new executor is rebuilt from the
             # inputs' committed contents (windows refilled in order) and must agree.
-            fresh = build(spec, schemas, shapes, mode, caches, seed=op[1], no_index=no_index)
+            fresh = build(spec, schemas, shapes, mode, caches, seed=op[1], no_index=no_index, orders=orders)
             for i in range(engine.n):
                 window = list(engine._windows[i])
                 if window:
@@ -196,12 +206,76 @@ def test_view_equals_recompute(shape: str, mode: str, data: st.DataObject) -> No
         chosen = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
         kept: list = []
         for name in chosen:
-            if not any(probe.by_name[name].overlaps(probe.by_name[other]) for other in kept):
-                kept.append(name)
+            if not any(conflicts(probe.by_name[name], probe.by_name[other]) for other in kept):
+                if mode == "static" or probe.by_name[name].scope == "prefix":
+                    kept.append(name)
         caches = tuple(kept)
     engine = build(spec, schemas, shapes, mode, caches)
     ops = data.draw(operations(engine.n, [len(s.columns) for s in shapes]))
     run(engine, ops, spec, schemas, shapes, mode, caches)
+
+
+@pytest.mark.parametrize("shape", ["chain", "chain-rows-window", "chain-latest", "star4"])
+@pytest.mark.parametrize("mode", ["adaptive", "static"])
+@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_global_caches_equal_recompute(shape: str, mode: str, data: st.DataObject) -> None:
+    """Section 6: under any valid pipeline orders, a globally-consistent cache forced (with
+    whatever other caches it can be used beside) or chosen by A-Caching keeps the view
+    exact: entries an update could not be applied to are evicted, never read stale."""
+    spec, schemas, shapes = SHAPES[shape]()
+    graph = check(spec, schemas)
+    orders = data.draw(valid_orders(graph))
+    probe = MJoinEngine(spec, graph, shapes, orders)
+    global_ = sorted(name for name, c in probe.by_name.items() if c.scope == "global")
+    if not global_:
+        pytest.skip("no globally-consistent candidate under these orders")
+    caches: tuple[str, ...] = ()
+    if mode == "static":
+        kept = [data.draw(st.sampled_from(global_))]
+        for name in data.draw(st.lists(st.sampled_from(sorted(probe.by_name)), max_size=3, unique=True)):
+            if not any(conflicts(probe.by_name[name], probe.by_name[other]) for other in kept):
+                kept.append(name)
+        caches = tuple(kept)
+    engine = build(spec, schemas, shapes, mode, caches, orders=orders)
+    ops = data.draw(operations(engine.n, [len(s.columns) for s in shapes]))
+    run(engine, ops, spec, schemas, shapes, mode, caches, orders=orders)
+
+
+def test_global_cache_evicts_what_it_cannot_maintain() -> None:
+    """Fig. 12's cache r:[s t]* (S-T keyed on A, in r's pipeline) with s joining r first: an
+    S row whose A no R row holds dies at the watched join with r, so the entry for its A is
+    evicted, and the next R probe of that A misses and finds the new S-T tuples."""
+    spec, schemas, shapes = three_way()
+    engine = build(spec, schemas, shapes, "static", ("r:[s t]*",), orders=((1, 2), (0, 2), (1, 0)))
+    view: Counter = Counter()
+    accumulate(view, engine.apply("s", inserts=[(1, 5, 50)]))
+    accumulate(view, engine.apply("t", inserts=[(50, 0)]))
+    accumulate(view, engine.apply("r", inserts=[(5, 1)]))  # miss: the entry for A = 5 is created
+    (store,) = engine.stores.values()
+    assert store.probes == 1 and store.hits == 0 and len(store.table) == 1
+    accumulate(view, engine.apply("r", deletes=[(5, 1)]))  # hit
+    assert store.hits == 1
+    accumulate(view, engine.apply("s", inserts=[(2, 5, 50)]))  # no R row with A = 5: evicted
+    assert store.evictions == 1 and not store.table
+    accumulate(view, engine.apply("r", inserts=[(5, 2)]))  # misses, and sees both S rows
+    assert store.hits == 1 and view == recompute(engine)
+    assert sum(count for row, count in view.items() if row[0] == 5) == 2
+    accumulate(view, engine.apply("s", inserts=[(3, 5, 50)]))  # R holds A = 5 now: maintained
+    assert store.evictions == 1 and store.tuples == 3
+    accumulate(view, engine.apply("t", inserts=[(50, 1)]))  # t's pipeline maintains it too
+    assert store.tuples == 6 and view == recompute(engine)
+    (figures,) = engine.cache_figures()
+    assert figures.name == "r:[s t]*" and figures.evictions == 1
+
+
+def test_conflicting_or_materialised_global_caches_are_refused() -> None:
+    spec, schemas, shapes = three_way()
+    orders = ((1, 2), (0, 2), (1, 0))
+    with pytest.raises(ValueError, match="cannot be used together"):
+        build(spec, schemas, shapes, "static", ("r:[s t]*", "t:[s r]"), orders=orders)
+    with pytest.raises(ValueError, match="not candidates"):
+        build(spec, schemas, shapes, "xjoin", ("r:[s t]*",), orders=orders)
 
 
 @pytest.mark.parametrize("mode", ["mjoin", "adaptive", "xjoin"])

@@ -21,7 +21,9 @@ from schedulers.views.pipelines import (
     Orders,
     candidates,
     check_orders,
+    conflicts,
     default_orders,
+    global_candidates,
     maintenance_points,
 )
 from tests.schedulers.views.strategies import valid_orders
@@ -312,3 +314,78 @@ def test_no_candidate_spans_another_candidates_maintenance_point(data: st.DataOb
         for other in found:
             if one.pipeline in other.members:
                 assert not one.start < other.length - 1 <= one.end, (one, other)
+
+
+# -- section 6: globally-consistent candidates ----------------------------------------------
+
+
+def test_figure_12_global_cache_in_rs_order() -> None:
+    """Fig. 12's switch: with s joining r first (the order under which t:[s r] is a prefix
+    candidate), the S-T cache in r's pipeline fails Definition 3.2 but is a section 6 cache:
+    X = s join t is all but one relation. In s's pipeline (r, t) the join with r comes first
+    and is watched; in t's pipeline (s, r) s comes first, so the point follows it."""
+    graph = chain()
+    orders = check_orders(graph, [(1, 2), (0, 2), (1, 0)])
+    prefix = candidates(graph, orders)
+    (found,) = global_candidates(graph, orders, prefix)
+    assert found.name(CHAIN_ALIASES) == "r:[s t]*"
+    assert found.scope == "global" and found.key == (0,)  # keyed on A
+    assert found.update_points == {1: 2, 2: 1}
+    assert found.watched == {1: (0, 2)}  # t's pipeline needs no watch
+    assert conflicts(found, prefix[0])  # r's lookup would skip t:[s r]'s point in r's pipeline
+    assert global_candidates(graph, orders, prefix, limit=1) == ()  # p >= m: none
+
+
+def global_oracle(graph: JoinGraph, orders: Orders, prefix: Sequence[Candidate], limit: int) -> list[tuple]:
+    """Section 6's list, rebuilt: X all but one relation, then all but two, ..., in pipeline
+    order; connected, keyed, not already a prefix candidate; m - p of them at most."""
+    taken = {(c.pipeline, c.start, c.segment) for c in prefix}
+    out = []
+    for size in range(graph.n - 1, 1, -1):
+        for i, order in enumerate(orders):
+            for start in range(len(order) - size + 1):
+                segment = tuple(order[start : start + size])
+                key = key_of(graph, {i, *order[:start]}, segment)
+                inner = set(segment)
+                reached, todo = {segment[0]}, [segment[0]]
+                while todo:
+                    for j in graph.neighbours(todo.pop()) & inner - reached:
+                        reached.add(j)
+                        todo.append(j)
+                if (i, start, segment) in taken or not key or reached != inner:
+                    continue
+                out.append((i, start, segment, key))
+    return out[: max(0, limit - len(prefix))]
+
+
+@SETTINGS
+@given(st.data())
+def test_global_candidates_follow_section_6(data: st.DataObject) -> None:
+    graph = data.draw(graphs())
+    orders = data.draw(valid_orders(graph))
+    limit = data.draw(st.integers(0, 10))
+    prefix = candidates(graph, orders)
+    found = global_candidates(graph, orders, prefix, limit)
+    assert [as_tuple(c) for c in found] == global_oracle(graph, orders, prefix, limit)
+    for cache in found:
+        assert cache.scope == "global" and not prefix_invariant(orders, cache.segment)
+        for m, q, w in cache.points:
+            own = orders[m]
+            # The point follows the segment's other inputs; the watch starts at the first
+            # input outside the segment joined before it.
+            assert set(cache.segment) - {m} <= set(own[:q]) and own[q - 1] in cache.segment
+            outside = [p for p in range(q) if own[p] not in cache.segment]
+            assert w == (outside[0] if outside else q)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(data=st.data())
+def test_prefix_candidates_conflict_only_by_overlapping(data: st.DataObject) -> None:
+    """``conflicts`` adds nothing between prefix-invariant candidates: section 4's forest
+    stays as it was, and only section 6's caches bring the other conflicts."""
+    graph = data.draw(graphs())
+    found = candidates(graph, data.draw(valid_orders(graph)))
+    for one in found:
+        for other in found:
+            if one is not other:
+                assert conflicts(one, other) == one.overlaps(other)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from schedulers.views.declaration import JoinGraph, ViewError, ViewInput, check, declared
-from schedulers.views.pipelines import Candidate, candidates, check_orders
+from schedulers.views.pipelines import Candidate, candidates, check_orders, conflicts, global_candidates
 from schedulers.views.selection import (
     SELECTION_METHODS,
     Instance,
@@ -71,11 +71,16 @@ def graphs(draw: st.DrawFn) -> JoinGraph:
 
 
 @st.composite
-def instances(draw: st.DrawFn, physical: bool = False, unshared: bool = False) -> Instance:
+def instances(draw: st.DrawFn, physical: bool = False, unshared: bool = False, global_: bool = False) -> Instance:
     """``physical``: benefit(C) <= the cost of C's operators (proc >= 0), as measured
-    estimates are and as Appendix B's bound assumes. ``unshared``: one cache per group."""
+    estimates are and as Appendix B's bound assumes. ``unshared``: one cache per group.
+    ``global_``: section 6's globally-consistent candidates join, up to a drawn m."""
     graph = draw(graphs())
-    found = list(candidates(graph, draw(valid_orders(graph))))
+    orders = draw(valid_orders(graph))
+    found = list(candidates(graph, orders))
+    if global_:
+        found = found[: MAX_CANDIDATES // 2]
+        found += global_candidates(graph, orders, found, draw(st.integers(len(found) + 1, MAX_CANDIDATES)))
     if found and (len(found) > MAX_CANDIDATES or draw(st.booleans())):
         most = min(len(found), MAX_CANDIDATES)
         picks = draw(st.lists(st.sampled_from(range(len(found))), unique=True, min_size=most // 2, max_size=most))
@@ -100,12 +105,17 @@ def nonoverlapping(chosen: frozenset[Candidate] | Sequence[Candidate]) -> bool:
     return not any(a.overlaps(b) for a, b in combinations(chosen, 2))
 
 
+def usable(chosen: frozenset[Candidate] | Sequence[Candidate]) -> bool:
+    """No two caches overlap or skip where the other is maintained (section 6's rule)."""
+    return not any(conflicts(a, b) for a, b in combinations(chosen, 2))
+
+
 def brute_force(instance: Instance) -> float:
-    """The best net benefit over every subset of candidates that does not overlap."""
+    """The best net benefit over every subset of candidates one plan can use together."""
     best = 0.0
     for size in range(1, len(instance.candidates) + 1):
         for subset in combinations(instance.candidates, size):
-            if nonoverlapping(subset):
+            if usable(subset):
                 best = max(best, net_benefit(instance, subset))
     return best
 
@@ -173,6 +183,22 @@ def test_auto_routes_by_sharing(instance: Instance) -> None:
     else:
         assert select(instance, "auto", exhaustive_limit=0) == select(instance, "greedy")
         assert select(instance, "auto") == select(instance, "exhaustive")
+
+
+@SETTINGS
+@given(instances(global_=True))
+def test_subsets_is_optimal_with_global_caches(instance: Instance) -> None:
+    """Section 6: exhaustive search over the 2^m combinations, conflicts respected; auto
+    takes it whenever a globally-consistent cache is a candidate, and the forest-based
+    methods refuse such an instance."""
+    chosen = select(instance, "subsets")
+    assert usable(chosen) and chosen <= set(instance.candidates)
+    assert net_benefit(instance, chosen) == pytest.approx(brute_force(instance), abs=TOL)
+    if instance.global_:
+        assert select(instance) == chosen
+        for method in ("tree", "exhaustive", "greedy"):
+            with pytest.raises(ValueError, match="subsets"):
+                select(instance, method)  # type: ignore[arg-type]
 
 
 # -- the paper's 6-way star ----------------------------------------------------------------
