@@ -41,6 +41,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import pyarrow as pa
+
 from loader.abc import FailedBatch, FinishedBatch, QuarantinedBatch
 from loader.config import ConfigError, Settings
 from loader.core import failpoints
@@ -63,6 +65,7 @@ from loader.intake.submission import Intake
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.observed import ObservedRecord
 from loader.loading.sinks.base import Sink
+from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import spark_unreachable
 from loader.loading.views.registry import JoinViews
 from loader.ops.maintenance import Maintenance, Schedule
@@ -469,7 +472,7 @@ class LoaderService:
             if self._processes is not None:
                 self.metrics.load_processes.set(self._processes.live())
         outcomes = result if isinstance(result, list) else [result]
-        if any(isinstance(o, LoadResult) for o in outcomes):
+        if any(not isinstance(o, BaseException) for o in outcomes):  # a load, or a view's job
             self._spark_answered()
         else:
             for o in outcomes:
@@ -735,8 +738,8 @@ class LoaderService:
 
     # -- around each batch (loader.abc.BatchHandler) ------------------------------------------
     def load(self, worker: int, batch: Batch) -> LoadResult:
-        if batch.table in self.views:  # the executor on this thread, a deltalake commit: no Spark
-            return self.views.load(batch)
+        if batch.table in self.views:  # on this thread; a spark view's job where loads run
+            return self.views.load(batch, lambda job: self._join_view(worker, job))
         sink = self.sink
         if sink is None:  # the dispatcher starts only once the sink is there
             raise RuntimeError("a batch was dispatched before Spark was up")
@@ -752,7 +755,7 @@ class LoaderService:
         if any(b.table in self.views for b in batches):  # views apart, the tables as one job
             tables = [b for b in batches if b.table not in self.views]
             loaded = iter(self.load_group(worker, tables) if tables else [])
-            return [self._view_outcome(b) if b.table in self.views else next(loaded) for b in batches]
+            return [self._view_outcome(worker, b) if b.table in self.views else next(loaded) for b in batches]
         sink = self.sink
         if sink is None:
             raise RuntimeError("a batch was dispatched before Spark was up")
@@ -764,11 +767,21 @@ class LoaderService:
         remove_files([f.path for b, o in zip(batches, outcomes) if isinstance(o, LoadResult) for f in b.files])
         return outcomes
 
-    def _view_outcome(self, batch: Batch) -> LoadResult | BaseException:
+    def _view_outcome(self, worker: int, batch: Batch) -> LoadResult | BaseException:
         try:
-            return self.views.load(batch)
+            return self.views.load(batch, lambda job: self._join_view(worker, job))
         except Exception as exc:
             return exc
+
+    def _join_view(self, worker: int, job: ViewJob) -> pa.Table:
+        """A view's Spark job (engine ``spark``), run where the tables' loads run."""
+        sink = self.sink
+        if sink is None:
+            raise RuntimeError(f"view {job.view!r} was dispatched before Spark was up")
+        pool = getattr(sink, "use_pool", None)
+        if pool is not None:
+            pool(f"worker-{worker}")
+        return self._spark_call(lambda: sink.join_view(job))
 
     def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
         if batch.table in self.views:

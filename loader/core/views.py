@@ -116,6 +116,11 @@ class ViewConfig(BaseModel):
     #: ``alias.column`` or ``alias.column AS name``.
     select: tuple[str, ...] = Field(min_length=1)
     weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    #: Where the join runs (docs/join-views.md, "Where the work runs"): ``driver``, the MJoin
+    #: executor with A-Caching in the loader process (inputs held in its memory); ``spark``,
+    #: each view load's delta as one Spark job over the inputs' files (cluster-ready, no
+    #: caches, a job's fixed cost per load).
+    engine: Literal["driver", "spark"] = "driver"
     caching: CachingConfig = Field(default_factory=CachingConfig)
 
     @field_validator("name")
@@ -153,6 +158,19 @@ class ResolvedView:
             self.graph: JoinGraph = check(self.spec, typed)
         except ViewError as exc:
             raise Invalid(f"view {config.name!r} cannot be maintained: {exc}") from None
+        if config.engine == "spark":
+            rows = [item.alias for item in self.spec.inputs if item.window is not None and item.window.kind == "rows"]
+            if rows:
+                raise Invalid(
+                    f"view {config.name!r}: engine 'spark' keeps whole inputs and seconds windows; the rows "
+                    f"window of {rows} cuts versions row by row, which only engine 'driver' does: use a "
+                    "seconds window or engine 'driver'"
+                )
+            if "caching" in config.model_fields_set:
+                raise Invalid(
+                    f"view {config.name!r}: 'caching' configures engine 'driver''s caches; engine 'spark' "
+                    "runs each load as one Spark job without them: drop 'caching' or use engine 'driver'"
+                )
         reserved = [o.name for o in self.spec.outputs if o.name.lower().startswith(RESERVED_PREFIX)]
         if reserved:
             raise Invalid(f"view {config.name!r}: output names {reserved} start {RESERVED_PREFIX!r}, the loader's")

@@ -299,22 +299,27 @@ class ViewCachesCollector(Collector):
             "loader_view_cache_estimated_bytes", "Memory the candidate is expected to need.", labels=labels
         )
         granted = GaugeMetricFamily("loader_view_cache_granted_bytes", "Memory granted (section 5).", labels=labels)
-        figures = {
+        figures: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
             name: GaugeMetricFamily(f"loader_view_cache_{name}", text, labels=labels)
             for name, text in (
                 ("entries", "Keys a cache in use holds."),
                 ("tuples", "Join subresult tuples a cache in use holds."),
                 ("bytes", "Memory of a cache in use (section 3.3's layout)."),
-                ("probes", "Probes of a cache in use since it was created."),
+            )
+        }
+        figures |= {
+            name: CounterMetricFamily(f"loader_view_cache_{name}", text, labels=labels)
+            for name, text in (
+                ("probes", "Probes of a cache in use since it was created (a new cache starts at 0)."),
                 ("hits", "Hits of a cache in use since it was created."),
-                ("evictions", "Entries evicted since it was created (section 6)."),
+                ("evictions", "Entries evicted since the cache was created (section 6)."),
             )
         }
         probes = CounterMetricFamily(
-            "loader_view_cache_probes", "Cache probes of a view's executor since it was built.", labels=["view"]
+            "loader_view_probes", "Cache probes of a view's executor since it was built.", labels=["view"]
         )
         hits = CounterMetricFamily(
-            "loader_view_cache_hits", "Cache hits of a view's executor since it was built.", labels=["view"]
+            "loader_view_hits", "Cache hits of a view's executor since it was built.", labels=["view"]
         )
         for view in self.views.names() if self.views is not None else ():
             executor = self.views.maintainers[view].describe().get("executor")  # type: ignore[union-attr]

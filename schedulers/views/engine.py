@@ -115,10 +115,14 @@ class CacheFigures:
     bytes: float = 0.0
 
 
+#: Entries holding nothing that an unbounded cache keeps (``CacheStore.create``).
+EMPTY_KEPT = 4096
+
+
 class CacheStore:
     """Key -> the segment's joined tuples for that key (a multiset of partial tuples)."""
 
-    __slots__ = ("complete", "capacity", "table", "probes", "hits", "tuples", "evictions")
+    __slots__ = ("complete", "capacity", "table", "probes", "hits", "tuples", "evictions", "_empty")
 
     def __init__(self, capacity: int | None, complete: bool = False) -> None:
         if complete and capacity is not None:
@@ -131,6 +135,8 @@ class CacheStore:
         self.hits = 0
         self.tuples = 0
         self.evictions = 0
+        #: Keys of entries created empty, oldest first (an unbounded store keeps EMPTY_KEPT).
+        self._empty: deque[Hashable] = deque()
 
     def _slot(self, key: Hashable) -> Hashable:
         return key if self.capacity is None else hash(key) % self.capacity
@@ -147,6 +153,17 @@ class CacheStore:
         return None
 
     def create(self, key: Hashable, value: dict[Parts, int]) -> None:
+        if not value and self.capacity is None:
+            # Ours: an unbounded cache keeps its latest EMPTY_KEPT "joins nothing" entries. They
+            # save a miss as well as any (section 3.2 stores the result "which could be empty"),
+            # but over sliding windows the keys probed in vain are new all the time and no
+            # deletion ever removes their entries: kept all, they would grow with the stream.
+            self._empty.append(key)
+            while len(self._empty) > EMPTY_KEPT:
+                old = self._empty.popleft()
+                found = self.table.get(old)
+                if found is not None and not found[1]:
+                    del self.table[old]
         slot = self._slot(key)
         old = self.table.get(slot)
         if old is not None:
@@ -189,6 +206,7 @@ class CacheStore:
     def clear(self) -> None:
         self.evictions += len(self.table)
         self.table.clear()
+        self._empty.clear()
         self.tuples = 0
 
     def resize(self, capacity: int | None) -> None:
@@ -197,6 +215,7 @@ class CacheStore:
             return
         entries = list(self.table.values())
         self.capacity, self.table, self.tuples = capacity, {}, 0
+        self._empty.clear()
         for key, value in entries:
             self.create(key, value)
 

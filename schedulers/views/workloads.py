@@ -30,12 +30,24 @@ ORDERS_RS_CACHE: Orders = ((S, T), (R, T), (S, R))
 ORDERS_ST_CACHE: Orders = ((S, T), (T, R), (S, R))
 
 
+#: Section 7.1's R(A) join_A S(A, B) join_B T(B): predicates and outputs, the tables, the rows.
+THREE_WAY_JOIN = (["r.a = s.a", "s.b = t.b"], ["r.a", "r.id AS r_id", "s.id AS s_id", "t.id AS t_id"])
+THREE_WAY_SCHEMAS = {
+    "R": {"a": "long", "id": "long"},
+    "S": {"a": "long", "b": "long", "id": "long"},
+    "T": {"b": "long", "id": "long"},
+}
+THREE_WAY_SHAPES = (InputShape(("a", "id")), InputShape(("a", "b", "id")), InputShape(("b", "id")))
+
+
 @dataclass(frozen=True)
 class Workload:
     spec: ViewSpec
     schemas: dict[str, dict[str, str]]
     shapes: tuple[InputShape, ...]
     stream: tuple[tuple[int, tuple], ...]
+    #: Each insertion's arrival time (the ``data_until`` of seconds windows); empty for rows windows.
+    times: tuple[float, ...] = ()
 
     def graph(self) -> JoinGraph:
         return check(self.spec, self.schemas)
@@ -71,21 +83,54 @@ def three_way(
             ViewInput("s", "S", window=Window("rows", window)),
             ViewInput("t", "T", window=Window("rows", max(1, window * t_multiplicity // t_every))),
         ],
-        ["r.a = s.a", "s.b = t.b"],
-        ["r.a", "r.id AS r_id", "s.id AS s_id", "t.id AS t_id"],
+        *THREE_WAY_JOIN,
     )
-    schemas = {
-        "R": {"a": "long", "id": "long"},
-        "S": {"a": "long", "b": "long", "id": "long"},
-        "T": {"b": "long", "id": "long"},
-    }
-    shapes = (InputShape(("a", "id")), InputShape(("a", "b", "id")), InputShape(("b", "id")))
     ids = itertools.count()
     r_rows = [(v, next(ids)) for v in range(values)]
     s_rows = [(v, v, next(ids)) for v in range(values)]
     t_rows = [(v, next(ids)) for v in range(0, values, t_every) for _ in range(t_multiplicity)]
     stream = _interleave([r_rows, s_rows, t_rows], [1.0, 1.0, t_multiplicity / t_every], seed)
-    return Workload(spec, schemas, shapes, tuple(stream))
+    return Workload(spec, THREE_WAY_SCHEMAS, THREE_WAY_SHAPES, tuple(stream))
+
+
+def three_way_burst(
+    *,
+    values: int,
+    burst_at: int,
+    burst: int = 20,
+    window: float = 50.0,
+    t_multiplicity: int = 5,
+    seed: int = 0,
+) -> Workload:
+    """Section 7.4's adaptivity run (Fig. 12): section 7.2's three-way join (R and S carry
+    each value once, T ``t_multiplicity`` times at that multiple of their rate) until S has
+    sent ``burst_at`` tuples, then a burst of R at ``burst`` times its rate for the rest of
+    the run. The streams still advance through the domain together (one value per time
+    unit), so during the burst R carries each value ``burst`` times; windows are time-based
+    (``window`` time units, as STREAM's range windows), so R's window grows with its rate.
+    """
+    spec = declared(
+        "rst",
+        [ViewInput(a, a.upper(), window=Window("seconds", window)) for a in ("r", "s", "t")],
+        *THREE_WAY_JOIN,
+    )
+    rng = random.Random(seed)
+    ids = itertools.count()
+    arrivals = []
+    for v in range(values):
+        copies = (1 if v < burst_at else burst, 1, t_multiplicity)
+        for i, times in enumerate(copies):
+            for k in range(times):
+                row = (v, next(ids)) if i != S else (v, v, next(ids))
+                arrivals.append((v + (k + rng.random() * 0.5) / times, i, row))
+    arrivals.sort(key=lambda item: (item[0], item[1]))
+    return Workload(
+        spec,
+        THREE_WAY_SCHEMAS,
+        THREE_WAY_SHAPES,
+        tuple((i, row) for _, i, row in arrivals),
+        tuple(at for at, _, _ in arrivals),
+    )
 
 
 def star(

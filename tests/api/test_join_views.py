@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from loader.loading.sinks import view_delta
 from schedulers.registry import make_policy
@@ -240,4 +241,7 @@ def test_a_three_way_view_with_a_globally_consistent_cache_in_admin_and_metrics(
         assert 'loader_view_cache_state{cache="s:[c regions]*",state="used",view="geo"} 1.0' in metrics
         info = 'loader_view_cache_candidate_info{cache="regions:[c s]",pipeline="regions",scope="prefix",view="geo"}'
         assert info in metrics
-        assert f'loader_view_cache_hits{{cache="s:[c regions]*",view="geo"}} {float(cache["hits"])}' in metrics
+        assert f'loader_view_cache_hits_total{{cache="s:[c regions]*",view="geo"}} {float(cache["hits"])}' in metrics
+        assert 'loader_view_probes_total{view="geo"}' in metrics
+        families = [f.name for f in text_string_to_metric_families(metrics)]
+        assert len(families) == len(set(families)), "a metric family is exported twice"

@@ -40,6 +40,14 @@ LATEST = {
     "key": ["id"],
 }
 WORKER_LINE = re.compile(r"load worker (\d+) started \(pid (\d+)")
+#: A join view whose engine is Spark: each of its loads one job in a load worker process.
+VIEW = {
+    "name": "a_latest",
+    "engine": "spark",
+    "inputs": [{"table": "a"}, {"table": "latest", "alias": "l"}],
+    "on": ["a.id = l.id"],
+    "select": ["a.id", "a.note", "l.note AS latest_note"],
+}
 
 
 def _server_pid(proc: ServerProcess) -> int:
@@ -87,6 +95,7 @@ def server(tmp_path: Path, workers: int) -> Iterator[ServerProcess]:
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
             "tables": [*TABLES, LATEST],
+            "views": [VIEW],
         },
     )
     proc = ServerProcess(tmp_path, config, port, TOKEN)
@@ -110,6 +119,13 @@ def _load(proc: ServerProcess, first: int, count: int) -> None:
                 time.sleep(0.1)
 
 
+def _view(path: Path) -> list[tuple]:
+    if not (path / "_delta_log").is_dir():
+        return []
+    rows = read_delta(path).to_pylist()
+    return sorted((r["id"], r["note"], r["latest_note"], r["__loader_count"]) for r in rows)
+
+
 def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> None:
     server.start()
     assert server.wait_ready()
@@ -127,6 +143,15 @@ def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> 
             time.sleep(0.1)
     latest = read_delta(server.workdir / "data" / "warehouse" / "latest").to_pylist()
     assert sorted((r["id"], r["note"]) for r in latest) == [(i, "v11") for i in range(5)]
+    # The Spark view caught up with both inputs: its loads ran as jobs in the workers.
+    view = server.workdir / "data" / "warehouse" / VIEW["name"]
+    want = [(i, "a0", "v11", 1) for i in range(5)]
+    with server.client(timeout=60) as http:
+        deadline = time.monotonic() + 120
+        while http.get(f"/v1/tables/{VIEW['name']}").json()["pending_updates"] or _view(view) != want:
+            assert time.monotonic() < deadline, (_view(view), server.log_tail())
+            time.sleep(0.2)
+        assert http.get(f"/v1/admin/views/{VIEW['name']}").json()["executor"]["jobs"] >= 1
     assert server.terminate() == 0
     assert "stopped cleanly" in server.log_text()
     _until_gone(first, 30)  # stopped on shutdown

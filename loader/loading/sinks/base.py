@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+import pyarrow as pa
+
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
+from loader.loading.sinks.view_join import ViewJob
 
 
 class Sink(Protocol):
@@ -42,6 +45,10 @@ class Sink(Protocol):
         """Several tables' batches, each committed exactly as ``load`` would (its own
         transaction): one outcome per batch, in order, a failure as the exception.
         Sinks that cannot share a job between tables use :func:`load_each`."""
+
+    def join_view(self, job: ViewJob) -> pa.Table:
+        """A join view's delta for one view load, computed by one Spark job (engine ``spark``,
+        loader/loading/sinks/view_join.py); the view's commit is the caller's."""
 
 
 def load_each(sink: Sink, batches: list[Batch], schemas: list[TableSchema]) -> list[LoadResult | BaseException]:

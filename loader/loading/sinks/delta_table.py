@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
@@ -20,6 +21,7 @@ from deltalake.exceptions import TableNotFoundError
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch
 from loader.durability.transactions import app_id
+from loader.loading.sinks.view_join import ViewJob, run_view_job
 from loader.loading.spark import DEFAULT_LEAN, lean_changes, use_pool
 
 if TYPE_CHECKING:
@@ -141,6 +143,9 @@ class DeltaSinkBase(DeltaTables):
     def use_pool(self, name: str) -> None:
         """Called by each worker thread with its pool name (``worker-<i>``) before loading."""
         use_pool(self.spark, name)
+
+    def join_view(self, job: ViewJob) -> pa.Table:
+        return run_view_job(self.spark, job)
 
 
 def unloaded_part(batch: Batch, committed: int) -> Batch | None:

@@ -53,7 +53,7 @@ def spark_struct(schema: TableSchema) -> StructType:
     return from_arrow_schema(pa.schema([f.with_nullable(True) for f in arrow]), prefer_timestamp_ntz=False)
 
 
-def _escape_glob(path: str) -> str:
+def escape_glob(path: str) -> str:
     """Spark expands glob characters in paths; a landing file named ``a[1].csv`` is literal."""
     return _GLOB.sub(r"\\\1", path)
 
@@ -95,7 +95,7 @@ def _rows_frame(
     scratch.mkdir(parents=True, exist_ok=True)
     written = scratch / "rows.parquet"
     pq.write_table(data, written, compression="none")
-    path = _escape_glob(str(written))
+    path = escape_glob(str(written))
     if "few_round_trips" in lean:
         return spark.read.format("parquet").schema(nullable_ddl(schema)).load(path)
     return spark.read.schema(spark_struct(schema)).parquet(path)
@@ -159,7 +159,7 @@ def _csv_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSche
         df = (
             spark.read.schema(StructType(fields))
             .options(header="true", enforceSchema="true", mode="FAILFAST")
-            .csv([_escape_glob(p) for p in paths])
+            .csv([escape_glob(p) for p in paths])
         )
         frames.append(
             df.select(
@@ -194,7 +194,7 @@ def _parquet_frames(spark: SparkSession, files: Sequence[FileRef], schema: Table
     struct = spark_struct(schema)
     groups: dict[frozenset[str], list[str]] = defaultdict(list)
     for ref in files:
-        groups[_nanos_columns(ref.path, struct.names)].append(_escape_glob(ref.path))
+        groups[_nanos_columns(ref.path, struct.names)].append(escape_glob(ref.path))
     frames = []
     for nanos, paths in groups.items():
         if not nanos:
@@ -220,7 +220,7 @@ def _files_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSc
     parquet = [f for f in files if f.format is FileFormat.parquet]
     if parquet:
         frames.extend(_parquet_frames(spark, parquet, schema))
-    json_files = [_escape_glob(f.path) for f in files if f.format is FileFormat.json]
+    json_files = [escape_glob(f.path) for f in files if f.format is FileFormat.json]
     if json_files:
         frames.append(spark.read.schema(spark_struct(schema)).option("mode", "FAILFAST").json(json_files))
     csv_files = [f for f in files if f.format is FileFormat.csv]
@@ -277,7 +277,7 @@ def build_batch_frame(
     if tables or not (batch.files or whole):  # a batch without payload still advances the sequence
         frames.append(_rows_frame(spark, tables or [schema.arrow().empty_table()], schema, scratch, lean))
     if whole:
-        frames.append(spark.read.schema(spark_struct(schema)).parquet(*[_escape_glob(p) for p in whole]))
+        frames.append(spark.read.schema(spark_struct(schema)).parquet(*[escape_glob(p) for p in whole]))
     frames.extend(_files_frames(spark, batch.files, schema))
     df = frames[0]
     for other in frames[1:]:

@@ -10,8 +10,9 @@ in that order, live and after a restart alike); compaction's ``add`` actions car
 its added files hold the changed keys' new rows and copies of unchanged ones, which
 the executor recognises (an upsert of a key's current row changes nothing).
 
-Read with ``deltalake`` and ``pyarrow`` on the loader's side, no Spark (docs/join-views.md
-says why the join itself runs there too).
+Read with ``deltalake`` and ``pyarrow`` on the loader's side for the driver engine; the
+spark engine takes only the files' names from here (``state_files``, ``added_files``) and
+its job reads them (loader/loading/sinks/view_join.py).
 """
 
 from __future__ import annotations
@@ -77,13 +78,20 @@ def data_until_of(info: dict) -> float:
     return float(info.get("timestamp", 0)) / 1000.0
 
 
-def read_commit(path: Path, version: int, schema: TableSchema) -> Commit:
-    """Version ``version``'s added rows, in log order (module docstring)."""
+def added_files(path: Path, version: int) -> tuple[list[str], float]:
+    """Version ``version``'s data-changing added files (relative to the table, in log order)
+    and its data interval end."""
     actions = _log_entry(path, version)
     info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     added = [unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)]
+    return added, data_until_of(info)
+
+
+def read_commit(path: Path, version: int, schema: TableSchema) -> Commit:
+    """Version ``version``'s added rows, in log order (module docstring)."""
+    added, data_until = added_files(path, version)
     if not added:
-        return Commit(version, None, data_until_of(info))
+        return Commit(version, None, data_until)
     dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
     root = str(path).replace("\\", "/").rstrip("/") + "/"
     fragments = {unquote(f.path).replace("\\", "/").split(root, 1)[-1]: f for f in dataset.get_fragments()}
@@ -101,7 +109,7 @@ def read_commit(path: Path, version: int, schema: TableSchema) -> Commit:
             ) from None
     arrow = schema.arrow()
     rows = pa.concat_tables(parts).select(arrow.names).cast(arrow) if parts else arrow.empty_table()
-    return Commit(version, rows, data_until_of(info))
+    return Commit(version, rows, data_until)
 
 
 def snapshot(path: Path, version: int, schema: TableSchema) -> pa.Table:
@@ -111,3 +119,14 @@ def snapshot(path: Path, version: int, schema: TableSchema) -> pa.Table:
     dataset: pads.Dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
     arrow = schema.arrow()
     return dataset.to_table().select(arrow.names).cast(arrow)
+
+
+def state_files(path: Path, version: int) -> list[str]:
+    """The Parquet files of the table's snapshot at ``version`` (absolute; none before it exists)."""
+    if version < 0:
+        return []
+    return sorted(_local(uri) for uri in DeltaTable(str(path), version=version).file_uris())
+
+
+def _local(uri: str) -> str:
+    return uri.removeprefix("file://") if uri.startswith("file:///") else uri

@@ -1,22 +1,27 @@
-"""One join view kept up to date: its MJoin executor with A-Caching, fed by its inputs'
-committed versions, and each view load committed exactly once.
+"""One join view kept up to date from its inputs' committed versions, each view load
+committed exactly once, by one of two engines (docs/join-views.md, "Where the work runs"):
 
-What runs where (docs/join-views.md, "Where the work runs"): the executor runs in the
-loader process, on the worker thread that loads the view, because A-Caching is a
-per-tuple algorithm over in-memory hash indexes and caches (section 3): a probe costs
-microseconds, and a Spark job's fixed cost (~0.2 s here) is the time of 10^4-10^5
-probes, so a join shipped to Spark per view load would cost more than the work it does
-and leave nothing for the caches to save. The input rows come from the inputs' Delta
-logs (``commits.py``), the view's delta is committed by ``deltalake`` as one MERGE
-(``loader.loading.sinks.view_delta``); the input tables themselves are still loaded by
-Spark jobs like every table.
+- ``driver``: the MJoin executor with A-Caching runs in the loader process, on the worker
+  thread that loads the view. A-Caching is a per-tuple algorithm over in-memory hash
+  indexes and caches (section 3): a probe costs microseconds, a Spark job's fixed cost
+  (~0.2 s here) the time of 10^4-10^5 probes. The inputs (windows, or whole tables) are
+  held in the loader's memory; their rows come from the inputs' Delta logs (``commits.py``).
+- ``spark``: each view load is one Spark job (``loader.loading.sinks.view_join``) over the
+  inputs' Parquet files, old and new states as the loader lists them from the logs, joined
+  in each input's pipeline order; the job runs where table loads run (a load worker
+  process, a cluster), and only the load's changes come back. No caches: a view load
+  joins its deltas against the other inputs' files (a scan of each, on the executors).
+
+Either way the view's delta is committed by ``deltalake`` as one MERGE
+(``loader.loading.sinks.view_delta``), on the driver: the delta is the load's changes,
+and the commit carries the view's exactly-once transactions.
 
 Exactly once: each view commit carries one application transaction per input table,
 ``(view_app_id(view, table), the table's last version the view holds)``. After any
-failure or restart the executor is rebuilt from those versions (whole inputs from the
-snapshot at that version, windows from the versions the last view commit lists), never
-trusted stale, and versions at or below them are skipped. Caches start empty after a
-rebuild and fill as probes miss (section 3.2): no blocking rebuild.
+failure or restart the state is rebuilt from those versions (the driver engine's executor:
+whole inputs from the snapshot at that version, windows from the versions the last view
+commit lists), never trusted stale, and versions at or below them are skipped. Caches
+start empty after a rebuild and fill as probes miss (section 3.2): no blocking rebuild.
 """
 
 from __future__ import annotations
@@ -31,14 +36,21 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from loader.core.views import ResolvedView
+from loader.core.views import COUNT_COLUMN, ResolvedView
 from loader.loading.sinks.view_delta import ViewTable
-from loader.loading.views.commits import Commit, current_version, read_commit, snapshot
+from loader.loading.sinks.view_join import JobInput, ViewJob
+from loader.loading.views.commits import Commit, added_files, current_version, read_commit, snapshot, state_files
 from schedulers.views.engine import Delta, MJoinEngine
+from schedulers.views.pipelines import default_orders
 
 log = logging.getLogger(__name__)
 #: The view commit's field listing each window's versions (module docstring).
 WINDOWS_KEY = "loader.view.windows"
+
+
+#: Runs a view's Spark job where table loads run (the service's sink); its answer, the
+#: load's changes: the outputs and ``COUNT_COLUMN``.
+Joiner = Callable[[ViewJob], pa.Table]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +87,16 @@ class ViewMaintainer:
         self._seed = seed
         self._timer = timer
         self.table = ViewTable(warehouse / view.name, view.schema, view.name)
+        self.spark = view.config.engine == "spark"
+        #: The driver engine's executor (None for the spark engine).
         self.engine: MJoinEngine | None = None
+        #: False until opened and after any failed load: the state is rebuilt from Delta first.
+        self.ready = False
+        #: The spark engine's jobs and the last one's wall time.
+        self.jobs = 0
+        self.last_job_seconds: float | None = None
+        #: The spark engine's window versions' files, by (table, version).
+        self._files: dict[tuple[str, int], list[str]] = {}
         #: Per input table: the last version the executor holds (-1: none yet).
         self.absorbed: dict[str, int] = {}
         #: Per windowed input: [version, data_until, rows of it inside the window], oldest first.
@@ -100,6 +121,17 @@ class ViewMaintainer:
         view = self.view
         held = self.table.versions(view.tables)
         windows = self.table.last_metadata(WINDOWS_KEY) or {}
+        if self.spark:  # the versions held and the windows' version lists are the whole state
+            self.windows = {
+                item.alias: deque(list(entry) for entry in windows.get(item.alias, []))  # type: ignore[union-attr]
+                for item in view.spec.inputs
+                if item.window is not None
+            }
+            self.absorbed = {table: held.get(table, -1) for table in view.tables}
+            self._files.clear()
+            self.ready = True
+            self.rebuilds += 1
+            return
         engine = MJoinEngine(
             view.spec, view.graph, view.shapes, settings=view.config.caching.engine(self._seed), timer=self._timer
         )
@@ -119,19 +151,26 @@ class ViewMaintainer:
             self.windows[item.alias] = ledger
         self.engine = engine
         self.absorbed = {table: held.get(table, -1) for table in view.tables}
+        self.ready = True
         self.rebuilds += 1
 
     # -- a view load --------------------------------------------------------------------
-    def load(self, changes: Sequence[InputChange]) -> ViewLoad:
+    def load(self, changes: Sequence[InputChange], joiner: Joiner | None = None) -> ViewLoad:
         """Absorb ``changes`` in order (each input's versions in commit order) and commit the
-        view's delta once; on any failure the executor is rebuilt before the next load."""
+        view's delta once; on any failure the state is rebuilt before the next load.
+        ``joiner`` runs the spark engine's job."""
         try:
-            if self.engine is None:
+            if not self.ready:
                 self.table.ensure()
                 self._rebuild()
+            if self.spark:
+                if joiner is None:
+                    raise RuntimeError(f"view {self.view.name!r} runs its joins in Spark, which is not up yet")
+                return self._load_spark(changes, joiner)
             return self._load(changes)
         except BaseException:
             self.engine = None
+            self.ready = False
             raise
         finally:
             self._describe()
@@ -166,14 +205,81 @@ class ViewMaintainer:
                 for version in range(first, upto + 1):
                     self._absorb(change.table, read_commit(path, version, schema), delta)
             self.absorbed[change.table] = versions[change.table] = upto
-        joined = time.perf_counter()
+        return self._commit(delta, versions, started, time.perf_counter())
+
+    def _commit(self, delta: dict[tuple, int], versions: dict[str, int], started: float, joined: float) -> ViewLoad:
+        """The view's delta as one MERGE with the load's transactions (nothing new: skipped)."""
         if not versions:
             return ViewLoad(0, 0, 0, {}, True, joined - started, 0.0, None)
         metadata = {WINDOWS_KEY: json.dumps({alias: list(ledger) for alias, ledger in self.windows.items()})}
         changed = {row: count for row, count in delta.items() if count}
         version, inserted, deleted = self.table.commit(changed, versions, metadata)
+        self.absorbed.update(versions)
         done = time.perf_counter()
         return ViewLoad(inserted, deleted, len(changed), versions, False, joined - started, done - joined, version)
+
+    def _load_spark(self, changes: Sequence[InputChange], joiner: Joiner) -> ViewLoad:
+        """The spark engine: every input's old and new files, one job for the delta rule
+        (loader/loading/sinks/view_join.py), then the same commit as the driver engine's."""
+        started = time.perf_counter()
+        view = self.view
+        targets: dict[str, int] = {}
+        for change in changes:
+            upto = change.upto if change.upto is not None else current_version(self.warehouse / change.table)
+            if upto > self.absorbed[change.table]:
+                targets[change.table] = max(upto, targets.get(change.table, -1))
+        if not targets:
+            return self._commit({}, {}, started, time.perf_counter())
+        inputs = []
+        for item in view.spec.inputs:
+            path = self.warehouse / item.table
+            held = self.absorbed[item.table]
+            upto = targets.get(item.table, held)
+            if item.window is None:
+                old = state_files(path, held)
+                new = old if upto == held else state_files(path, upto)
+            else:  # a seconds window (engine 'spark' refuses rows windows): whole versions slide
+                ledger = self.windows.setdefault(item.alias, deque())
+                old = self._window_files(item.table, path, ledger)
+                for version in range(held + 1, upto + 1):
+                    files, data_until = self._version_files(item.table, path, version)
+                    if files:  # as the driver engine: a version without rows neither adds nor expires
+                        self._slide(item.alias, Commit(version, None, data_until), len(files))
+                new = self._window_files(item.table, path, ledger)
+            inputs.append(JobInput(item.alias, str(path), view.inputs[item.table], tuple(old), tuple(new)))
+        outputs = tuple((view.spec.input_index(o.source.input), o.source.column, o.name) for o in view.spec.outputs)
+        job = ViewJob(
+            view.name, tuple(inputs), view.graph.attributes, default_orders(view.graph), outputs, COUNT_COLUMN
+        )
+        answer = joiner(job)
+        self.jobs += 1
+        arrow = view.schema.arrow()
+        names = [name for _, _, name in outputs]
+        typed = pa.table([answer.column(n).cast(arrow.field(n).type) for n in names], names=names)
+        delta = dict(zip(_tuples(typed), answer.column(COUNT_COLUMN).to_pylist(), strict=True))
+        joined = time.perf_counter()
+        self.last_job_seconds = joined - started
+        live = {(t, int(e[0])) for t, ledger in self._ledgers() for e in ledger}
+        self._files = {key: files for key, files in self._files.items() if key in live}
+        return self._commit(delta, targets, started, joined)
+
+    def _ledgers(self) -> list[tuple[str, deque[list[float]]]]:
+        view = self.view
+        return [(view.spec.inputs[view.spec.input_index(a)].table, ledger) for a, ledger in self.windows.items()]
+
+    def _version_files(self, table: str, path: Path, version: int) -> tuple[list[str], float]:
+        files, data_until = added_files(path, version)
+        self._files[(table, version)] = [str(path / name) for name in files]
+        return self._files[(table, version)], data_until
+
+    def _window_files(self, table: str, path: Path, ledger: deque[list[float]]) -> list[str]:
+        out: list[str] = []
+        for entry in ledger:
+            key = (table, int(entry[0]))
+            if key not in self._files:
+                self._version_files(table, path, key[1])
+            out += self._files[key]
+        return out
 
     def _absorb(
         self, table: str, commit: Commit, delta: dict[tuple, int], whole: bool = True, windows: bool = True
@@ -230,11 +336,27 @@ class ViewMaintainer:
                 for item in view.spec.inputs
             ],
             "rebuilds": self.rebuilds,
+            "engine": view.config.engine,
         }
+        aliases = view.spec.aliases
+        if self.spark:
+            out["executor"] = {
+                "mode": "spark",
+                "jobs": self.jobs,
+                "last_job_seconds": self.last_job_seconds,
+                "cache_probes": 0,
+                "cache_hits": 0,
+                "pipelines": [
+                    {"input": aliases[i], "order": [aliases[k] for k in order]}
+                    for i, order in enumerate(default_orders(view.graph))
+                ],
+                "candidates": [],
+                "caches": [],
+            }
+            return out
         if engine is None:
             out["executor"] = None
             return out
-        aliases = view.spec.aliases
         estimates = engine.reoptimizer.estimates
         states = engine.reoptimizer.states
         grants = engine.reoptimizer.grants

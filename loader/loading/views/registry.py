@@ -29,7 +29,7 @@ from loader.core.views import ResolvedView, ViewConfig, resolve
 from loader.durability.catalog import Catalog, ViewEntry
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.views.commits import current_version
-from loader.loading.views.maintainer import InputChange, ViewMaintainer
+from loader.loading.views.maintainer import InputChange, Joiner, ViewMaintainer
 from schedulers.model import TableSpec
 
 log = logging.getLogger(__name__)
@@ -171,9 +171,10 @@ class JoinViews:
         self.dispatcher.released(Update(table=view, seq=seq, release=release))
 
     # -- a view load (worker thread) -------------------------------------------------------------
-    def load(self, batch: Batch) -> LoadResult:
+    def load(self, batch: Batch, joiner: Joiner | None = None) -> LoadResult:
+        """One view load; ``joiner`` runs the job of a view whose engine is ``spark``."""
         changes = self._changes[batch.table]
-        done = self.maintainers[batch.table].load([changes[u.seq] for u in batch.updates])
+        done = self.maintainers[batch.table].load([changes[u.seq] for u in batch.updates], joiner)
         return LoadResult(
             batch.table,
             batch.last_seq,

@@ -20,6 +20,7 @@ from loader.core.durable_files import ENVIRONMENTAL_ERRNOS, environmental
 from loader.core.errors import causes
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
+from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import SparkUnreachable, spark_unreachable
 
 
@@ -67,6 +68,24 @@ class LoadRequest:
     url: str
     #: Seconds to wait for Spark when the worker must (re)connect first.
     connect_timeout: float
+
+
+@dataclass(frozen=True)
+class ViewJobRequest:
+    """A join view's Spark job (engine ``spark``); the worker writes its answer, the view
+    load's changes, to ``answer`` (Arrow IPC) rather than into the reply."""
+
+    job: ViewJob
+    answer: str
+    url: str
+    connect_timeout: float
+
+
+@dataclass(frozen=True)
+class ViewJobReply:
+    """The job's outcome: done (its answer in the request's file), or how it failed."""
+
+    failure: LoadFailure | None
 
 
 @dataclass(frozen=True)

@@ -30,18 +30,29 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+import pyarrow as pa
+
 from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
 from loader.loading.sinks.delta_table import DeltaTables, remove_staging
+from loader.loading.sinks.view_join import ViewJob, read_answer
 from loader.loading.workers.handoff import hand_off
-from loader.loading.workers.messages import LoadFailure, LoadReply, LoadRequest, WorkerReady, WorkerSetup
+from loader.loading.workers.messages import (
+    LoadFailure,
+    LoadReply,
+    LoadRequest,
+    ViewJobReply,
+    ViewJobRequest,
+    WorkerReady,
+    WorkerSetup,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +154,7 @@ class WorkerProcess:
         log.info("load worker %d started (pid %d, %s writer)", self.index, answer.pid, answer.writer)
         return answer
 
-    def call(self, request: LoadRequest) -> LoadReply:
+    def call(self, request: LoadRequest | ViewJobRequest) -> LoadReply | ViewJobReply:
         conn = self._conn
         if conn is None:
             raise WorkerDied(f"load worker {self.index} is not running")
@@ -152,9 +163,10 @@ class WorkerProcess:
         except OSError as exc:
             raise self._died(f"could not be sent the batch ({exc})") from exc
         reply = self._receive(None)
-        if not isinstance(reply, LoadReply):
+        expected = ViewJobReply if isinstance(request, ViewJobRequest) else LoadReply
+        if not isinstance(reply, expected):
             self.kill()
-            raise WorkerDied(f"load worker {self.index} answered a load with {type(reply).__name__}")
+            raise WorkerDied(f"load worker {self.index} answered a {expected.__name__} with {type(reply).__name__}")
         return reply
 
     def _receive(self, timeout: float | None) -> object:
@@ -268,61 +280,89 @@ class ProcessSink(DeltaTables):
         outcomes = self._run(batches, schemas, group=True)
         return [o.error() if isinstance(o, LoadFailure) else o for o in outcomes]
 
+    def join_view(self, job: ViewJob) -> pa.Table:
+        """A join view's job in an idle worker; its answer crosses as an Arrow file."""
+        answer = self.options.handoff_dir / f"view-{job.view}-{os.getpid()}-{threading.get_ident()}.arrow"
+        try:
+            with self._worker() as worker:
+                request = ViewJobRequest(job, str(answer), self._url(), self.options.reconnect_timeout)
+                reply = self._call(worker, request, "the view's load")
+            assert isinstance(reply, ViewJobReply)
+            if reply.failure is not None:
+                raise reply.failure.error()
+            return read_answer(answer)
+        finally:
+            answer.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def _worker(self) -> Iterator[WorkerProcess]:
+        """An idle worker (started again first if its process ended), back to idle after."""
+        worker = self._idle.get()  # never waits: the dispatcher runs at most P calls at once
+        try:
+            if not worker.alive():
+                log.warning("starting load worker %d again (its process ended)", worker.index)
+                worker.start(self._url())
+            yield worker
+        finally:
+            self._idle.put(worker)
+
+    def _call(
+        self, worker: WorkerProcess, request: LoadRequest | ViewJobRequest, what: str
+    ) -> LoadReply | ViewJobReply:
+        try:
+            return worker.call(request)
+        except WorkerDied as died:
+            with self._lock:
+                self.deaths += 1
+            log.warning("%s; %s is retried and the worker started again", died, what)
+            self._on_death()
+            raise
+
     def _run(
         self, batches: list[Batch], schemas: list[TableSchema], group: bool
     ) -> list[LoadResult | LoadFailure | Exception]:
         """Hand the batches to an idle worker; one outcome per batch, in order. A batch whose
         rows cannot be handed over (they do not fit the schema) fails alone, as its
         preparation would in a multi-table job in process."""
-        worker = self._idle.get()  # never waits: the dispatcher runs at most P calls at once
         outcomes: list[LoadResult | LoadFailure | Exception | None] = [None] * len(batches)
         files: list[Path] = []
-        try:
-            if not worker.alive():
-                log.warning("starting load worker %d again (its process ended)", worker.index)
-                worker.start(self._url())
-            sent: list[int] = []
-            handed: list[Batch] = []
-            paths: list[str | None] = []
-            for i, (batch, schema) in enumerate(zip(batches, schemas)):
-                try:
-                    moved, file = hand_off(batch, schema, self.options.handoff_dir)
-                except Exception as exc:
-                    if not group:
-                        raise
-                    outcomes[i] = exc
-                    continue
-                sent.append(i)
-                handed.append(moved)
-                paths.append(None if file is None else str(file))
-                if file is not None:
-                    files.append(file)
-            if sent:
-                request = LoadRequest(
-                    tuple(handed),
-                    tuple(schemas[i] for i in sent),
-                    tuple(paths),
-                    group,
-                    self._url(),
-                    self.options.reconnect_timeout,
-                )
-                try:
-                    reply = worker.call(request)
-                except WorkerDied as died:
-                    with self._lock:
-                        self.deaths += 1
-                    log.warning("%s; its batch is retried and the worker started again", died)
-                    self._on_death()
-                    raise
-                committed = [isinstance(o, LoadResult) and not o.skipped for o in reply.outcomes]
-                if any(committed):
-                    failpoints.hit("load.after-commit")  # committed by the worker, not yet noted here
-                if any(done and schemas[i].latest for i, done in zip(sent, committed)):
-                    failpoints.hit("load.upsert.after-merge")  # a latest table's MERGE, not yet noted
-                for i, outcome in zip(sent, reply.outcomes):
-                    outcomes[i] = outcome
-            return [o for o in outcomes if o is not None]
-        finally:
-            for file in files:
-                file.unlink(missing_ok=True)
-            self._idle.put(worker)
+        with self._worker() as worker:
+            try:
+                sent: list[int] = []
+                handed: list[Batch] = []
+                paths: list[str | None] = []
+                for i, (batch, schema) in enumerate(zip(batches, schemas)):
+                    try:
+                        moved, file = hand_off(batch, schema, self.options.handoff_dir)
+                    except Exception as exc:
+                        if not group:
+                            raise
+                        outcomes[i] = exc
+                        continue
+                    sent.append(i)
+                    handed.append(moved)
+                    paths.append(None if file is None else str(file))
+                    if file is not None:
+                        files.append(file)
+                if sent:
+                    request = LoadRequest(
+                        tuple(handed),
+                        tuple(schemas[i] for i in sent),
+                        tuple(paths),
+                        group,
+                        self._url(),
+                        self.options.reconnect_timeout,
+                    )
+                    reply = self._call(worker, request, "its batch")
+                    assert isinstance(reply, LoadReply)
+                    committed = [isinstance(o, LoadResult) and not o.skipped for o in reply.outcomes]
+                    if any(committed):
+                        failpoints.hit("load.after-commit")  # committed by the worker, not yet noted here
+                    if any(done and schemas[i].latest for i, done in zip(sent, committed)):
+                        failpoints.hit("load.upsert.after-merge")  # a latest table's MERGE, not yet noted
+                    for i, outcome in zip(sent, reply.outcomes):
+                        outcomes[i] = outcome
+                return [o for o in outcomes if o is not None]
+            finally:
+                for file in files:
+                    file.unlink(missing_ok=True)

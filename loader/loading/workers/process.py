@@ -2,7 +2,8 @@
 
 Started by the service (``pool.py``) as ``python -m loader.loading.workers.process --fd N``
 with one end of a Unix socket pair; everything else arrives over it: the set-up, then
-load requests, one at a time, each answered before the next is read. A worker holds one
+load requests (and join views' Spark jobs), one at a time, each answered before the next
+is read. A worker holds one
 Spark Connect session and one sink (the same sink classes the classic mode runs in the
 service), so a batch is loaded, committed and checked for exactly-once by the same code
 whichever process runs it.
@@ -31,9 +32,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES
+from loader.loading.sinks.view_join import write_answer
 from loader.loading.spark import connect_session
 from loader.loading.workers.handoff import take_over
-from loader.loading.workers.messages import LoadFailure, LoadReply, LoadRequest, WorkerReady, WorkerSetup
+from loader.loading.workers.messages import (
+    LoadFailure,
+    LoadReply,
+    LoadRequest,
+    ViewJobReply,
+    ViewJobRequest,
+    WorkerReady,
+    WorkerSetup,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,6 +71,19 @@ class Worker:
         self.spark = connect_session(url, timeout=timeout)
         self.url = url
         self.sink = make_sink(self.setup.writer, Path(self.setup.warehouse), self.spark, lean=self.setup.lean)  # type: ignore[arg-type]
+
+    def join_view(self, request: ViewJobRequest) -> ViewJobReply:
+        try:
+            if self.sink is None or request.url != self.url:
+                self.connect(request.url, request.connect_timeout)
+            assert self.sink is not None
+            write_answer(self.sink.join_view(request.job), Path(request.answer))
+        except Exception as exc:
+            failure = LoadFailure.of(exc)
+            if failure.unreachable:
+                self.close()  # a new session, once Spark is back
+            return ViewJobReply(failure)
+        return ViewJobReply(None)
 
     def run(self, request: LoadRequest) -> LoadReply:
         try:
@@ -124,7 +147,7 @@ def serve(conn: Connection) -> int:
                 return 0
             if request is None:  # an orderly stop
                 return 0
-            conn.send(worker.run(request))
+            conn.send(worker.join_view(request) if isinstance(request, ViewJobRequest) else worker.run(request))
     finally:
         worker.close()
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedulers.views.declaration import ViewInput, ViewSpec, Window, check, declared
-from schedulers.views.engine import EngineSettings, InputShape, MJoinEngine
+from schedulers.views.engine import EMPTY_KEPT, CacheStore, EngineSettings, InputShape, MJoinEngine
 from schedulers.views.pipelines import Orders, conflicts
 from schedulers.views.reoptimizer import ReoptimizerSettings
 from tests.schedulers.views.strategies import valid_orders
@@ -347,3 +347,15 @@ def test_an_interval_in_seconds_needs_a_timer() -> None:
     engine = MJoinEngine(spec, check(spec, schemas), shapes, settings=settings_, timer=lambda: float(next(clock)))
     engine.apply("r", inserts=[(1, 1)])
     assert engine.reoptimizer.reoptimizations == 0  # the first phase starts at the first update, not at 0
+
+
+def test_an_unbounded_cache_keeps_a_bounded_number_of_empty_entries() -> None:
+    """Keys probed in vain are new all the time over sliding windows: an unbounded cache
+    keeps only the latest EMPTY_KEPT entries holding nothing, and every entry with tuples."""
+    store = CacheStore(None)
+    store.create(("kept",), {(1,): 1})
+    for k in range(EMPTY_KEPT + 100):
+        store.create((k,), {})
+    assert len(store.table) == EMPTY_KEPT + 1 and ("kept",) in store.table
+    assert (0,) not in store.table and (EMPTY_KEPT + 99,) in store.table
+    assert store.probe((EMPTY_KEPT + 99,)) == {}  # a hit: the key joins nothing

@@ -95,6 +95,18 @@ class Inputs:
         return out
 
 
+def write_random(inputs: Inputs, rng: random.Random, clock: float, k: int) -> None:
+    """One commit of ``k`` random rows to a random input (few keys: joins and upserts meet)."""
+    table = rng.choice(list(SCHEMAS))
+    if table == "sales":
+        rows = [(rng.randint(0, 9), rng.randint(0, 4), float(rng.randint(0, 2))) for _ in range(k)]
+    elif table == "customers":
+        rows = [(rng.randint(0, 4), rng.randint(0, 2)) for _ in range(k)]
+    else:
+        rows = [(rng.randint(0, 2), rng.choice("xyz")) for _ in range(k)]
+    inputs.write(table, rows, clock)
+
+
 def view_rows(warehouse: Path) -> Counter:
     rows = DeltaTable(str(warehouse / "v")).to_pyarrow_table().to_pylist()
     assert all(r[COUNT_COLUMN] > 0 for r in rows)
@@ -142,15 +154,7 @@ def test_the_view_equals_the_join_recomputed_from_scratch(
         step = rng.random()
         if step < 0.55:
             clock += rng.choice([0.5, 1.0, 2.0])
-            table = rng.choice(list(SCHEMAS))
-            k = rng.randint(0, 3)
-            if table == "sales":
-                rows = [(rng.randint(0, 9), rng.randint(0, 4), float(rng.randint(0, 2))) for _ in range(k)]
-            elif table == "customers":
-                rows = [(rng.randint(0, 4), rng.randint(0, 2)) for _ in range(k)]
-            else:
-                rows = [(rng.randint(0, 2), rng.choice("xyz")) for _ in range(k)]
-            inputs.write(table, rows, clock)
+            write_random(inputs, rng, clock, rng.randint(0, 3))
             continue
         if step < 0.65:  # a restart: the executor rebuilt from Delta
             maintainer = ViewMaintainer(view, warehouse, seed=seed)

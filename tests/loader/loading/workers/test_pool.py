@@ -10,6 +10,7 @@ import dataclasses
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -19,12 +20,16 @@ from loader.core.updates import Batch, FileFormat, FileRef, LoadResult
 from loader.durability.transactions import app_id
 from loader.loading.connect_server import ConnectServer, free_port
 from loader.loading.sinks.delta_rs import DeltaRsSink
+from loader.loading.sinks.view_join import run_view_job
 from loader.loading.spark import DEFAULT_LEAN, spark_unreachable
+from loader.loading.views.maintainer import InputChange, ViewMaintainer
 from loader.loading.workers.messages import LoadFailedInWorker
 from loader.loading.workers.pool import ProcessSink, WorkerDied, WorkerOptions
 from testing.tables import read_delta
 from tests.loader.loading.test_group_job import _batches
 from tests.loader.loading.test_sinks import ORDERS, by_id, order_rows, rows_update
+from tests.loader.loading.views.test_maintainer import SCHEMAS, Inputs, view_rows
+from tests.loader.loading.views.test_spark_engine import declare as declare_spark_view
 
 pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
@@ -129,6 +134,34 @@ def test_failures_cross_the_process_boundary_with_their_class(processes: Process
     outcomes = processes.load_group([bad, good], [ORDERS, ORDERS])
     assert isinstance(outcomes[0], ValueError) and "null" in str(outcomes[0]), outcomes
     assert isinstance(outcomes[1], LoadResult) and outcomes[1].rows == 3, "one table's failure is its own"
+
+
+def test_a_join_views_job_runs_in_a_worker_as_in_process(processes: ProcessSink, spark, tmp_path: Path) -> None:
+    """A view whose engine is ``spark``: its job crosses to a worker process (Spark Connect)
+    and its answer comes back as the in-process session's; a failing job crosses with its text."""
+    warehouse = processes.options.warehouse
+    inputs = Inputs(warehouse, None)
+    inputs.write("sales", [(1, 1, 1.0), (2, 2, 2.0), (2, 2, 2.0)], 1.0)
+    inputs.write("customers", [(1, 0), (2, 1)], 1.0)
+    inputs.write("regions", [(0, "x"), (1, "y")], 1.0)
+    jobs: list[Any] = []
+    answers: list[pa.Table] = []
+
+    def joiner(job: Any) -> pa.Table:
+        jobs.append(job)
+        answers.append(processes.join_view(job))
+        return answers[-1]
+
+    maintainer = ViewMaintainer(declare_spark_view(None), warehouse)
+    maintainer.open()
+    maintainer.load([InputChange(t, None) for t in SCHEMAS], joiner)
+    assert view_rows(warehouse) == inputs.join() == {(1, 1.0, "x"): 1, (2, 2.0, "y"): 2}
+    local = run_view_job(spark, jobs[0])
+    assert sorted(local.to_pylist(), key=str) == sorted(answers[0].to_pylist(), key=str)
+    broken = dataclasses.replace(jobs[0].inputs[0], new=(str(tmp_path / "gone.parquet"),))
+    with pytest.raises(LoadFailedInWorker, match="gone.parquet"):
+        processes.join_view(dataclasses.replace(jobs[0], inputs=(broken, *jobs[0].inputs[1:])))
+    assert processes.live() == 2 and not list(processes.options.handoff_dir.iterdir())
 
 
 def test_a_worker_without_spark_says_spark_is_unreachable(tmp_path: Path) -> None:
