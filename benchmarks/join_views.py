@@ -52,18 +52,20 @@ INTERVAL = 10_000
 READING = (
     "\nReading. The paper's claims hold here only where the joins a cache skips are expensive. With hash "
     "joins of fan-out 1 (Figs. 6 and 8) a probe into a Python dict costs what the index join it replaces "
-    "costs, so the forced cache runs 9-25% below the best MJoin at every hit probability and update ratio "
+    "costs, so the forced cache runs 12-37% below the best MJoin at every hit probability and update ratio "
     "(the paper: better throughout), and A-Caching, which keeps the cache when its estimates say it pays "
-    "and pays its profiling, runs 5-27% below. Where T's join with S scans S's window (Fig. 10) caching "
-    "pays as the paper says, more as the join grows: the cache from 0.98x the MJoin at a 10-row window to "
-    "2.6x at 100, A-Caching from 0.88x to 1.7x, the XJoin (which never misses) up to 4.1x. Memory "
-    "(Fig. 13): a few hundred bytes of direct-mapped cache already give A-Caching its whole gain here "
-    "(1.5x; T probes recent keys), the XJoin needs its whole subresult (about 4 KB) or cannot run. Fig. 9: "
-    "with the best (low multiplicity first) order no cache pays in this executor and A-Caching rightly "
-    "uses none; its profiling (Bloom filters over every candidate's probe stream, 10 candidates at n = 6) "
-    "puts it 15-47% below the MJoin. Not reproduced: the paper's gains at cheap joins (its probes return "
-    "references, its joins copy tuples). Left for the next slice: sampling the Bloom observations to cut "
-    "the profiling cost, section 6's globally-consistent caches and Fig. 12's adaptivity run.\n"
+    "and pays its profiling, runs 31-40% below. Since section 6 its three-way candidates include the "
+    "globally-consistent r:[s t]*, and the first selection waits for that candidate's W observations of R's "
+    "probe stream, the slowest, so these short runs spend longer profiling (M/A was 1.19-1.27 in Figs. 6 and "
+    "8 with the prefix invariant alone). Where T's join with S scans S's window (Fig. 10) caching pays as the "
+    "paper says, more as the join grows: the cache from 1.0x the MJoin at a 10-row window to 2.3x at 100, "
+    "A-Caching from 0.78x to 1.5x, the XJoin (which never misses) up to 4.4x. Memory (Fig. 13): a few hundred "
+    "bytes of direct-mapped cache already give A-Caching its gain here (1.16x at 531 bytes; T probes recent "
+    "keys), the XJoin needs its whole subresult (3.2 KB) or cannot run. Fig. 9: with the best (low "
+    "multiplicity first) order no cache pays in this executor and A-Caching rightly uses none; its profiling "
+    "(Bloom filters over every candidate's probe stream, 10 candidates at n = 6) puts it 22-44% below the "
+    "MJoin. Not reproduced: the paper's gains at cheap joins (its probes return references, its joins copy "
+    'tuples). Fig. 12 (adaptivity, section 6) is its own section, "view-adaptivity".\n'
 )
 #: Fig. 10's plan: the hash index on S.B dropped.
 NO_INDEX = ("s.b",)

@@ -23,7 +23,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -284,10 +284,10 @@ class ViewCachesCollector(Collector):
         state = GaugeMetricFamily(
             "loader_view_cache_state", "Candidate cache state (1 for the current one).", labels=[*labels, "state"]
         )
-        scope = GaugeMetricFamily(
-            "loader_view_cache_candidate_info",
+        scope = InfoMetricFamily(
+            "loader_view_cache_candidate",
             "Candidate caches: their pipeline and scope (prefix: Definition 3.2; global: section 6).",
-            labels=[*labels, "pipeline", "scope"],
+            labels=labels,
         )
         benefit = GaugeMetricFamily(
             "loader_view_cache_benefit", "Estimated benefit per update processed (seconds).", labels=labels
@@ -331,7 +331,7 @@ class ViewCachesCollector(Collector):
                 key = [view, c["name"]]
                 for value in CACHE_STATES:
                     state.add_metric([*key, value], float(c["state"] == value))
-                scope.add_metric([*key, c["pipeline"], c["scope"]], 1.0)
+                scope.add_metric(key, {"pipeline": c["pipeline"], "scope": c["scope"]})
                 for family, field in ((benefit, "benefit"), (cost, "cost"), (estimated, "memory_bytes")):
                     if c[field] is not None:
                         family.add_metric(key, c[field])

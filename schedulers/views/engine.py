@@ -791,9 +791,12 @@ class MJoinEngine:
         figures = []
         for group, store in self.stores.items():
             users = [c for c in self.reoptimizer.used if c.group == group]
+            # Named after every candidate of its group, used or not: a shared store keeps its
+            # name (and its metric series) whichever of them use it now.
+            named = sorted(c.name(aliases) for c in self.candidates if c.group == group)
             figures.append(
                 CacheFigures(
-                    name=users[0].name(aliases) if users else str(group),
+                    name=" + ".join(named),
                     pipelines=tuple(aliases[c.pipeline] for c in users),
                     entries=len(store.table),
                     tuples=store.tuples,

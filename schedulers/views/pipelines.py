@@ -162,12 +162,6 @@ def candidates(graph: JoinGraph, orders: Orders) -> tuple[Candidate, ...]:
     return tuple(found)
 
 
-def maintenance_points(orders: Orders, candidate: Candidate) -> Mapping[int, int]:
-    """For each input of the cached segment, the position in its own pipeline after which
-    its tuples are the segment's updates (``Candidate.update_points``)."""
-    return candidate.update_points
-
-
 def _connected(graph: JoinGraph, members: Sequence[int]) -> bool:
     reached, todo = {members[0]}, [members[0]]
     while todo:
@@ -176,6 +170,19 @@ def _connected(graph: JoinGraph, members: Sequence[int]) -> bool:
                 reached.add(j)
                 todo.append(j)
     return len(reached) == len(members)
+
+
+def _exact_upkeep(graph: JoinGraph, orders: Orders, segment: Sequence[int]) -> bool:
+    """Section 6 (ours): every segment input's pipeline joins each other segment input on
+    attributes the segment's inputs already joined bind (``global_candidates`` says why)."""
+    members = set(segment)
+    for m in segment:
+        joined = {m}
+        for j in orders[m]:
+            if j in members and set(graph.shared(joined, {j})) != set(graph.shared(joined & members, {j})):
+                return False
+            joined.add(j)
+    return True
 
 
 def global_candidates(
@@ -187,9 +194,14 @@ def global_candidates(
     pipeline order when the quota runs out within a round (the paper: "arbitrarily").
 
     Y is every input outside X, so X with Y is the whole join, for which the prefix
-    invariant always holds. Ours: X must be connected (a segment joining two inputs with
-    nothing in common caches a cross product, whose key mixes what the pipeline's prefix
-    binds and would be evicted wholesale; section 6's examples are all connected).
+    invariant always holds. Ours, two conditions. X must be connected (a segment joining
+    two inputs with nothing in common caches a cross product, whose key mixes what the
+    pipeline's prefix binds and would be evicted wholesale; section 6's examples are all
+    connected). And in each segment input's pipeline, a segment input joined after an
+    outside one must join only on attributes the segment's inputs before it bind: otherwise
+    which of its rows a tuple finds depends on the outside partners it met, and a segment
+    tuple none of them leads to would be lost without any tuple dying where the executor
+    watches (``_exact_upkeep``), leaving the cache stale.
     """
     if len(prefix) >= limit:
         return ()
@@ -204,7 +216,7 @@ def global_candidates(
                 if (i, start, start + size - 1) in taken or not _connected(graph, segment):
                     continue
                 key = graph.shared(frozenset({i, *order[:start]}), frozenset(segment))
-                if not key:
+                if not key or not _exact_upkeep(graph, orders, segment):
                     continue
                 points = []
                 for m in sorted(segment):

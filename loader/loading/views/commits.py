@@ -78,18 +78,20 @@ def data_until_of(info: dict) -> float:
     return float(info.get("timestamp", 0)) / 1000.0
 
 
-def added_files(path: Path, version: int) -> tuple[list[str], float]:
-    """Version ``version``'s data-changing added files (relative to the table, in log order)
-    and its data interval end."""
+def added_files(path: Path, version: int) -> tuple[list[str], float, int | None]:
+    """Version ``version``'s data-changing added files (relative to the table, in log order),
+    its data interval end, and the rows they hold (None where a file's stats do not say)."""
     actions = _log_entry(path, version)
     info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-    added = [unquote(a["add"]["path"]) for a in actions if "add" in a and a["add"].get("dataChange", True)]
-    return added, data_until_of(info)
+    adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
+    records = [json.loads(a["stats"]).get("numRecords") if a.get("stats") else None for a in adds]
+    rows = None if any(r is None for r in records) else sum(records)  # type: ignore[arg-type]
+    return [unquote(a["path"]) for a in adds], data_until_of(info), rows
 
 
 def read_commit(path: Path, version: int, schema: TableSchema) -> Commit:
     """Version ``version``'s added rows, in log order (module docstring)."""
-    added, data_until = added_files(path, version)
+    added, data_until, _ = added_files(path, version)
     if not added:
         return Commit(version, None, data_until)
     dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()

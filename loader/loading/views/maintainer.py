@@ -44,8 +44,11 @@ from schedulers.views.engine import Delta, MJoinEngine
 from schedulers.views.pipelines import default_orders
 
 log = logging.getLogger(__name__)
-#: The view commit's field listing each window's versions (module docstring).
+#: The view commit's field listing each window's versions (module docstring): [version,
+#: data_until, rows of it in the window] for the driver engine; the spark engine's windows
+#: move by whole versions, [version, data_until, rows it added], under a key of their own.
 WINDOWS_KEY = "loader.view.windows"
+SPARK_WINDOWS_KEY = "loader.view.window_versions"
 
 
 #: Runs a view's Spark job where table loads run (the service's sink); its answer, the
@@ -88,6 +91,7 @@ class ViewMaintainer:
         self._timer = timer
         self.table = ViewTable(warehouse / view.name, view.schema, view.name)
         self.spark = view.config.engine == "spark"
+        self._windows_key = SPARK_WINDOWS_KEY if self.spark else WINDOWS_KEY
         #: The driver engine's executor (None for the spark engine).
         self.engine: MJoinEngine | None = None
         #: False until opened and after any failed load: the state is rebuilt from Delta first.
@@ -120,7 +124,7 @@ class ViewMaintainer:
     def _rebuild(self) -> None:
         view = self.view
         held = self.table.versions(view.tables)
-        windows = self.table.last_metadata(WINDOWS_KEY) or {}
+        windows = self.table.last_metadata(self._windows_key) or {}
         if self.spark:  # the versions held and the windows' version lists are the whole state
             self.windows = {
                 item.alias: deque(list(entry) for entry in windows.get(item.alias, []))  # type: ignore[union-attr]
@@ -192,7 +196,7 @@ class ViewMaintainer:
         versions: dict[str, int] = {}
         for change in changes:
             path = self.warehouse / change.table
-            upto = change.upto if change.upto is not None else current_version(path)
+            upto = self._target(change)
             first = self.absorbed[change.table] + 1
             if upto < first:
                 continue  # already in the view (a replay after a crash) or nothing new
@@ -207,11 +211,15 @@ class ViewMaintainer:
             self.absorbed[change.table] = versions[change.table] = upto
         return self._commit(delta, versions, started, time.perf_counter())
 
+    def _target(self, change: InputChange) -> int:
+        """The input version a change brings the view to (its table's newest if not named)."""
+        return change.upto if change.upto is not None else current_version(self.warehouse / change.table)
+
     def _commit(self, delta: dict[tuple, int], versions: dict[str, int], started: float, joined: float) -> ViewLoad:
         """The view's delta as one MERGE with the load's transactions (nothing new: skipped)."""
         if not versions:
             return ViewLoad(0, 0, 0, {}, True, joined - started, 0.0, None)
-        metadata = {WINDOWS_KEY: json.dumps({alias: list(ledger) for alias, ledger in self.windows.items()})}
+        metadata = {self._windows_key: json.dumps({alias: list(ledger) for alias, ledger in self.windows.items()})}
         changed = {row: count for row, count in delta.items() if count}
         version, inserted, deleted = self.table.commit(changed, versions, metadata)
         self.absorbed.update(versions)
@@ -225,7 +233,7 @@ class ViewMaintainer:
         view = self.view
         targets: dict[str, int] = {}
         for change in changes:
-            upto = change.upto if change.upto is not None else current_version(self.warehouse / change.table)
+            upto = self._target(change)
             if upto > self.absorbed[change.table]:
                 targets[change.table] = max(upto, targets.get(change.table, -1))
         if not targets:
@@ -242,9 +250,9 @@ class ViewMaintainer:
                 ledger = self.windows.setdefault(item.alias, deque())
                 old = self._window_files(item.table, path, ledger)
                 for version in range(held + 1, upto + 1):
-                    files, data_until = self._version_files(item.table, path, version)
-                    if files:  # as the driver engine: a version without rows neither adds nor expires
-                        self._slide(item.alias, Commit(version, None, data_until), len(files))
+                    files, data_until, added = self._version_files(item.table, path, version)
+                    if files and added != 0:  # as the driver engine: a version without rows neither adds nor expires
+                        self._slide(item.alias, Commit(version, None, data_until), added or len(files))
                 new = self._window_files(item.table, path, ledger)
             inputs.append(JobInput(item.alias, str(path), view.inputs[item.table], tuple(old), tuple(new)))
         outputs = tuple((view.spec.input_index(o.source.input), o.source.column, o.name) for o in view.spec.outputs)
@@ -267,10 +275,11 @@ class ViewMaintainer:
         view = self.view
         return [(view.spec.inputs[view.spec.input_index(a)].table, ledger) for a, ledger in self.windows.items()]
 
-    def _version_files(self, table: str, path: Path, version: int) -> tuple[list[str], float]:
-        files, data_until = added_files(path, version)
+    def _version_files(self, table: str, path: Path, version: int) -> tuple[list[str], float, int | None]:
+        """A version's added files (absolute), data interval end and rows (None: not in its stats)."""
+        files, data_until, added = added_files(path, version)
         self._files[(table, version)] = [str(path / name) for name in files]
-        return self._files[(table, version)], data_until
+        return self._files[(table, version)], data_until, added
 
     def _window_files(self, table: str, path: Path, ledger: deque[list[float]]) -> list[str]:
         out: list[str] = []

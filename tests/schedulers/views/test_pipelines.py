@@ -24,7 +24,6 @@ from schedulers.views.pipelines import (
     conflicts,
     default_orders,
     global_candidates,
-    maintenance_points,
 )
 from tests.schedulers.views.strategies import valid_orders
 
@@ -215,7 +214,7 @@ def test_chain_candidate_is_t_over_s_r() -> None:
     assert cache == Candidate(pipeline=2, start=0, segment=(1, 0), key=(1,))  # keyed on B
     assert graph.attributes[cache.key[0]] == ((1, "b"), (2, "b"))
     assert cache.end == 1 and cache.length == 2 and cache.members == {0, 1}
-    assert maintenance_points(orders, cache) == {0: 1, 1: 1}
+    assert cache.update_points == {0: 1, 1: 1}
 
 
 def test_chain_candidate_moves_to_r_when_s_joins_t_first() -> None:
@@ -286,7 +285,7 @@ def test_every_candidate_satisfies_definition_3_2(data: st.DataObject) -> None:
         assert cache.key == key_of(graph, {cache.pipeline, *order[: cache.start]}, cache.segment)
         assert prefix_invariant(orders, cache.segment)
         assert cache.pipeline not in cache.members
-        assert maintenance_points(orders, cache) == {m: cache.length - 1 for m in cache.segment}
+        assert cache.update_points == {m: cache.length - 1 for m in cache.segment}
 
 
 @SETTINGS
@@ -336,6 +335,20 @@ def test_figure_12_global_cache_in_rs_order() -> None:
     assert global_candidates(graph, orders, prefix, limit=1) == ()  # p >= m: none
 
 
+def upkeep_exact(graph: JoinGraph, orders: Orders, segment: Sequence[int]) -> bool:
+    """In each segment input's pipeline, a segment input joins on no attribute that only
+    inputs outside the segment bind so far."""
+    for m in segment:
+        bound_inside, bound = attributes_of(graph, m), attributes_of(graph, m)
+        for j in orders[m]:
+            if j in segment and (attributes_of(graph, j) & bound) - bound_inside:
+                return False
+            bound |= attributes_of(graph, j)
+            if j in segment:
+                bound_inside |= attributes_of(graph, j)
+    return True
+
+
 def global_oracle(graph: JoinGraph, orders: Orders, prefix: Sequence[Candidate], limit: int) -> list[tuple]:
     """Section 6's list, rebuilt: X all but one relation, then all but two, ..., in pipeline
     order; connected, keyed, not already a prefix candidate; m - p of them at most."""
@@ -353,6 +366,8 @@ def global_oracle(graph: JoinGraph, orders: Orders, prefix: Sequence[Candidate],
                         reached.add(j)
                         todo.append(j)
                 if (i, start, segment) in taken or not key or reached != inner:
+                    continue
+                if not upkeep_exact(graph, orders, segment):
                     continue
                 out.append((i, start, segment, key))
     return out[: max(0, limit - len(prefix))]
