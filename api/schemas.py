@@ -90,7 +90,8 @@ ERROR_MEANINGS: dict[int, str] = {
     404: "No such table (register it with POST /v1/admin/tables).",
     409: "Conflicts with the current state: a table of that name with another schema, or an "
     "Idempotency-Key reused for a different request.",
-    413: "The body exceeds max_body_bytes: split the update or submit landing files.",
+    413: "The body exceeds max_body_bytes, or its rows more than memory and the spill disk hold at once: "
+    "split the update or submit landing files.",
     415: "The Content-Type is neither application/json nor application/x-ndjson.",
     422: "The request is well formed but invalid: the `detail` or `message` names the field.",
     503: "Intake is closed for now (starting, stopping, spill disk full, WAL failed): retry after Retry-After.",

@@ -39,7 +39,10 @@ def token_for(settings: Settings, role: Role) -> str:
 
 
 class LoaderClient:
+    """Operators' calls (tables, status, exports); producers send through ``producer``."""
+
     def __init__(self, base_url: str, token: str, timeout: float = 30.0) -> None:
+        self.base_url, self.token = base_url, token
         self.http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
 
     def close(self) -> None:

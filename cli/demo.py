@@ -1,4 +1,5 @@
-"""A demo producer: registers a few tables and feeds them synthetic traffic over HTTP.
+"""A demo producer: registers a few tables and feeds them synthetic traffic through the
+producer client (``producer``: batched, keyed, retried).
 
 Rates differ by table (a fast click stream, slower orders and payments, a rare
 inventory snapshot) so a newcomer watching ``GET /v1/tables`` or Grafana sees the
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.client import ClientError, LoaderClient
+from producer import LoaderProducer, ProducerError
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class DemoProducer(threading.Thread):
         self.report_every = report_every
         self.console = console or Console()
         self.sent = 0
+        self.producer: LoaderProducer | None = None
 
     def run(self) -> None:
         try:
@@ -84,6 +87,7 @@ class DemoProducer(threading.Thread):
         except (ClientError, TimeoutError, OSError, httpx.TransportError) as exc:
             self.console.print(f"[red]demo producer could not start:[/red] {exc}")
             return
+        self.producer = LoaderProducer(url=self.client.base_url, token=self.client.token, producer_id="demo")
         next_send = {t.name: time.monotonic() for t in DEMO_TABLES}
         next_report = time.monotonic() + self.report_every
         while not self.stop_event.is_set():
@@ -97,15 +101,27 @@ class DemoProducer(threading.Thread):
                 next_report = now + self.report_every
             wait = min(min(next_send.values()), next_report) - time.monotonic()
             self.stop_event.wait(max(0.0, wait))
+        try:
+            self.producer.close(timeout=5.0)  # what is left unacknowledged then fails its futures
+        except TimeoutError:
+            self.console.print("[yellow]demo: stopped before every update was acknowledged[/yellow]")
 
     def _send(self, table: DemoTable) -> None:
         wall = time.time()
         rows = [{name: _value(kind, self.rng, wall) for name, kind in table.columns} for _ in range(table.rows)]
+        assert self.producer is not None
         try:
-            self.client.submit_rows(table.name, rows)
-            self.sent += 1
-        except (ClientError, OSError, httpx.TransportError) as exc:
+            future = self.producer.send(table.name, rows)
+        except ProducerError as exc:
             self.console.print(f"[yellow]demo: {table.name}: {exc}[/yellow]")
+            return
+        future.add_done_callback(lambda f, name=table.name: self._sent(name, f.exception()))
+
+    def _sent(self, table: str, error: BaseException | None) -> None:
+        if error is None:
+            self.sent += 1
+        else:
+            self.console.print(f"[yellow]demo: {table}: {error}[/yellow]")
 
     def _report(self) -> None:
         try:

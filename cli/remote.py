@@ -25,30 +25,48 @@ def submit_command(
         str | None, typer.Option(envvar="LOADER_TOKEN", help="Bearer token (default: the generated producer token).")
     ] = None,
     config: ConfigOption = None,
-    key: Annotated[str | None, typer.Option("--idempotency-key", help="Makes a retried submission safe.")] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="Your own key for this file: the same command again loads it once."),
+    ] = None,
+    producer_id: Annotated[
+        str | None, typer.Option(help="A durable producer's id (with --state-dir): keys survive its restarts.")
+    ] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Where a durable producer journals what it sent until acknowledged.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to get an acknowledgement, retries included.")] = 120.0,
 ) -> None:
-    """Submit one update to a running service and print its acknowledgement."""
+    """Submit one file as an update through the producer client (docs/producers.md: retried with
+    its Idempotency-Key until acknowledged) and print the acknowledgement."""
     import json
 
-    import httpx
-
-    from cli.client import ClientError, LoaderClient, token_for
+    from cli.client import token_for
+    from producer import DeliveryTimeout, LoaderProducer, ProducerSettings, RequestRefused
 
     if not file.is_file():
         raise fail(f"{file} is not a file")
     try:
         token = token or token_for(settings_or_fail(config), Role.producer)
-    except RuntimeError as exc:
+        settings = ProducerSettings(
+            url=url, token=token, producer_id=producer_id, state_dir=state_dir, linger=0.0, delivery_timeout=timeout
+        )
+    except (RuntimeError, ValueError) as exc:
         raise fail(str(exc)) from None
-    client = LoaderClient(url, token)
-    try:
-        print(json.dumps(client.submit_file(table, file, key=key)))
-    except ClientError as exc:
-        raise fail(str(exc)) from None
-    except (OSError, httpx.TransportError) as exc:
-        raise fail(f"cannot reach {url}: {exc}; is `loader serve` running there?") from None
-    finally:
-        client.close()
+    with LoaderProducer(settings) as producer:
+        try:
+            ack = producer.send(table, file=file, key=key).result()
+        except RequestRefused as exc:
+            raise fail(f"HTTP {exc.status}: {exc.message}") from None
+        except DeliveryTimeout as exc:
+            raise fail(
+                f"cannot reach {url} or no acknowledgement within {timeout:g} s ({exc.last}); "
+                "is `loader serve` running there?"
+            ) from None
+        except (ValueError, OSError) as exc:
+            raise fail(str(exc)) from None
+    answer = {"table": ack.table, "sequence": ack.sequence, "release_time": ack.release_time, "key": ack.key}
+    print(json.dumps({"updates": [answer | {"replayed": ack.replayed}]}))
 
 
 @commands.command("export-trace")

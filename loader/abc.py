@@ -33,6 +33,11 @@ class SpillFull(Exception):
     """Intake must refuse: the spill disk budget is reached (or spilling failed)."""
 
 
+class BeyondCapacity(SpillFull):
+    """Intake must refuse for good: the request alone is more than memory and the spill disk
+    could ever hold at once (retrying it would be refused forever; it must be split)."""
+
+
 class UpdateLog(Protocol):
     """Where an update becomes durable; it is acknowledged only after ``append`` returns."""
 

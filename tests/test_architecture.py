@@ -20,12 +20,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("schedulers", "loader", "api", "cli", "testing", "tests", "benchmarks", "trials")
+PACKAGES = ("schedulers", "producer", "loader", "api", "cli", "testing", "tests", "benchmarks", "trials")
 
 #: Layers from the bottom; a module may import its own layer and the ones below it. Within
 #: the last layer each package stands alone (``SEPARATE``).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedulers",),
+    ("producer",),  # the producer client: nothing of the service (httpx and pydantic only)
     ("loader.core", "loader.abc"),  # the shared vocabulary, and the ports between stages
     ("loader.intake",),  # 1. a request becomes validated, numbered updates
     ("loader.durability",),  # 2. the WAL, the catalog, recovery, quarantine

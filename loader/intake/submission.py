@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loader.abc import Admission, IntakeMetrics, ReleaseQueue, SpillFull, UpdateLog
+from loader.abc import Admission, BeyondCapacity, IntakeMetrics, ReleaseQueue, SpillFull, UpdateLog
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
-from loader.core.errors import Invalid, Unavailable, WalWriteFailed, unknown_table
+from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, unknown_table
 from loader.core.schema import TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
@@ -277,6 +277,8 @@ class Intake:
         admitted = sum(item.resident_bytes for item in valid)
         try:
             self.admission.admit(admitted)  # counted as coming until _appended has queued it
+        except BeyondCapacity as exc:
+            raise TooLarge(f"{exc}: send these updates in smaller requests") from None
         except SpillFull as exc:
             self.metrics.on_refused("spill_full")
             raise Unavailable(

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loader.abc import SpillFull
+from loader.abc import BeyondCapacity, SpillFull
 from loader.core.updates import Update
 from loader.pending.keyed import KeyBatch, KeyFigures, KeySpec, LatestQueue
 from loader.pending.spill.buffered_head import BufferedHead
@@ -129,8 +129,14 @@ class PendingStore:
 
     # -- admission ---------------------------------------------------------------------
     def check_room(self, nbytes: int) -> None:
-        """Refuse (SpillFull) an intake of ``nbytes`` that the store could not keep."""
+        """Refuse (SpillFull) an intake of ``nbytes`` that the store could not keep, for good
+        (BeyondCapacity) when it could not even with nothing else pending."""
         cache = self.cache
+        if self.disk_budget is not None and nbytes > cache.budget + self.disk_budget:
+            raise BeyondCapacity(
+                f"{nbytes} bytes of rows in one request are more than memory ({cache.budget} bytes) and the spill "
+                f"disk ({self.disk_budget} bytes) hold at once"
+            )
         nbytes += self.admitted
         if cache.resident + nbytes <= cache.budget:
             return

@@ -37,7 +37,8 @@ def test_submit_ndjson_rows_prints_the_acknowledgement(running, tmp_path: Path) 
     ack = json.loads(output.strip().splitlines()[-1])["updates"][0]
     assert ack["table"] == "clicks" and ack["sequence"] >= 1
     again = json.loads(submit(url, "clicks", str(rows), "--idempotency-key", "cli-1")[1].strip().splitlines()[-1])
-    assert again["updates"][0] == ack  # a retried submission is answered, not loaded twice
+    assert again["updates"][0] == ack | {"replayed": True}  # a retried submission is answered, not loaded twice
+    assert ack["key"] == "cli-1" and not ack["replayed"]
 
 
 def test_submit_a_landing_file_by_a_path_relative_to_the_caller(running, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
@@ -58,5 +59,5 @@ def test_submit_errors_exit_2_with_the_reason(running, tmp_path: Path) -> None: 
     assert code == 2 and "HTTP 404" in output and "does not exist" in output
     code, output = submit(url, "clicks", str(tmp_path / "missing.ndjson"))
     assert code == 2 and "is not a file" in output
-    code, output = submit("http://127.0.0.1:9", "clicks", str(rows))
-    assert code == 2 and "cannot reach" in output
+    code, output = submit("http://127.0.0.1:9", "clicks", str(rows), "--timeout", "0.5")  # retried until then
+    assert code == 2 and "cannot reach" in output and "ConnectError" in output

@@ -55,6 +55,13 @@ def test_a_full_spill_disk_answers_503_and_every_acknowledged_update_lands_once(
         assert not list((tmp_path / "data" / "spill").rglob("*.parquet"))  # segments deleted after the load
         # Room again: intake accepts.
         assert h.post("/v1/tables/clicks/updates", json={"rows": rows(10**6)}).status_code == 202
+        # A request more than memory and the spill disk hold at once is refused for good (413,
+        # not a 503 a client would retry forever) and changes nothing.
+        before = h.status("clicks")["last_sequence"]
+        huge = [r for k in range(100) for r in rows(2 * 10**6 + k * ROWS_PER_REQUEST)]
+        answer = h.post("/v1/tables/clicks/updates", json={"rows": huge})
+        assert answer.status_code == 413 and "smaller requests" in answer.json()["message"], answer.text
+        assert h.status("clicks")["last_sequence"] == before
 
 
 def test_the_pressure_mode_wraps_the_configured_policy_and_is_reported(tmp_path: Path) -> None:

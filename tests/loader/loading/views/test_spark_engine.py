@@ -60,7 +60,7 @@ def test_a_spark_view_equals_the_join_recomputed_from_scratch(
     maintainer.open()
     everything = [InputChange(t, None) for t in SCHEMAS]
     clock = 0.0
-    for step in range(7):
+    for step in range(6):
         for _ in range(rng.randint(1, 3)):  # a few input commits between view loads
             clock += rng.choice([0.5, 1.0, 2.0])
             write_random(inputs, rng, clock, rng.randint(1, 4))

@@ -1,0 +1,619 @@
+"""``AsyncLoaderProducer``: the producer on asyncio (``LoaderProducer`` runs it on a thread).
+
+One background task closes updates when they are full or their linger time is up, forms
+requests (``batching.plan``) and starts a delivery task per request, at most
+``max_in_flight`` at once and one per table. A delivery retries until the service
+acknowledges (202), refuses (a 4xx other than 429: ``RequestRefused``; a refused
+multi-table request is split and its updates go out alone, so each refusal names its own
+update) or ``delivery_timeout`` runs out (``DeliveryTimeout``), always with the same key
+and body (``retry.py``). ``send`` waits for room in the buffer up to ``max_block``.
+
+A durable producer (``state_dir``) journals every accepted row before ``send`` returns and
+every request before its first attempt (``journal.py``); at start it sends the requests
+an earlier run left unanswered, as they were, before anything new of their tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import math
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from producer.batching import Accumulator, Batch, Request, Send, plan, request_for, row_json
+from producer.errors import BufferFull, DeliveryTimeout, ProducerClosed, ProducerError, RequestRefused
+from producer.journal import COMPACT_BYTES, Journal, Recovered
+from producer.retry import backoff, retried, retry_after
+from producer.settings import ProducerSettings
+
+log = logging.getLogger("producer")
+
+#: The service's limit on an Idempotency-Key (printable ASCII).
+MAX_KEY_LENGTH = 200
+#: Landing files the service reads itself; other suffixes are rows (JSON lines, or a JSON array).
+LANDING_SUFFIXES = (".parquet", ".csv")
+ROW_SUFFIXES = (".ndjson", ".jsonl", ".json")
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The service's acknowledgement of the update that holds (the last of) a send's rows."""
+
+    table: str
+    #: The update's sequence number at the service (``GET /v1/tables/{table}``'s last_sequence).
+    sequence: int
+    release_time: float
+    #: The update's own key (``<producer_id>.<token>/<table>/<producer sequence>``).
+    key: str
+    #: The service answered from its idempotency store: an earlier attempt had landed.
+    replayed: bool
+    #: The Idempotency-Key the request carrying it was sent under (the update's own key, or,
+    #: for several updates sent together, the request's): the one the service remembers.
+    request_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerMetrics:
+    """What the producer did so far (``metrics()``): counts since it started."""
+
+    sends: int
+    rows: int
+    #: Updates (batches) and requests sent, attempts including retries.
+    updates: int
+    requests: int
+    attempts: int
+    retried: int
+    acknowledged: int
+    replayed: int
+    refused: int
+    timed_out: int
+    #: Bytes of rows buffered now (accepted, not yet acknowledged), requests in flight now.
+    buffered_bytes: int
+    in_flight: int
+    #: Updates an earlier run of a durable producer left, taken over at start.
+    recovered: int
+
+
+def _rows_of_file(path: Path) -> list[str]:
+    """A file's rows as JSON text: one object a line (``.ndjson``, ``.jsonl``) or a JSON array."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        return [row_json(row) for row in json.loads(text)]
+    rows = []
+    for number, line in enumerate(text.split("\n"), start=1):  # (not splitlines: U+2028 may be in a value)
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}: line {number} is not JSON ({exc}); nothing was sent") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: line {number} is not a JSON object (a row); nothing was sent")
+        rows.append(line if line.isascii() else row_json(value))  # ASCII: its length is its bytes
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A send checked and serialised (``prepare``: no producer state, any thread)."""
+
+    table: str
+    texts: list[str]
+    files: list[str] | None
+    size: int
+    data_until: float | None
+    key: str | None
+    checkpoint: str | None
+
+
+def prepare(
+    table: str,
+    rows: Iterable[dict[str, Any]] | None,
+    file: str | Path | None,
+    data_until: float | None,
+    key: str | None,
+    checkpoint: str | None,
+) -> Prepared:
+    """Check a send and serialise its rows; ValueError/TypeError say what is wrong (and
+    nothing is buffered: every check a send can fail happens here, before it is taken)."""
+    if isinstance(data_until, dt.datetime):
+        data_until = data_until.timestamp()
+    if data_until is not None and (
+        isinstance(data_until, bool) or not isinstance(data_until, int | float) or not math.isfinite(data_until)
+    ):
+        raise ValueError(f"data_until: Unix seconds (a finite number) or a datetime, got {data_until!r}")
+    if data_until is not None:
+        data_until = float(data_until)
+    if key is not None and not (0 < len(key) <= MAX_KEY_LENGTH and key.isascii() and key.isprintable()):
+        raise ValueError(f"key: 1 to {MAX_KEY_LENGTH} printable ASCII characters, got {key!r}")
+    files: list[str] | None = None
+    texts: list[str] = []
+    if file is not None:
+        if rows is not None:
+            raise ValueError("send takes rows or a file, not both")
+        path = Path(file)
+        if path.suffix.lower() in LANDING_SUFFIXES:
+            files = [str(path.resolve())]
+        elif path.suffix.lower() in ROW_SUFFIXES:
+            texts = _rows_of_file(path)
+        else:
+            raise ValueError(f"{path}: rows are .ndjson, .jsonl or .json; landing files .parquet or .csv")
+    elif rows is not None:
+        texts = [row_json(row) for row in rows]
+    else:
+        raise ValueError("send needs rows or a file")
+    if files is None and not texts:
+        raise ValueError("send with no rows: nothing to load")
+    size = sum(len(t) + 1 for t in texts) if files is None else sum(len(f) for f in files)
+    return Prepared(table, texts, files, size, data_until, key, checkpoint)
+
+
+class AsyncLoaderProducer:
+    """Sends rows to the loader service exactly once (docs/producers.md).
+
+    ``async with AsyncLoaderProducer(url=..., token=...) as producer:``, then
+    ``ack = await (await producer.send("orders", rows))``: the first await returns once the
+    rows are buffered (journaled, for a durable producer), the second once the service
+    acknowledged them.
+    """
+
+    def __init__(
+        self,
+        settings: ProducerSettings | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        **overrides: Any,
+    ) -> None:
+        base = settings or ProducerSettings()
+        self.settings = s = base.model_copy(update=overrides) if overrides else base
+        if overrides:
+            ProducerSettings.model_validate(s.model_dump())  # the overrides checked like the settings
+        self._transport = transport
+        self._clock, self._sleep = clock, sleep
+        self._rng = random.Random(s.seed)
+        # Keys: the id and this run's token; a durable producer's is its journal's epoch (``start``).
+        self.prefix = f"{s.producer_id or 'producer'}.{uuid.uuid4().hex[:12]}"
+        self._journal = Journal(s.state_dir) if s.state_dir is not None else None
+        self._acc = Accumulator(s.max_batch_rows, s.max_batch_bytes, s.linger)
+        self._resend: deque[tuple[str, list[Batch]]] = deque()
+        self._busy: set[str] = set()
+        #: Delivery tasks in flight and the request each carries.
+        self._tasks: dict[asyncio.Task[None], Request] = {}
+        self._buffered = 0
+        self._http: httpx.AsyncClient | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._room: asyncio.Condition | None = None
+        self._idle: asyncio.Condition | None = None
+        self._closed = False
+        #: Why the producer stopped for good (its journal's disk, its own bug), if it did.
+        self._failed: ProducerError | None = None
+        #: The last ``send``'s checkpoint (a durable producer's, after a restart: its journal's).
+        self.checkpoint: str | None = None
+        self._counts = dict.fromkeys(
+            ("sends", "rows", "updates", "requests", "attempts", "retried", "acknowledged", "replayed"), 0
+        ) | dict.fromkeys(("refused", "timed_out", "recovered"), 0)
+
+    # -- life ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect (lazily: the first request does) and take over a durable producer's journal."""
+        if self._runner is not None:
+            return
+        if self._closed:
+            raise ProducerClosed("this producer was closed; make a new one")
+        s = self.settings
+        headers = {"Content-Type": "application/json"}
+        if s.token:
+            headers["Authorization"] = f"Bearer {s.token}"
+        self._http = httpx.AsyncClient(
+            base_url=s.url, headers=headers, timeout=s.request_timeout, transport=self._transport
+        )
+        self._wake, self._room, self._idle = asyncio.Event(), asyncio.Condition(), asyncio.Condition()
+        if self._journal is not None:
+            self._take_over(self._journal.recover())
+        self._runner = asyncio.get_running_loop().create_task(self._run(), name="loader-producer")
+
+    def _take_over(self, recovered: Recovered) -> None:
+        self.prefix = f"{self.settings.producer_id or 'producer'}.{recovered.epoch}"
+        self._acc.next_seq.update(recovered.sequences)
+        self.checkpoint = recovered.checkpoint
+        for key, batches in recovered.requests:
+            self._resend.append((key, batches))
+        for batch in recovered.waiting:
+            self._acc.ready.setdefault(batch.table, deque()).append(batch)
+        for batch in [b for _, r in recovered.requests for b in r] + recovered.waiting:
+            self._buffered += batch.nbytes
+        self._counts["recovered"] = recovered.batches
+        if recovered.batches:
+            log.info("producer %s: delivering %d update(s) an earlier run left", self.prefix, recovered.batches)
+
+    async def __aenter__(self) -> AsyncLoaderProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Close every open update now and wait until all are acknowledged or failed
+        (TimeoutError after ``timeout`` seconds; nothing is lost by it)."""
+        await self.start()
+        assert self._idle is not None and self._wake is not None
+        self._acc.close_all()
+        self._wake.set()
+
+        async def drained() -> None:
+            assert self._idle is not None
+            async with self._idle:
+                await self._idle.wait_for(
+                    lambda: self._failed is not None or (self._buffered == 0 and not self._tasks and not self._resend)
+                )
+
+        await asyncio.wait_for(drained(), timeout)
+        if self._failed is not None:
+            raise self._failed
+
+    async def close(self, timeout: float | None = None) -> None:
+        """``flush``, then stop. A durable producer keeps what is still unacknowledged (after
+        a timeout) in its journal for its next run."""
+        if self._closed and self._runner is None:
+            return
+        try:
+            if self._runner is not None:
+                await self.flush(timeout)
+        finally:
+            self._closed = True
+            runner, self._runner = self._runner, None
+            tasks = dict(self._tasks)
+            if runner is not None:
+                runner.cancel()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*([runner] if runner else []), *tasks, return_exceptions=True)
+            # What is still unacknowledged (a timeout) fails its sends; a durable producer's
+            # journal keeps it for the next run.
+            kept = "; it stays in the journal and goes out when the producer starts again" if self._journal else ""
+            sent = {id(b): r for r in tasks.values() for b in r.batches}
+            for batch in [*(b for r in tasks.values() for b in r.batches), *self._everything()]:
+                request = sent.get(id(batch))
+                if request is None:
+                    closed = ProducerClosed(f"closed before it was sent{kept}")
+                else:
+                    closed = ProducerClosed(
+                        f"closed before the service answered request {request.key}: it may have been loaded{kept}"
+                    )
+                    closed.request = request  # type: ignore[attr-defined]
+                for send in batch.sends:
+                    if not send.handle.done():
+                        send.handle.set_exception(closed)
+            if self._http is not None:
+                await self._http.aclose()
+            if self._journal is not None:
+                self._journal.close()
+
+    # -- sending --------------------------------------------------------------------------------
+    async def send(
+        self,
+        table: str,
+        rows: Iterable[dict[str, Any]] | None = None,
+        *,
+        file: str | Path | None = None,
+        data_until: float | None = None,
+        key: str | None = None,
+        checkpoint: str | None = None,
+    ) -> asyncio.Future[Ack]:
+        """Buffer an update's rows (or a file's) for ``table``; the returned future resolves to
+        the acknowledgement once the service has them all. ``data_until``: the end of the
+        data interval the rows cover (Unix seconds), if not their arrival. ``key``: the
+        caller's own Idempotency-Key for exactly these rows (they go out as one update,
+        alone); by default the producer derives one. ``checkpoint``: for a durable producer,
+        the caller's input position after these rows, journaled with them in one write:
+        after a restart ``checkpoint`` is where to resume (docs/producers.md)."""
+        prepared = prepare(table, rows, file, data_until, key, checkpoint)
+        if self._closed:
+            raise ProducerClosed("send after close: nothing was buffered")
+        await self.start()
+        return await self.accept_with_room(prepared)
+
+    def accept(self, prepared: Prepared) -> asyncio.Future[Ack]:
+        """Take a prepared send into the buffer (on the producer's loop; room already made)."""
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise ProducerClosed("send after close: nothing was buffered")
+        p, now, journal = prepared, self._clock(), self._journal
+        if p.key is None and len(f"{self.prefix}/{p.table}/") + 19 > MAX_KEY_LENGTH:
+            raise ValueError(
+                f"table {p.table!r}: its name makes Idempotency-Keys longer than {MAX_KEY_LENGTH} characters "
+                "with this producer_id; use a shorter producer_id"
+            )
+        handle: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        request = Send(handle)
+        parts: list[tuple[Batch, list[str] | None]]
+        if p.files is not None or p.key is not None:
+            batch = self._acc.add_alone(
+                p.table, p.data_until, now, request, rows=p.texts, files=p.files or (), key=p.key
+            )
+            parts = [(batch, None if p.files is not None else p.texts)]
+        else:
+            added = self._acc.add_rows(p.table, p.texts, p.data_until, now, request)
+            parts = [(batch, p.texts[start:end]) for batch, start, end in added]
+        self._buffered += p.size  # counted at once: whatever happens next, its updates release it
+        if journal is not None:
+            try:
+                journal.add(parts, p.data_until, p.checkpoint)
+            except OSError as exc:  # in the buffer but not journaled: the producer stops, loudly
+                failure = ProducerError(f"the journal in {journal.directory} could not be written ({exc})")
+                self._fail(failure)
+                raise failure from exc
+        if p.checkpoint is not None:
+            self.checkpoint = p.checkpoint
+        self._counts["sends"] += 1
+        self._counts["rows"] += len(p.texts)
+        assert self._wake is not None
+        self._wake.set()
+        return handle
+
+    async def accept_with_room(self, prepared: Prepared) -> asyncio.Future[Ack]:
+        """``accept`` once the buffer has room, waiting up to ``max_block`` (BufferFull). The
+        room is taken in the same step as it is seen, so two waiting sends cannot both take it."""
+        assert self._room is not None
+        limit, size = self.settings.max_buffer_bytes, prepared.size
+
+        def fits() -> bool:
+            return self._buffered == 0 or self._buffered + size <= limit
+
+        if fits():
+            return self.accept(prepared)  # room now: no waiting machinery
+
+        async def room() -> asyncio.Future[Ack]:
+            assert self._room is not None
+            async with self._room:
+                await self._room.wait_for(lambda: fits() or self._failed is not None)
+                return self.accept(prepared)
+
+        try:
+            return await asyncio.wait_for(room(), self.settings.max_block)
+        except TimeoutError:
+            raise BufferFull(
+                f"no room for {size:,} bytes in the producer's buffer ({self._buffered:,} of {limit:,} bytes "
+                f"waiting for acknowledgement) after {self.settings.max_block:g} s: the service is slow or "
+                "unreachable; nothing was buffered"
+            ) from None
+
+    def metrics(self) -> ProducerMetrics:
+        c = self._counts
+        return ProducerMetrics(
+            **c,  # type: ignore[arg-type]
+            buffered_bytes=self._buffered,
+            in_flight=len(self._tasks),
+        )
+
+    # -- the background task -----------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            await self._loop_forever()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or the disk: every waiting send learns it, nothing hangs
+            log.exception("producer %s: its background task failed", self.prefix)
+            self._fail(ProducerError(f"the producer's background task failed: {type(exc).__name__}: {exc}"))
+
+    def _fail(self, failure: ProducerError) -> None:
+        """Stop for good: every send not yet done fails with ``failure``, as will every call."""
+        if self._failed is not None:
+            return
+        self._failed = failure
+        for batch in self._everything():
+            for send in batch.sends:
+                if not send.handle.done():
+                    send.handle.set_exception(failure)
+        self._buffered = 0
+        self._acc.open.clear()
+        self._acc.ready.clear()
+        self._resend.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        asyncio.get_running_loop().create_task(self._settled())
+
+    def _everything(self) -> list[Batch]:
+        """Every update not yet done: in flight, to send again, closed, open."""
+        batches = [b for r in self._tasks.values() for b in r.batches] + [b for _, r in self._resend for b in r]
+        return batches + [b for q in self._acc.ready.values() for b in q] + list(self._acc.open.values())
+
+    async def _loop_forever(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            self._acc.close_due(self._clock())
+            if self._journal is not None and self._journal.size > COMPACT_BYTES:
+                self._compact()
+            self._dispatch()
+            due = self._acc.next_due()
+            timeout = None if due is None else max(0.0, due - self._clock())
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def _dispatch(self) -> None:
+        s = self.settings
+        slots = s.max_in_flight - len(self._tasks)
+        while slots > 0 and self._resend:
+            key, batches = self._resend[0]
+            tables = {b.table for b in batches}
+            if tables & self._busy:
+                break
+            self._resend.popleft()
+            self._busy |= tables
+            fresh = request_for(batches, self.prefix)
+            self._launch(Request(fresh.batches, key, fresh.path, fresh.body), journal=False)
+            slots -= 1
+        blocked = self._busy | {b.table for _, batches in self._resend for b in batches}
+        for request in plan(self._acc.ready, blocked, slots, self.prefix, s.multi_table, s.max_request_bytes):
+            self._busy |= set(request.tables)
+            self._launch(request, journal=True)
+
+    def _launch(self, request: Request, journal: bool) -> None:
+        if journal and self._journal is not None:
+            self._journal.request(request.key, request.batches)
+        self._counts["requests"] += 1
+        self._counts["updates"] += len(request.batches)
+        task = asyncio.get_running_loop().create_task(self._deliver(request))
+        self._tasks[task] = request
+
+    async def _deliver(self, request: Request) -> None:
+        task = asyncio.current_task()
+        try:
+            await self._attempts(request, self._clock())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an answer the producer cannot read: the request's sends fail with it
+            log.exception("producer %s: request %s failed", self.prefix, request.key)
+            self._finish(request, lambda b, exc=exc: exc)
+        finally:
+            self._busy.difference_update(request.tables)
+            self._tasks.pop(task, None)  # type: ignore[arg-type]
+            assert self._wake is not None
+            self._wake.set()
+            await self._settled()
+
+    async def _attempts(self, request: Request, started: float) -> None:
+        s = self.settings
+        assert self._http is not None
+        attempts = 0
+        told = False
+        while True:
+            attempts += 1
+            self._counts["attempts"] += 1
+            floor: float | None = None
+            try:
+                response = await self._http.post(
+                    request.path, content=request.body, headers={"Idempotency-Key": request.key}
+                )
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 202:
+                    self._acknowledged(request, response)
+                    return
+                body = _body(response)
+                if not retried(response.status_code):
+                    self._refused(request, response.status_code, body)
+                    return
+                floor = retry_after(response.headers.get("retry-after"))
+                message = body.get("message") if isinstance(body, dict) else body
+                last = f"HTTP {response.status_code}: {message}"
+            wait = backoff(attempts, s.retry_backoff, s.retry_backoff_max, self._rng, floor)
+            late = s.delivery_timeout is not None and self._clock() + wait - started > s.delivery_timeout
+            if late and not told:
+                told = True
+                self._counts["timed_out"] += len(request.batches)
+                durable = self._journal is not None
+                log.warning(
+                    "producer %s: %s not acknowledged after %d attempts (%s)%s",
+                    self.prefix,
+                    request.key,
+                    attempts,
+                    last,
+                    "; still trying (durable)" if durable else "; given up",
+                )
+
+                def timeout(b: Batch, n: int = attempts, why: str = last, durable: bool = durable) -> Exception:
+                    return DeliveryTimeout(b.table, request.key, n, why, request.path, request.body, durable)
+
+                if not durable:
+                    self._finish(request, timeout)
+                    return
+                # A durable producer owns the rows until delivered: its sends learn it is late,
+                # the request goes on (its table stays in order, its bytes in the buffer).
+                self._tell(request, timeout)
+            self._counts["retried"] += 1
+            await self._sleep(wait)
+
+    def _acknowledged(self, request: Request, response: httpx.Response) -> None:
+        replayed = response.headers.get("idempotent-replayed") == "true"
+        answers = response.json()["updates"]
+        if len(answers) != len(request.batches):
+            raise RuntimeError(f"the service acknowledged {len(answers)} updates of {len(request.batches)}")
+        self._counts["acknowledged"] += len(answers)
+        self._counts["replayed"] += len(answers) if replayed else 0
+        acks = {
+            id(b): Ack(b.table, int(a["sequence"]), float(a["release_time"]), b.key(self.prefix), replayed, request.key)
+            for b, a in zip(request.batches, answers, strict=True)
+        }
+        self._finish(request, lambda b: acks[id(b)])
+
+    def _refused(self, request: Request, status: int, body: Any) -> None:
+        if len(request.batches) > 1:  # all or none: each update again alone, to learn which one
+            if self._journal is not None:
+                self._journal.split(request.key)
+            self._acc.requeue(request.batches)
+            return
+        self._counts["refused"] += 1
+        batch = request.batches[0]
+        self._finish(request, lambda b: RequestRefused(status, body, batch.table, batch.key(self.prefix)))
+
+    def _tell(self, request: Request, outcome: Callable[[Batch], Ack | Exception]) -> None:
+        """The sends of the request's updates learn ``outcome`` (the first outcome a send
+        learns is its last: a failure ends it, an acknowledgement counts towards its updates)."""
+        for batch in request.batches:
+            result = outcome(batch)
+            for send in batch.sends:
+                if send.done:
+                    continue
+                if isinstance(result, Exception):
+                    send.done = True
+                    if not send.handle.done():
+                        send.handle.set_exception(result)
+                    continue
+                send.acks.append(result)
+                if len(send.acks) == send.updates:
+                    send.done = True
+                    if not send.handle.done():
+                        send.handle.set_result(result)
+
+    def _finish(self, request: Request, outcome: Callable[[Batch], Ack | Exception]) -> None:
+        """The request's updates are done: their sends are told, their bytes leave the buffer."""
+        if self._journal is not None:
+            self._journal.done(request.key)
+        self._tell(request, outcome)
+        for batch in request.batches:
+            self._buffered -= batch.nbytes
+
+    def _compact(self) -> None:
+        """The journal rewritten with what is live now: requests in flight (as they were formed:
+        their records stay), requests to send again, closed and open updates."""
+        assert self._journal is not None
+        waiting = [b for q in self._acc.ready.values() for b in q] + list(self._acc.open.values())
+        resend = [(r.key, list(r.batches)) for r in self._tasks.values()] + [(k, b) for k, b in self._resend]
+        epoch = self.prefix.rpartition(".")[2]
+        self._journal.compact(Recovered(dict(self._acc.next_seq), resend, waiting, self.checkpoint, epoch))
+
+    async def _settled(self) -> None:
+        assert self._room is not None and self._idle is not None
+        async with self._room:
+            self._room.notify_all()
+        async with self._idle:
+            self._idle.notify_all()
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text

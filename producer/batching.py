@@ -1,0 +1,283 @@
+"""Batching and keys, without I/O: what the producer buffers, when an update closes, which
+updates go out together and under which Idempotency-Key.
+
+- An **update** (``Batch``) is one table's rows between two closings: rows of several
+  ``send`` calls are coalesced until ``max_batch_rows`` or ``max_batch_bytes`` is reached
+  or ``linger`` seconds have passed since its first row (Kafka's batch.size and linger.ms).
+  A ``send`` larger than that fills several updates, in order. A landing file is an update
+  of its own.
+- Every update has a per-table **sequence** and the key ``<prefix>/<table>/<sequence>``
+  (the prefix: ``<producer_id>.<token>``, aio.py),
+  derived, never random: the same update keeps its key on every retry and, for a durable
+  producer, across restarts (``journal.py``).
+- A **request** carries one update (``POST /v1/tables/{table}/updates``, the update's key)
+  or several ready at once, of one table or several, in table order (``POST /v1/updates``,
+  a key derived from its updates' keys). Its body is built once, from rows serialised
+  once, so a retry sends the same bytes (the service compares a retried key's body).
+- A table has at most one request in flight, so its updates reach the service, and take
+  their sequence numbers there, in the order they were sent, across retries.
+
+Rows are kept as their JSON text (``row_json``): serialised once at ``send``, joined into
+bodies without parsing again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import hashlib
+import json
+import math
+import uuid
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+#: What an update adds to a multi-table request besides its rows (its table, keys, braces).
+WRAPPER_BYTES = 64
+
+
+def _encode(value: Any) -> Any:
+    """JSON for what rows commonly hold besides JSON's own types."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    raise TypeError(f"a row value of type {type(value).__name__} has no JSON form; convert it first")
+
+
+def row_json(row: dict[str, Any]) -> str:
+    """One row's JSON text, compact (the form bodies are built from)."""
+    if not isinstance(row, dict):
+        raise TypeError(f"a row is a dict of column values, got {type(row).__name__}")
+    for value in row.values():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"a row value is {value}, which JSON cannot carry; send null instead")
+    return json.dumps(row, separators=(",", ":"), default=_encode)
+
+
+@dataclass(eq=False)
+class Send:
+    """One ``send`` call: resolved when every update holding its rows is acknowledged, failed
+    at the first that fails. ``handle`` is the I/O layer's future."""
+
+    handle: Any
+    updates: int = 0
+    acks: list[Any] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass(eq=False)
+class Batch:
+    """One update of one table (module docstring)."""
+
+    table: str
+    seq: int
+    opened: float
+    rows: list[str] = field(default_factory=list)
+    files: tuple[str, ...] = ()
+    data_until: float | None = None
+    nbytes: int = 0
+    sends: list[Send] = field(default_factory=list)
+    #: Refused inside a multi-table request, or sent under a key of the caller's: goes out
+    #: alone, so its refusal is its own.
+    solo: bool = False
+    #: The caller's own Idempotency-Key (``send(key=...)``), instead of the derived one.
+    explicit_key: str | None = None
+
+    def key(self, prefix: str) -> str:
+        if self.explicit_key is not None:
+            return self.explicit_key
+        return f"{prefix}/{self.table}/{self.seq}"
+
+    def later(self, data_until: float | None) -> None:
+        """The update's data interval ends with its latest part's."""
+        if data_until is not None:
+            self.data_until = data_until if self.data_until is None else max(self.data_until, data_until)
+
+    def update_json(self, with_table: bool) -> str:
+        parts = [f'"table":{json.dumps(self.table)}'] if with_table else []
+        if self.files:
+            parts.append(f'"files":{json.dumps(list(self.files))}')
+        else:
+            parts.append('"rows":[' + ",".join(self.rows) + "]")
+        if self.data_until is not None:
+            parts.append(f'"data_until":{json.dumps(self.data_until)}')
+        return "{" + ",".join(parts) + "}"
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """An HTTP request carrying ``batches`` (module docstring)."""
+
+    batches: tuple[Batch, ...]
+    key: str
+    path: str
+    body: bytes
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(b.table for b in self.batches))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.batches)
+
+
+def request_for(batches: Sequence[Batch], prefix: str) -> Request:
+    """The request carrying ``batches``: a single update to its table's route, several to
+    ``POST /v1/updates`` under a key derived from theirs."""
+    if len(batches) == 1:
+        batch = batches[0]
+        path = f"/v1/tables/{quote(batch.table, safe='')}/updates"
+        return Request((batch,), batch.key(prefix), path, batch.update_json(False).encode())
+    digest = hashlib.sha256("|".join(b.key(prefix) for b in batches).encode()).hexdigest()[:40]
+    body = '{"updates":[' + ",".join(b.update_json(True) for b in batches) + "]}"
+    return Request(tuple(batches), f"{prefix}/m/{digest}", "/v1/updates", body.encode())
+
+
+class Accumulator:
+    """The open update of each table and the closed ones waiting for a request."""
+
+    def __init__(self, max_rows: int, max_bytes: int, linger: float, sequences: dict[str, int] | None = None) -> None:
+        self.max_rows, self.max_bytes, self.linger = max_rows, max_bytes, linger
+        self.open: dict[str, Batch] = {}
+        #: Closed updates per table, oldest first (a request takes them from the front).
+        self.ready: dict[str, deque[Batch]] = {}
+        #: The next sequence of each table's updates.
+        self.next_seq: dict[str, int] = dict(sequences or {})
+
+    def _new(self, table: str, now: float) -> Batch:
+        seq = self.next_seq.get(table, 0)
+        self.next_seq[table] = seq + 1
+        return Batch(table, seq, now)
+
+    def _close(self, table: str) -> None:
+        batch = self.open.pop(table, None)
+        if batch is not None:
+            self.ready.setdefault(table, deque()).append(batch)
+
+    def add_rows(
+        self, table: str, rows: Sequence[str], data_until: float | None, now: float, send: Send
+    ) -> list[tuple[Batch, int, int]]:
+        """Coalesce ``rows`` into the table's open update(s); each part as (update, first row,
+        end row) of ``rows``, for the journal."""
+        parts: list[tuple[Batch, int, int]] = []
+        start = 0
+        while start < len(rows):
+            batch = self.open.get(table)
+            if batch is None:
+                batch = self.open[table] = self._new(table, now)
+            end, size = start, 0
+            while end < len(rows):
+                extra = len(rows[end]) + 1
+                full = len(batch.rows) + (end - start) >= self.max_rows
+                too_big = batch.nbytes + size + extra > self.max_bytes and (batch.rows or end > start)
+                if full or too_big:
+                    break
+                size += extra
+                end += 1
+            if end > start:
+                batch.rows.extend(rows[start:end])
+                batch.nbytes += size
+                batch.later(data_until)
+                batch.sends.append(send)
+                send.updates += 1
+                parts.append((batch, start, end))
+            if end < len(rows) or len(batch.rows) >= self.max_rows or batch.nbytes >= self.max_bytes:
+                self._close(table)
+            start = end
+        if self.linger == 0:
+            self._close(table)
+        return parts
+
+    def add_alone(
+        self,
+        table: str,
+        data_until: float | None,
+        now: float,
+        send: Send,
+        *,
+        rows: Sequence[str] = (),
+        files: Sequence[str] = (),
+        key: str | None = None,
+    ) -> Batch:
+        """An update of its own, after the table's open one: landing files, or rows under the
+        caller's own key (which must name exactly these rows)."""
+        self._close(table)
+        batch = self._new(table, now)
+        batch.files = tuple(files)
+        batch.rows = list(rows)
+        batch.nbytes = sum(len(f) for f in files) + sum(len(r) + 1 for r in rows)
+        batch.later(data_until)
+        batch.sends.append(send)
+        batch.explicit_key = key
+        batch.solo = key is not None
+        send.updates += 1
+        self.ready.setdefault(table, deque()).append(batch)
+        return batch
+
+    def close_due(self, now: float) -> None:
+        for table in [t for t, b in self.open.items() if b.opened + self.linger <= now]:
+            self._close(table)
+
+    def close_all(self) -> None:
+        for table in list(self.open):
+            self._close(table)
+
+    def next_due(self) -> float | None:
+        return min((b.opened + self.linger for b in self.open.values()), default=None)
+
+    def requeue(self, batches: Iterable[Batch]) -> None:
+        """Updates of a refused multi-table request, back at the front of their tables, alone."""
+        for batch in reversed(list(batches)):
+            batch.solo = True
+            self.ready.setdefault(batch.table, deque()).appendleft(batch)
+
+    def waiting(self) -> bool:
+        return bool(self.open) or any(self.ready.values())
+
+
+def plan(
+    ready: dict[str, deque[Batch]],
+    busy: set[str],
+    slots: int,
+    prefix: str,
+    multi: bool,
+    max_request_bytes: int,
+) -> list[Request]:
+    """Requests for closed updates of tables with none in flight (``busy``, which grows with
+    the tables taken), at most ``slots`` of them, oldest update first: with ``multi``, the
+    ready updates of as many tables as fit ``max_request_bytes`` in one request; else (and for
+    an update refused inside one) one update a request."""
+    order = sorted((t for t, q in ready.items() if q and t not in busy), key=lambda t: ready[t][0].opened)
+    requests: list[Request] = []
+    for k, table in enumerate(order):
+        if len(requests) >= slots:
+            break
+        queue = ready[table]
+        if table in busy or not queue:
+            continue
+        if not multi or queue[0].solo:
+            requests.append(request_for([queue.popleft()], prefix))
+            busy.add(table)
+            continue
+        taken: list[Batch] = []
+        size = 0
+        for other in order[k:]:
+            other_queue = ready[other]
+            if other in busy or not other_queue or other_queue[0].solo:
+                continue
+            while other_queue and not other_queue[0].solo:
+                cost = other_queue[0].nbytes + len(other) + WRAPPER_BYTES
+                if taken and size + cost > max_request_bytes:
+                    break
+                taken.append(other_queue.popleft())
+                size += cost
+            busy.add(other)
+            if other_queue and not other_queue[0].solo:
+                break  # the request is full
+        requests.append(request_for(taken, prefix))
+    return requests
