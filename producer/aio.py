@@ -294,9 +294,9 @@ class AsyncLoaderProducer:
                     closed = ProducerClosed(f"closed before it was sent{kept}")
                 else:
                     closed = ProducerClosed(
-                        f"closed before the service answered request {request.key}: it may have been loaded{kept}"
+                        f"closed before the service answered request {request.key}: it may have been loaded{kept}",
+                        request.key,
                     )
-                    closed.request = request  # type: ignore[attr-defined]
                 for send in batch.sends:
                     if not send.handle.done():
                         send.handle.set_exception(closed)

@@ -56,4 +56,10 @@ class BufferFull(ProducerError):
 
 
 class ProducerClosed(ProducerError):
-    """``send`` after ``close``: nothing was buffered."""
+    """``send`` after ``close`` (nothing was buffered), or a send ``close`` ended before the
+    service acknowledged it: ``key`` is then the Idempotency-Key of the request that was in
+    flight (it may have been loaded), None if it was never sent."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
