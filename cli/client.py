@@ -72,26 +72,6 @@ class LoaderClient:
     def register_table(self, definition: dict[str, Any]) -> Any:
         return self._check(self.http.post("/v1/admin/tables", json=definition))
 
-    def submit_rows(
-        self, table: str, rows: list[dict[str, Any]], *, key: str | None = None, data_until: float | None = None
-    ) -> Any:
-        body: dict[str, Any] = {"rows": rows}
-        if data_until is not None:
-            body["data_until"] = data_until
-        headers = {"Idempotency-Key": key} if key else {}
-        return self._check(self.http.post(f"/v1/tables/{table}/updates", json=body, headers=headers))
-
-    def submit_file(self, table: str, path: Path, *, key: str | None = None) -> Any:
-        """NDJSON / JSON files are sent as rows; Parquet and CSV must sit in the landing directory."""
-        headers = {"Idempotency-Key": key} if key else {}
-        if path.suffix.lower() in (".parquet", ".csv"):
-            # Absolute, so that the service (which shares the landing directory) finds the
-            # file whatever directory this command runs from.
-            body = {"files": [str(path.resolve())]}
-            return self._check(self.http.post(f"/v1/tables/{table}/updates", json=body, headers=headers))
-        headers["Content-Type"] = "application/x-ndjson"
-        return self._check(self.http.post(f"/v1/tables/{table}/updates", content=path.read_bytes(), headers=headers))
-
     def download(self, path: str, params: dict[str, Any], out: Path) -> dict[str, str]:
         """Stream a GET into ``out`` (written whole or not at all); returns the response headers."""
         partial = out.with_name(f".{out.name}.partial")

@@ -19,10 +19,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.app import app
-from cli.client import LoaderClient
 from cli.plots import build_run
 from loader.loading.observed import ObservedRecord, ObservedTable
 from loader.service import LoaderService
+from producer import LoaderProducer
 from schedulers.freshness import evaluate_schedule
 from schedulers.model import BatchRecord, Trace
 from schedulers.registry import make_policy
@@ -234,14 +234,12 @@ def test_export_trace_command_and_report_on_the_run_and_a_simulation(tmp_path: P
     with serve_in_thread(tmp_path / "data") as (url, service):
         plan = _plan(service, seed=3, count=40)
         _wait_clock(plan)
-        client = LoaderClient(url, PRODUCER)
         acked: dict[str, list[float]] = {t: [] for t in TABLES}
-        try:
+        with LoaderProducer(url=url, token=PRODUCER) as producer:
             for k, (table, until) in enumerate(plan):
-                ack = client.submit_rows(table, [_row(table, k)], data_until=until)["updates"][0]
-                acked[table].append(ack["release_time"])
-        finally:
-            client.close()
+                # One update each (a key of its own is never coalesced), acknowledged in turn.
+                ack = producer.send(table, [_row(table, k)], data_until=until, key=f"trace/{k}").result()
+                acked[table].append(ack.release_time)
         Harness.wait(lambda: all(service.intake.tables[t].committed_seq >= len(acked[t]) for t in TABLES))
         out, schedule_out = tmp_path / "trace.jsonl", tmp_path / "schedule.jsonl"
         result = runner.invoke(
