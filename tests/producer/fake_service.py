@@ -4,6 +4,7 @@ body), per-table sequences, all-or-none multi-table requests, and faults on dema
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Callable
@@ -66,3 +67,14 @@ class FakeService:
         if fault == "drop":
             raise httpx.ReadError("the answer was lost")
         return response
+
+
+def held(service: FakeService, release: asyncio.Event) -> httpx.MockTransport:
+    """A transport to ``service`` that answers nothing until ``release`` is set: requests
+    stay in flight, so the producer's buffer stays full."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        return service(request)
+
+    return httpx.MockTransport(handler)

@@ -23,7 +23,7 @@ from producer import (
     ProducerSettings,
     RequestRefused,
 )
-from tests.producer.fake_service import FakeService
+from tests.producer.fake_service import FakeService, held
 
 
 class Sleeps:
@@ -178,14 +178,10 @@ def test_a_full_buffer_blocks_send_then_raises() -> None:
     release = asyncio.Event()
     service = FakeService()
 
-    async def slow(request: httpx.Request) -> httpx.Response:
-        await release.wait()
-        return service(request)
-
     async def main() -> None:
         p = AsyncLoaderProducer(
             ProducerSettings(url="http://loader", linger=0.0, max_buffer_bytes=150, max_block=0.2),
-            transport=httpx.MockTransport(slow),
+            transport=held(service, release),
         )
         async with p:
             try:
@@ -416,14 +412,10 @@ def test_waiting_sends_never_overfill_the_buffer() -> None:
     release = asyncio.Event()
     service = FakeService()
 
-    async def slow(request: httpx.Request) -> httpx.Response:
-        await release.wait()
-        return service(request)
-
     async def main() -> None:
         p = AsyncLoaderProducer(
             ProducerSettings(url="http://loader", linger=0.0, max_buffer_bytes=100, max_block=5.0),
-            transport=httpx.MockTransport(slow),
+            transport=held(service, release),
         )
         async with p:
             first = await p.send("a", rows("a", 0, 3))  # 60 bytes
