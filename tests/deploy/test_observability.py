@@ -36,6 +36,9 @@ PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 ALERTS = PROMETHEUS_DIR / "alerts.yml"
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "warehouse-loader.json"
+VIEW_DASHBOARD = GRAFANA / "dashboards" / "join-views.json"
+#: Every dashboard and the template variables its panels filter by.
+DASHBOARDS = {DASHBOARD: ("instance", "table"), VIEW_DASHBOARD: ("instance", "view")}
 DATASOURCES = GRAFANA / "provisioning" / "datasources" / "prometheus.yml"
 PROVIDERS = GRAFANA / "provisioning" / "dashboards" / "dashboards.yml"
 JOB = "warehouse-loader"
@@ -67,8 +70,8 @@ def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+def dashboard(path: Path = DASHBOARD) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def all_panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -132,8 +135,17 @@ def rule_expressions() -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------- static checks
-def test_the_dashboard_is_well_formed_and_uses_the_provisioned_datasource() -> None:
-    board = dashboard()
+def test_every_dashboard_file_is_checked_and_has_its_own_uid() -> None:
+    files = sorted(DASHBOARD.parent.glob("*.json"))
+    assert files == sorted(DASHBOARDS), "a dashboard the tests do not check (add it to DASHBOARDS)"
+    uids = [dashboard(f)["uid"] for f in files]
+    assert len(uids) == len(set(uids)), uids
+
+
+@pytest.mark.parametrize("path", list(DASHBOARDS), ids=lambda p: p.stem)
+def test_the_dashboard_is_well_formed_and_uses_the_provisioned_datasource(path: Path) -> None:
+    board = dashboard(path)
+    required = DASHBOARDS[path]
     assert isinstance(board.get("schemaVersion"), int) and board["schemaVersion"] >= 36
     assert board.get("uid") and board.get("title")
     panels = list(all_panels(board))
@@ -168,13 +180,13 @@ def test_the_dashboard_is_well_formed_and_uses_the_provisioned_datasource() -> N
 
     # Every variable an expression, a title or a variable query uses is defined (or Grafana's own).
     defined = {v["name"]: v for v in board["templating"]["list"]}
-    assert {"instance", "table"} <= set(defined)
+    assert set(required) <= set(defined)
     texts = [expr for _, expr in queries(board)] + [p.get("title", "") for p in panels]
     texts += [variable_query(v) for v in defined.values()]
     for text in texts:
         unknown = variables_used(text) - set(defined) - set(BUILTINS)
         assert not unknown, f"undefined variables {unknown} in {text!r}"
-    for name in ("instance", "table"):
+    for name in required:
         var = defined[name]
         assert var["type"] == "query" and var.get("datasource") == expected, name
         assert LABEL_VALUES.match(variable_query(var)), f"${name}: {variable_query(var)!r}"
