@@ -133,8 +133,10 @@ def test_every_panel_returns_data_from_a_live_loader(live: Live) -> None:
     live.wait_for_data([(where, substitute(expr, values)) for where, expr in queries(board)], timeout=60.0)
     by_title = {title: expr for where, expr in queries(board) for title in [where.split("'")[1]]}
     # The forced cache is hit (most sales find their client's regions cached) and holds bytes.
-    [ratio] = live.prometheus.query(substitute(by_title["Cache hit ratio per view"], values))
-    assert ratio["metric"]["view"] == "geo" and 0.5 < float(ratio["value"][1]) <= 1.0, ratio
+    # (geo_adaptive may have chosen a cache by now too: only the forced one is certain.)
+    ratios = live.prometheus.query(substitute(by_title["Cache hit ratio per view"], values))
+    ratio = {r["metric"]["view"]: float(r["value"][1]) for r in ratios}
+    assert 0.5 < ratio["geo"] <= 1.0, ratios
     states = live.prometheus.query(substitute(by_title["Candidate caches by state"], values))
     assert {s["metric"]["state"]: float(s["value"][1]) for s in states}["used"] >= 1, states
     rows = live.prometheus.query(substitute(by_title["Candidates: pipeline, scope and state"], values))
