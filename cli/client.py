@@ -1,4 +1,4 @@
-"""A small HTTP client for producers and operators (used by ``loader submit`` and the demo)."""
+"""The operators' HTTP client (tables, status, exports) for the CLI and the demo; rows go through ``producer``."""
 
 from __future__ import annotations
 
