@@ -501,8 +501,10 @@ class CrashTrial:
             return "kill: start-up, WAL replay"
         return "kill: start-up, intake not open yet"  # imports, WAL open, or a replay not logged
 
-    def life(self, kind: str, failpoint_timeout: float = 150.0, ready_timeout: float = 240.0) -> Life:
-        """Start the server armed for ``kind``, let the producers at it, and end it by SIGKILL."""
+    def life(self, kind: str, failpoint_timeout: float = 240.0, ready_timeout: float = 240.0) -> Life:
+        """Start the server armed for ``kind``, let the producers at it, and end it by SIGKILL.
+        ``failpoint_timeout`` counts from the start: on 2 busy cores the Connect server and the
+        workers alone took 57 s of a life, and a worker's failpoint must then still be met."""
         backlog = wal_records(self.data / "wal")
         spec, anchor, delay = self._arm(kind, backlog)
         worker_spec = ""

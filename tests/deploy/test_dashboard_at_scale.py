@@ -109,7 +109,7 @@ def _values(live: Live) -> dict[str, str]:
 def test_every_panel_returns_data_and_no_more_series_than_it_can_show(live: Live) -> None:
     values = _values(live)
     expressions = [(where, substitute(expr, values)) for where, expr in queries(dashboard())]
-    live.wait_for_data(expressions, timeout=90.0)
+    live.wait_for_data(expressions, timeout=180.0)  # a deadline: busy cores slow the first loads
     crowded = {where: n for where, expr in expressions if (n := len(live.prometheus.query(expr))) > MOST_SERIES}
     assert not crowded, f"panels that would draw more than {MOST_SERIES} series: {crowded}"
 

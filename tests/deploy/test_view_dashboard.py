@@ -130,7 +130,7 @@ def _values(live: Live) -> dict[str, str]:
 def test_every_panel_returns_data_from_a_live_loader(live: Live) -> None:
     board = dashboard(VIEW_DASHBOARD)
     values = _values(live)
-    live.wait_for_data([(where, substitute(expr, values)) for where, expr in queries(board)], timeout=60.0)
+    live.wait_for_data([(where, substitute(expr, values)) for where, expr in queries(board)], timeout=120.0)
     by_title = {title: expr for where, expr in queries(board) for title in [where.split("'")[1]]}
     # The forced cache is hit (most sales find their client's regions cached) and holds bytes.
     # (geo_adaptive may have chosen a cache by now too: only the forced one is certain.)

@@ -65,7 +65,7 @@ def classic_trial(tmp_path: Path) -> Iterator[CrashTrial]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_sigkill_at_every_step_loses_and_duplicates_nothing(trial: CrashTrial) -> None:
     trial.run(KILLS)
     verdict = trial.finish()
