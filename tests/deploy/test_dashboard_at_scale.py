@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from testing.prometheus_server import PrometheusServer, binaries
-from testing.service_harness import OPERATOR, ORDERS_ONLY, PRODUCER, serve_in_thread
-from tests.deploy.test_observability import BUILTINS, JOB, Live, dashboard, queries, scrape_config, substitute
+from testing.service_harness import OPERATOR, PRODUCER, serve_in_thread
+from tests.deploy.test_observability import BUILTINS, JOB, Live, dashboard, queries, scraping, substitute
 
 TABLES = 1000
 TOP_K = 20
@@ -69,7 +68,6 @@ class Feed:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    prometheus_binary = binaries()[0]
     tmp = tmp_path_factory.mktemp("dashboard-at-scale")
     metrics = {"per_table_series": "top-k", "top_k": TOP_K}
     with serve_in_thread(tmp / "data", metrics=metrics) as (url, _service):
@@ -81,20 +79,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         )
         assert registered.status_code == 200, registered.text
         assert len(registered.json()["created"]) == TABLES
-        instance = url.removeprefix("http://")
-        token = tmp / "loader-token"
-        token.write_text(ORDERS_ONLY + "\n", encoding="utf-8")
-        config = scrape_config(tmp / "prometheus.yml", instance, token)
-        feed = Feed(url)
-        thread = threading.Thread(target=feed.run, name="feed", daemon=True)
-        thread.start()
-        try:
-            with PrometheusServer(prometheus_binary, config, tmp) as prometheus:
-                prometheus.wait(lambda: prometheus.query(f'up{{job="{JOB}"}} == 1'), 30.0, "the loader was not scraped")
-                yield Live(prometheus, instance, feed)  # type: ignore[arg-type]
-        finally:
-            feed.stop.set()
-            thread.join(30)
+        with scraping(tmp, url, Feed(url)) as live:
+            yield live
 
 
 def _values(live: Live) -> dict[str, str]:

@@ -9,6 +9,7 @@ provisioning. Waiting is polling with deadlines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -515,6 +516,25 @@ class Live:
                     + "\n".join(missing)
                 )
             time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def scraping(tmp: Path, url: str, feed: Any) -> Iterator[Live]:
+    """A real Prometheus scraping the loader at ``url`` (deploy/prometheus's job, every
+    second) while ``feed.run`` feeds the loader on a thread; both stop on exit."""
+    instance = url.removeprefix("http://")
+    token = tmp / "loader-token"
+    token.write_text(ORDERS_ONLY + "\n", encoding="utf-8")  # any valid token may read /metrics
+    config = scrape_config(tmp / "prometheus.yml", instance, token)
+    thread = threading.Thread(target=feed.run, name="feed", daemon=True)
+    thread.start()
+    try:
+        with PrometheusServer(binaries()[0], config, tmp) as prometheus:
+            prometheus.wait(lambda: prometheus.query(f'up{{job="{JOB}"}} == 1'), 30.0, "the loader was not scraped")
+            yield Live(prometheus, instance, feed)
+    finally:
+        feed.stop.set()
+        thread.join(30)
 
 
 def scrape_config(path: Path, instance: str, token_file: Path) -> Path:

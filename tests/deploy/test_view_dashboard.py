@@ -18,17 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from testing.prometheus_server import PrometheusServer, binaries
-from testing.service_harness import OPERATOR, ORDERS_ONLY, PRODUCER, serve_in_thread
+from testing.service_harness import OPERATOR, PRODUCER, serve_in_thread
 from tests.deploy.test_observability import (
     BUILTINS,
-    JOB,
     LABEL_VALUES,
     VIEW_DASHBOARD,
     Live,
     dashboard,
     queries,
-    scrape_config,
+    scraping,
     substitute,
     variable_query,
 )
@@ -96,7 +94,6 @@ class Feed:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    prometheus_binary = binaries()[0]
     tmp = tmp_path_factory.mktemp("view-dashboard")
     with serve_in_thread(tmp / "data") as (url, _service):
         operator = {"Authorization": f"Bearer {OPERATOR}"}
@@ -107,20 +104,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         for declaration in VIEWS:
             answer = httpx.post(f"{url}/v1/admin/views", json=declaration, headers=operator)
             assert answer.status_code == 201, answer.text
-        instance = url.removeprefix("http://")
-        token = tmp / "loader-token"
-        token.write_text(ORDERS_ONLY + "\n", encoding="utf-8")
-        config = scrape_config(tmp / "prometheus.yml", instance, token)
-        feed = Feed(url)
-        thread = threading.Thread(target=feed.run, name="feed", daemon=True)
-        thread.start()
-        try:
-            with PrometheusServer(prometheus_binary, config, tmp) as prometheus:
-                prometheus.wait(lambda: prometheus.query(f'up{{job="{JOB}"}} == 1'), 30.0, "the loader was not scraped")
-                yield Live(prometheus, instance, feed)  # type: ignore[arg-type]
-        finally:
-            feed.stop.set()
-            thread.join(30)
+        with scraping(tmp, url, Feed(url)) as live:
+            yield live
 
 
 def _values(live: Live) -> dict[str, str]:
