@@ -141,13 +141,13 @@ def request_for(batches: Sequence[Batch], prefix: str) -> Request:
 class Accumulator:
     """The open update of each table and the closed ones waiting for a request."""
 
-    def __init__(self, max_rows: int, max_bytes: int, linger: float, sequences: dict[str, int] | None = None) -> None:
+    def __init__(self, max_rows: int, max_bytes: int, linger: float) -> None:
         self.max_rows, self.max_bytes, self.linger = max_rows, max_bytes, linger
         self.open: dict[str, Batch] = {}
         #: Closed updates per table, oldest first (a request takes them from the front).
         self.ready: dict[str, deque[Batch]] = {}
-        #: The next sequence of each table's updates.
-        self.next_seq: dict[str, int] = dict(sequences or {})
+        #: The next sequence of each table's updates (a durable producer's restart takes over its journal's).
+        self.next_seq: dict[str, int] = {}
 
     def _new(self, table: str, now: float) -> Batch:
         seq = self.next_seq.get(table, 0)
