@@ -161,6 +161,13 @@ class LoadingConfig(BaseModel):
     #: Starting estimate of the fixed cost every Spark job pays whatever it loads (seconds);
     #: measured online from the jobs' durations afterwards (loader/loading/estimates.py).
     job_overhead_seconds: float = Field(default=0.1, ge=0, le=60, allow_inf_nan=False)
+    #: Seconds a load worker process may take to answer one job (a load, a multi-table
+    #: load, a join view's Spark job) before it is killed and the job fails as if the worker
+    #: had died: retried with back-off, a strike toward quarantine. A hang thus shows up as
+    #: failed loads instead of a worker slot lost for good. Loads in worker processes only
+    #: (``[spark] mode = "connect"``): a job in the service's own Spark driver cannot be
+    #: stopped without stopping the service. 0: no limit.
+    job_timeout_seconds: float = Field(default=1800.0, ge=0, allow_inf_nan=False)
 
 
 class SpillConfig(BaseModel):

@@ -439,6 +439,7 @@ class LoaderService:
             handoff_dir=s.data_dir / "handoff",
             failpoints=failpoints.worker_spec(),
             log_level=logging.getLogger("loader").getEffectiveLevel(),
+            job_timeout=s.loading.job_timeout_seconds or None,
         )
         processes = ProcessSink(s.workers, options, self._spark_url, on_death=self._worker_died)
         self._processes = processes

@@ -131,6 +131,7 @@ def test_old_names_as_keyword_arguments_keep_the_precedence(monkeypatch: pytest.
         ),
         ('[[auth_tokens]]\ntoken = "short"\nrole = "operator"\n', "auth_tokens.0.token"),
         ('[spark]\nlean_writes = ["fast"]\n', "unknown lean_writes change(s) ['fast']"),
+        ("[loading]\njob_timeout_seconds = -1\n", "loading.job_timeout_seconds"),
         ('[spark]\nmode = "remote"\n', "spark.mode"),
         ('[spark]\nmode = "connect"\nremote = "localhost:15002"\n', "spark.remote"),
         ('[spark]\nmode = "classic"\nremote = "sc://spark:15002"\n', 'set mode = "connect"'),

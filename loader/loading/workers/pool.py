@@ -12,7 +12,16 @@ A worker that dies mid-batch (killed, out of memory) fails that call with
 :class:`WorkerDied`; the dispatcher retries the batch with back-off as after any failed
 load, and the application transaction in the Delta log makes the retry load exactly what
 the dead worker had not committed (``unloaded_part``). The dead process is replaced when
-its slot is next taken, before anything is sent to it.
+its slot is next taken, before anything is sent to it. A worker that does not answer
+within ``[loading] job_timeout_seconds`` (a hung Spark job, a wedged process) is killed
+here and the call fails the same way (:class:`WorkerTimedOut`), so a hang becomes a failed
+load that is retried, counted and, if it keeps happening, quarantined, rather than a
+worker slot lost for good. Killing the process is the one stop that always works: the
+worker's Spark calls block in gRPC. Its Spark job may still run to its end on the server.
+With the embedded writer nothing commits what it wrote (the worker commits with
+``deltalake``; Spark only writes a staging directory). With the native writer, Delta's
+idempotent writes fence a late commit against the retry, because both carry the table's
+application transaction.
 
 Table checks (creating a table, its schema, its committed sequence) need no Spark and run
 here, with ``deltalake`` (``DeltaTables``).
@@ -67,6 +76,11 @@ class WorkerDied(RuntimeError):
     effect, by its application transaction) on the process that replaces it."""
 
 
+class WorkerTimedOut(WorkerDied):
+    """A load worker did not answer a job within ``[loading] job_timeout_seconds`` and was
+    killed: to the dispatcher a death like any other (a strike toward quarantine)."""
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """How the service's worker processes are set up (from ``[spark]`` and ``writer``)."""
@@ -86,6 +100,9 @@ class WorkerOptions:
     #: kills: one death per life, and its replacement must not die the same way).
     failpoints: str = ""
     log_level: int = logging.INFO
+    #: Seconds a worker may take to answer one job (a load, a multi-table load, a view's
+    #: job) before it is killed (``[loading] job_timeout_seconds``); None: no limit.
+    job_timeout: float | None = None
 
 
 @dataclass
@@ -162,14 +179,14 @@ class WorkerProcess:
             conn.send(request)
         except OSError as exc:
             raise self._died(f"could not be sent the batch ({exc})") from exc
-        reply = self._receive(None)
+        reply = self._receive(self.options.job_timeout, job=True)
         expected = ViewJobReply if isinstance(request, ViewJobRequest) else LoadReply
         if not isinstance(reply, expected):
             self.kill()
             raise WorkerDied(f"load worker {self.index} answered a {expected.__name__} with {type(reply).__name__}")
         return reply
 
-    def _receive(self, timeout: float | None) -> object:
+    def _receive(self, timeout: float | None, job: bool = False) -> object:
         """The worker's next message; WorkerDied if it ends (or, with ``timeout``, is silent) first."""
         conn, process = self._conn, self._process
         assert conn is not None and process is not None
@@ -184,6 +201,11 @@ class WorkerProcess:
                 raise self._died("ended")
             if deadline is not None and time.monotonic() > deadline:
                 self.kill()
+                if job:
+                    raise WorkerTimedOut(
+                        f"load worker {self.index} (pid {process.pid}) did not finish its job in {timeout:g} s "
+                        "([loading] job_timeout_seconds) and was killed; raise the limit if jobs this long are expected"
+                    )
                 raise WorkerDied(f"load worker {self.index} (pid {process.pid}) did not answer in {timeout:.0f} s")
 
     def _died(self, what: str) -> WorkerDied:

@@ -7,7 +7,9 @@ exactly what was not committed; failures cross the process boundary with their c
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from loader.loading.sinks.view_join import run_view_job
 from loader.loading.spark import DEFAULT_LEAN, spark_unreachable
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
 from loader.loading.workers.messages import LoadFailedInWorker
-from loader.loading.workers.pool import ProcessSink, WorkerDied, WorkerOptions
+from loader.loading.workers.pool import ProcessSink, WorkerDied, WorkerOptions, WorkerTimedOut
 from testing.tables import read_delta
 from tests.loader.loading.test_group_job import _batches
 from tests.loader.loading.test_sinks import ORDERS, by_id, order_rows, rows_update
@@ -109,6 +111,32 @@ def test_a_worker_killed_mid_batch_is_replaced_and_the_retry_loads_once(
             Batch("orders", (rows_update("orders", 2, order_rows(random.Random(6), range(50, 60))),)), ORDERS
         )
         assert not later.skipped and later.rows == 10
+    finally:
+        sink.stop()
+
+
+def test_a_worker_that_does_not_answer_in_time_is_killed_and_its_job_retried(
+    connect_server: ConnectServer, tmp_path: Path
+) -> None:
+    """A wedged worker (stopped: alive, silent) holds its slot only until the job timeout."""
+    options = dataclasses.replace(_options(tmp_path), job_timeout=3.0)
+    sink = ProcessSink(1, options, lambda: connect_server.url)
+    sink.start()
+    try:
+        sink.ensure_table("orders", ORDERS)
+        wedged = sink.processes[0].pid
+        assert wedged is not None
+        os.kill(wedged, signal.SIGSTOP)
+        batch = Batch("orders", (rows_update("orders", 1, order_rows(random.Random(8), range(20))),))
+        with pytest.raises(WorkerTimedOut, match=r"load worker 0 .* did not finish its job in 3 s .*job_timeout"):
+            sink.load(batch, ORDERS)
+        assert sink.deaths == 1 and sink.live() == 0
+        with pytest.raises(ProcessLookupError):
+            os.kill(wedged, 0)  # killed and reaped, not left stopped
+
+        retry = sink.load(batch, ORDERS)  # on a new process, within the limit
+        assert not retry.skipped and retry.rows == 20 and sink.processes[0].pid != wedged
+        assert DeltaTable(str(sink.table_path("orders"))).transaction_version(app_id("orders")) == 1
     finally:
         sink.stop()
 
