@@ -11,16 +11,13 @@ rather than about 50,000. Waiting is polling with deadlines.
 from __future__ import annotations
 
 import random
-import threading
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import httpx
 import pytest
 
-from testing.service_harness import OPERATOR, PRODUCER, serve_in_thread
-from tests.deploy.test_observability import BUILTINS, JOB, Live, dashboard, queries, scraping, substitute
+from testing.service_harness import OPERATOR, serve_in_thread
+from tests.deploy.test_observability import BUILTINS, JOB, Feed, Live, dashboard, queries, scraping, substitute
 
 TABLES = 1000
 TOP_K = 20
@@ -39,31 +36,16 @@ BULK = [
 ]
 
 
-@dataclass
-class Feed:
+class BulkFeed(Feed):
     """Updates to 200 of the tables, 40 to a request, about 10 requests a second."""
 
-    url: str
-    stop: threading.Event = field(default_factory=threading.Event)
-    statuses: Counter[int] = field(default_factory=Counter)
-    error: BaseException | None = None
-
-    def run(self) -> None:
+    def feed(self, client: httpx.Client) -> None:
         rng = random.Random(11)
         fed = [row["name"] for row in BULK[:200]]
-        try:
-            with httpx.Client(base_url=self.url, timeout=30.0) as client:
-                while not self.stop.is_set():
-                    updates = [
-                        {"table": t, "rows": [{"k": rng.randrange(10**6), "v": "x"}]} for t in rng.sample(fed, 40)
-                    ]
-                    answer = client.post(
-                        "/v1/updates", json={"updates": updates}, headers={"Authorization": f"Bearer {PRODUCER}"}
-                    )
-                    self.statuses[answer.status_code] += 1
-                    self.stop.wait(0.1)
-        except BaseException as exc:  # shown by the test that waits for data
-            self.error = exc
+        while not self.stop.is_set():
+            updates = [{"table": t, "rows": [{"k": rng.randrange(10**6), "v": "x"}]} for t in rng.sample(fed, 40)]
+            self.post(client, "/v1/updates", {"updates": updates})
+            self.stop.wait(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +61,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         )
         assert registered.status_code == 200, registered.text
         assert len(registered.json()["created"]) == TABLES
-        with scraping(tmp, url, Feed(url)) as live:
+        with scraping(tmp, url, BulkFeed(url)) as live:
             yield live
 
 

@@ -17,6 +17,7 @@ import re
 import subprocess
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -487,7 +488,7 @@ class Workload:
 class Live:
     prometheus: PrometheusServer
     instance: str
-    workload: Workload
+    workload: Workload | Feed
 
     def values(self, board: dict[str, Any]) -> dict[str, str]:
         """Values for the dashboard's variables that exist in this run."""
@@ -518,8 +519,34 @@ class Live:
             time.sleep(0.5)
 
 
+@dataclass
+class Feed(ABC):
+    """A producer on a thread beside ``scraping``: what it was answered, and what ended it
+    (both shown when a panel waits for data in vain)."""
+
+    url: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    statuses: Counter[int] = field(default_factory=Counter)
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        headers = {"Authorization": f"Bearer {PRODUCER}"}
+        try:
+            with httpx.Client(base_url=self.url, headers=headers, timeout=30.0) as client:
+                self.feed(client)
+        except BaseException as exc:  # shown by the test that waits for data
+            self.error = exc
+
+    @abstractmethod
+    def feed(self, client: httpx.Client) -> None:
+        """Post (``post``) until ``stop`` is set."""
+
+    def post(self, client: httpx.Client, path: str, body: dict[str, Any]) -> None:
+        self.statuses[client.post(path, json=body).status_code] += 1
+
+
 @contextlib.contextmanager
-def scraping(tmp: Path, url: str, feed: Any) -> Iterator[Live]:
+def scraping(tmp: Path, url: str, feed: Feed) -> Iterator[Live]:
     """A real Prometheus scraping the loader at ``url`` (deploy/prometheus's job, every
     second) while ``feed.run`` feeds the loader on a thread; both stop on exit."""
     instance = url.removeprefix("http://")
