@@ -17,11 +17,11 @@ within ``[loading] job_timeout_seconds`` (a hung Spark job, a wedged process) is
 here and the call fails the same way (:class:`WorkerTimedOut`), so a hang becomes a failed
 load that is retried, counted and, if it keeps happening, quarantined, rather than a
 worker slot lost for good. Killing the process is the one stop that always works: the
-worker's Spark calls block in gRPC. Its Spark job may still run to its end on the server.
-With the embedded writer nothing commits what it wrote (the worker commits with
-``deltalake``; Spark only writes a staging directory). With the native writer, Delta's
-idempotent writes fence a late commit against the retry, because both carry the table's
-application transaction.
+worker's Spark calls block in gRPC. Its Spark job may still run to its end on the server,
+as after any death mid-job. With the embedded writer nothing commits what it wrote (the
+worker commits with ``deltalake``; Spark only writes a staging directory). With the native
+writer, Delta's check on the application transaction (``txnAppId``) fences a late commit
+against the retry's.
 
 Table checks (creating a table, its schema, its committed sequence) need no Spark and run
 here, with ``deltalake`` (``DeltaTables``).
