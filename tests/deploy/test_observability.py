@@ -550,9 +550,7 @@ def scraping(tmp: Path, url: str, feed: Feed) -> Iterator[Live]:
     """A real Prometheus scraping the loader at ``url`` (deploy/prometheus's job, every
     second) while ``feed.run`` feeds the loader on a thread; both stop on exit."""
     instance = url.removeprefix("http://")
-    token = tmp / "loader-token"
-    token.write_text(ORDERS_ONLY + "\n", encoding="utf-8")  # any valid token may read /metrics
-    config = scrape_config(tmp / "prometheus.yml", instance, token)
+    config = scrape_config(tmp, instance)
     thread = threading.Thread(target=feed.run, name="feed", daemon=True)
     thread.start()
     try:
@@ -564,9 +562,12 @@ def scraping(tmp: Path, url: str, feed: Feed) -> Iterator[Live]:
         thread.join(30)
 
 
-def scrape_config(path: Path, instance: str, token_file: Path) -> Path:
-    """deploy/prometheus/prometheus.yml with the loader's job aimed at the test's loader, a 1 s scrape and
-    evaluation interval, and the real alerts.yml."""
+def scrape_config(tmp: Path, instance: str) -> Path:
+    """deploy/prometheus/prometheus.yml (written into ``tmp``) with the loader's job aimed at the
+    test's loader, a token it accepts, a 1 s scrape and evaluation interval, and the real alerts.yml."""
+    token_file = tmp / "loader-token"
+    token_file.write_text(ORDERS_ONLY + "\n", encoding="utf-8")  # any valid token may read /metrics
+    path = tmp / "prometheus.yml"
     config = load_yaml(PROMETHEUS_CONFIG)
     assert config["rule_files"] == [ALERTS.name]
     [job] = [j for j in config["scrape_configs"] if j["job_name"] == JOB]
@@ -589,9 +590,7 @@ def live(prometheus_binaries: tuple[str, str], tmp_path_factory: pytest.TempPath
     spill = {"memory_budget_bytes": budget, "disk_budget_bytes": 4 * budget, "retry_after_seconds": 1}
     with serve_in_thread(tmp / "data", spill=spill) as (url, _service):
         instance = url.removeprefix("http://")
-        token = tmp / "loader-token"
-        token.write_text(ORDERS_ONLY + "\n", encoding="utf-8")  # any valid token may read /metrics
-        config = scrape_config(tmp / "prometheus.yml", instance, token)
+        config = scrape_config(tmp, instance)
         with PrometheusServer(prometheus_binaries[0], config, tmp) as prometheus, Workload(url, prometheus) as workload:
             yield Live(prometheus, instance, workload)
 
