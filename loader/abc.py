@@ -35,7 +35,18 @@ class SpillFull(Exception):
 
 class BeyondCapacity(SpillFull):
     """Intake must refuse for good: the request alone is more than memory and the spill disk
-    could ever hold at once (retrying it would be refused forever; it must be split)."""
+    could ever hold at once (retrying it would be refused forever; it must be split).
+    ``details``: the request's bytes and the budgets, for the 413 body: a client that split
+    the request learns from them whether a part can ever fit."""
+
+    def __init__(self, message: str, *, request_bytes: int, memory_budget_bytes: int, disk_budget_bytes: int) -> None:
+        super().__init__(message)
+        self.details = {
+            "request_bytes": request_bytes,
+            "memory_budget_bytes": memory_budget_bytes,
+            "disk_budget_bytes": disk_budget_bytes,
+            "capacity_bytes": memory_budget_bytes + disk_budget_bytes,
+        }
 
 
 class UpdateLog(Protocol):

@@ -9,7 +9,14 @@ Depends on httpx and pydantic only: nothing of the service is imported.
 """
 
 from producer.aio import Ack, AsyncLoaderProducer, ProducerMetrics
-from producer.errors import BufferFull, DeliveryTimeout, ProducerClosed, ProducerError, RequestRefused
+from producer.errors import (
+    BufferFull,
+    ClosedWithPending,
+    DeliveryTimeout,
+    ProducerClosed,
+    ProducerError,
+    RequestRefused,
+)
 from producer.settings import ProducerSettings
 from producer.sync import LoaderProducer
 
@@ -17,6 +24,7 @@ __all__ = [
     "Ack",
     "AsyncLoaderProducer",
     "BufferFull",
+    "ClosedWithPending",
     "DeliveryTimeout",
     "LoaderProducer",
     "ProducerClosed",

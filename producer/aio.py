@@ -3,14 +3,19 @@
 One background task closes updates when they are full or their linger time is up, forms
 requests (``batching.plan``) and starts a delivery task per request, at most
 ``max_in_flight`` at once and one per table. A delivery retries until the service
-acknowledges (202), refuses (a 4xx other than 429: ``RequestRefused``; a refused
-multi-table request is split and its updates go out alone, so each refusal names its own
-update) or ``delivery_timeout`` runs out (``DeliveryTimeout``), always with the same key
-and body (``retry.py``). ``send`` waits for room in the buffer up to ``max_block``.
+acknowledges (202), refuses (a 4xx other than 429: ``RequestRefused``) or
+``delivery_timeout`` runs out (``DeliveryTimeout``), always with the same key and body
+(``retry.py``). A refusal names its own send: a refused multi-table request is split and
+its updates go out alone; a refused update that coalesced several sends (422: its rows, 413:
+its size) is split into its sends (``Batch.split``), each alone under its own key, so only
+the send with the bad row fails, with the row counted as that send counts it.
+``send`` waits for room in the buffer up to ``max_block``.
 
 A durable producer (``state_dir``) journals every accepted row before ``send`` returns and
-every request before its first attempt (``journal.py``); at start it sends the requests
-an earlier run left unanswered, as they were, before anything new of their tables.
+every request (and every split of a refused update) before its first attempt
+(``journal.py``); at start it sends the requests an earlier run left unanswered, as they
+were, before anything new of their tables. Leaving its ``with`` block waits
+``close_timeout`` at most: what is left stays journaled (``ClosedWithPending``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import logging
 import math
 import random
+import re
 import time
 import uuid
 from collections import deque
@@ -32,7 +38,14 @@ from typing import Any
 import httpx
 
 from producer.batching import Accumulator, Batch, Request, Send, plan, request_for, row_json
-from producer.errors import BufferFull, DeliveryTimeout, ProducerClosed, ProducerError, RequestRefused
+from producer.errors import (
+    BufferFull,
+    ClosedWithPending,
+    DeliveryTimeout,
+    ProducerClosed,
+    ProducerError,
+    RequestRefused,
+)
 from producer.journal import COMPACT_BYTES, Journal, Recovered
 from producer.retry import backoff, retried, retry_after
 from producer.settings import ProducerSettings
@@ -44,6 +57,12 @@ MAX_KEY_LENGTH = 200
 #: Landing files the service reads itself; other suffixes are rows (JSON lines, or a JSON array).
 LANDING_SUFFIXES = (".parquet", ".csv")
 ROW_SUFFIXES = (".ndjson", ".jsonl", ".json")
+#: Refusals about an update's rows (422) or size (413): an update that coalesced several
+#: sends is split into them, each sent alone. Other refusals (unknown table, no right to
+#: it) would refuse every part alike.
+SPLIT_STATUSES = frozenset({413, 422})
+#: How the service ends a row error: the update is the unit it speaks of, the send is ours.
+SERVICE_RESEND = "nothing of the update was accepted: fix it and send the whole update again"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +264,17 @@ class AsyncLoaderProducer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        """Close; a durable producer waits ``close_timeout`` at most (its journal keeps the
+        rest: ``ClosedWithPending`` says how much), a producer without one until every update
+        is acknowledged or failed. An exception already leaving the block stays the one
+        raised, with the pending updates noted on it."""
+        try:
+            await self.close(self.settings.close_timeout if self._journal is not None else None)
+        except ClosedWithPending as pending:
+            if error is None:
+                raise
+            error.add_note(str(pending))
 
     async def flush(self, timeout: float | None = None) -> None:
         """Close every open update now and wait until all are acknowledged or failed
@@ -268,13 +296,19 @@ class AsyncLoaderProducer:
             raise self._failed
 
     async def close(self, timeout: float | None = None) -> None:
-        """``flush``, then stop. A durable producer keeps what is still unacknowledged (after
-        a timeout) in its journal for its next run."""
+        """``flush``, then stop. After ``timeout`` seconds with updates still unacknowledged
+        it stops anyway and raises ``ClosedWithPending`` (a TimeoutError): a durable producer
+        keeps them in its journal for its next run; otherwise their sends fail."""
         if self._closed and self._runner is None:
             return
         try:
             if self._runner is not None:
-                await self.flush(timeout)
+                try:
+                    await self.flush(timeout)
+                except TimeoutError:
+                    pending = len(self._everything())
+                    journal = self._journal.directory if self._journal is not None else None
+                    raise ClosedWithPending(pending, timeout or 0.0, journal, self.settings.producer_id) from None
         finally:
             self._closed = True
             runner, self._runner = self._runner, None
@@ -336,7 +370,9 @@ class AsyncLoaderProducer:
         if self._closed:
             raise ProducerClosed("send after close: nothing was buffered")
         p, now, journal = prepared, self._clock(), self._journal
-        if p.key is None and len(f"{self.prefix}/{p.table}/") + 19 > MAX_KEY_LENGTH:
+        # The longest key: a sequence of 19 digits, and a part number when a refused update splits.
+        tail = 19 + 1 + len(str(self.settings.max_batch_rows - 1))
+        if p.key is None and len(f"{self.prefix}/{p.table}/") + tail > MAX_KEY_LENGTH:
             raise ValueError(
                 f"table {p.table!r}: its name makes Idempotency-Keys longer than {MAX_KEY_LENGTH} characters "
                 "with this producer_id; use a shorter producer_id"
@@ -346,11 +382,18 @@ class AsyncLoaderProducer:
         parts: list[tuple[Batch, list[str] | None]]
         if p.files is not None or p.key is not None:
             batch = self._acc.add_alone(
-                p.table, p.data_until, now, request, rows=p.texts, files=p.files or (), key=p.key
+                p.table,
+                p.data_until,
+                now,
+                request,
+                rows=p.texts,
+                files=p.files or (),
+                key=p.key,
+                checkpoint=p.checkpoint,
             )
             parts = [(batch, None if p.files is not None else p.texts)]
         else:
-            added = self._acc.add_rows(p.table, p.texts, p.data_until, now, request)
+            added = self._acc.add_rows(p.table, p.texts, p.data_until, now, request, p.checkpoint)
             parts = [(batch, p.texts[start:end]) for batch, start, end in added]
         self._buffered += p.size  # counted at once: whatever happens next, its updates release it
         if journal is not None:
@@ -564,9 +607,27 @@ class AsyncLoaderProducer:
                 self._journal.split(request.key)
             self._acc.requeue(request.batches)
             return
-        self._counts["refused"] += 1
         batch = request.batches[0]
-        self._finish(request, lambda b: RequestRefused(status, body, batch.table, batch.key(self.prefix)))
+        if status in SPLIT_STATUSES and batch.part is None and not batch.files and len(batch.segments) > 1:
+            # Coalesced sends refused together: each alone, in order, at the front of its table
+            # (journaled first: after a restart the parts go out, never the whole again).
+            parts = batch.split()
+            if self._journal is not None:
+                self._journal.divide(request.key, batch, parts)
+            self._acc.requeue(parts)
+            log.info(
+                "producer %s: update %s of %d sends refused (HTTP %d); each send goes alone",
+                self.prefix,
+                request.key,
+                len(parts),
+                status,
+            )
+            return
+        self._counts["refused"] += 1
+        refusal = refusal_of(status, body, batch, batch.key(self.prefix))
+        # Said in the log too: a send an earlier run journaled has no future to fail.
+        log.warning("producer %s: %s", self.prefix, refusal)
+        self._finish(request, lambda b: refusal)
 
     def _tell(self, request: Request, outcome: Callable[[Batch], Ack | Exception]) -> None:
         """The sends of the request's updates learn ``outcome`` (the first outcome a send
@@ -610,6 +671,67 @@ class AsyncLoaderProducer:
             self._room.notify_all()
         async with self._idle:
             self._idle.notify_all()
+
+
+def refusal_of(status: int, body: Any, batch: Batch, key: str) -> RequestRefused:
+    """The refusal of an update as its send should read it. An update of one send's rows
+    (422, 413) speaks of that send: the service's row number becomes the send's own (the
+    update holds the send's rows from ``first`` on), "send the whole update again" says what
+    to send again, and a 413 says how much the service can ever hold. Other refusals (and
+    an update of several sends) keep the service's message as it is."""
+    service = str((body.get("message") or body.get("detail")) if isinstance(body, dict) else body)
+    if status not in SPLIT_STATUSES or batch.files or len(batch.segments) != 1:
+        return RequestRefused(status, body, batch.table, key)
+    segment = batch.segments[0]
+    first, end = segment.first, segment.first + segment.count
+    named = f" (checkpoint {segment.checkpoint!r})" if segment.checkpoint is not None else ""
+    if segment.send is not None and segment.send.updates == 1:
+        whole = True
+        these = f"this send{named} ({segment.count} row{'' if segment.count == 1 else 's'})"
+        resend = "nothing of this send was accepted: fix it and send it again"
+    else:
+        # A send larger than an update (or one an earlier run journaled, whose shape is gone):
+        # other updates carry its other rows, on their own.
+        whole = False
+        these = f"rows {first} to {end - 1} of this send{named}"
+        resend = f"{these} were not accepted: fix them and send those rows again (other updates carry its other rows)"
+    details: dict[str, Any] = body if isinstance(body, dict) else {}
+    if status == 413:
+        remedy = (
+            "send fewer rows at a time"
+            if whole
+            else "lower max_batch_rows or max_batch_bytes (the producer cuts a large send into updates of that "
+            "size), or send fewer rows at a time"
+        )
+        budget = [details.get(k) for k in ("capacity_bytes", "memory_budget_bytes", "disk_budget_bytes")]
+        if all(isinstance(v, int) for v in budget):
+            capacity, memory, disk = budget
+            size = details.get("request_bytes")
+            take = f" and these rows take {size:,} bytes there" if isinstance(size, int) else ""
+            message = (
+                f"{these} alone is more than the service can ever hold at once: its pending store holds "
+                f"{capacity:,} bytes ({memory:,} in memory, {disk:,} on its spill disk){take}; nothing of them "
+                f"was accepted: {remedy}"
+            )
+        else:
+            message = f"{service}; {these} alone is too large for the service; nothing of it was accepted: {remedy}"
+        return RequestRefused(
+            status, body, batch.table, key, message=message, rows=(first, end), checkpoint=segment.checkpoint
+        )
+    row = details.get("row")
+    send_row = None
+    message = service
+    if isinstance(row, int) and not isinstance(row, bool) and 0 <= row < segment.count:
+        send_row = first + row
+        service_words = re.compile(rf"\brow {row} of table {re.escape(repr(batch.table))}")
+        ours = f"row {send_row} of this send{named} to table {batch.table!r}"
+        message, found = service_words.subn(ours, message, count=1)
+        if not found:
+            message = f"{ours}: {message}"
+    message = message.replace(SERVICE_RESEND, resend) if SERVICE_RESEND in message else f"{message}; {resend}"
+    return RequestRefused(
+        status, body, batch.table, key, message=message, row=send_row, rows=(first, end), checkpoint=segment.checkpoint
+    )
 
 
 def _body(response: httpx.Response) -> Any:

@@ -10,6 +10,11 @@ updates go out together and under which Idempotency-Key.
   (the prefix: ``<producer_id>.<token>``, aio.py),
   derived, never random: the same update keeps its key on every retry and, for a durable
   producer, across restarts (``journal.py``).
+- An update remembers which ``send`` each run of its rows came from (``Segment``): a
+  coalesced update the service refuses for its rows (422) or its size (413) is **split**
+  into its sends (``Batch.split``), each sent alone under the key ``<update key>.<i>``
+  (deterministic, and never the coalesced key: the service remembers a key with its body),
+  so only the send that holds a bad row fails, and its error counts rows as that send did.
 - A **request** carries one update (``POST /v1/tables/{table}/updates``, the update's key)
   or several ready at once, of one table or several, in table order (``POST /v1/updates``,
   a key derived from its updates' keys). Its body is built once, from rows serialised
@@ -70,6 +75,25 @@ class Send:
 
 
 @dataclass(eq=False)
+class Segment:
+    """One send's rows in one update (a send adds at most one run of rows to an update): the
+    unit a refused update is split into, and the offset that turns the service's row number
+    into the send's own."""
+
+    #: None for an update taken over from an earlier run: nobody waits on it any more.
+    send: Send | None
+    #: Rows of the send in this update (0 for landing files).
+    count: int
+    #: The send's row index of the first of them (a send larger than an update fills several).
+    first: int = 0
+    #: The send's own data interval end, which its part keeps when the update is split.
+    data_until: float | None = None
+    #: The send's checkpoint (the caller's input position, e.g. a file name): names the send
+    #: in a refusal even after a restart, when no future is left to fail.
+    checkpoint: str | None = None
+
+
+@dataclass(eq=False)
 class Batch:
     """One update of one table (module docstring)."""
 
@@ -80,17 +104,50 @@ class Batch:
     files: tuple[str, ...] = ()
     data_until: float | None = None
     nbytes: int = 0
-    sends: list[Send] = field(default_factory=list)
-    #: Refused inside a multi-table request, or sent under a key of the caller's: goes out
-    #: alone, so its refusal is its own.
+    #: The sends whose rows it holds, in row order.
+    segments: list[Segment] = field(default_factory=list)
+    #: Refused inside a multi-table request, a part of a split update, or sent under a key of
+    #: the caller's: goes out alone, so its refusal is its own.
     solo: bool = False
     #: The caller's own Idempotency-Key (``send(key=...)``), instead of the derived one.
     explicit_key: str | None = None
+    #: Which part of a split update this is (``split``); None: the update as it was formed.
+    part: int | None = None
+
+    @property
+    def ident(self) -> tuple[str, int, int | None]:
+        """What names the update in the journal: table, sequence and part."""
+        return (self.table, self.seq, self.part)
+
+    @property
+    def sends(self) -> list[Send]:
+        return [s.send for s in self.segments if s.send is not None]
 
     def key(self, prefix: str) -> str:
         if self.explicit_key is not None:
             return self.explicit_key
-        return f"{prefix}/{self.table}/{self.seq}"
+        suffix = "" if self.part is None else f".{self.part}"
+        return f"{prefix}/{self.table}/{self.seq}{suffix}"
+
+    def split(self) -> list[Batch]:
+        """The update as one part per send, in row order, each to go out alone under its own
+        key (``<key>.<i>``): the same parts, rows and keys every time, also after a restart
+        (the journal keeps the segments). Only an update formed by coalescing sends splits."""
+        if self.part is not None or self.files or len(self.segments) < 2:
+            raise ValueError("only an update of several sends' rows splits into its sends")
+        parts: list[Batch] = []
+        start = 0
+        for index, segment in enumerate(self.segments):
+            rows = self.rows[start : start + segment.count]
+            start += segment.count
+            part = Batch(self.table, self.seq, self.opened, rows=rows, solo=True, part=index)
+            part.nbytes = sum(len(r) + 1 for r in rows)
+            part.data_until = segment.data_until
+            part.segments.append(segment)
+            parts.append(part)
+        if start != len(self.rows):
+            raise ValueError(f"update {self.table}/{self.seq}: its sends hold {start} rows, it {len(self.rows)}")
+        return parts
 
     def later(self, data_until: float | None) -> None:
         """The update's data interval ends with its latest part's."""
@@ -160,7 +217,13 @@ class Accumulator:
             self.ready.setdefault(table, deque()).append(batch)
 
     def add_rows(
-        self, table: str, rows: Sequence[str], data_until: float | None, now: float, send: Send
+        self,
+        table: str,
+        rows: Sequence[str],
+        data_until: float | None,
+        now: float,
+        send: Send,
+        checkpoint: str | None = None,
     ) -> list[tuple[Batch, int, int]]:
         """Coalesce ``rows`` into the table's open update(s); each part as (update, first row,
         end row) of ``rows``, for the journal."""
@@ -183,7 +246,7 @@ class Accumulator:
                 batch.rows.extend(rows[start:end])
                 batch.nbytes += size
                 batch.later(data_until)
-                batch.sends.append(send)
+                batch.segments.append(Segment(send, end - start, start, data_until, checkpoint))
                 send.updates += 1
                 parts.append((batch, start, end))
             if end < len(rows) or len(batch.rows) >= self.max_rows or batch.nbytes >= self.max_bytes:
@@ -203,6 +266,7 @@ class Accumulator:
         rows: Sequence[str] = (),
         files: Sequence[str] = (),
         key: str | None = None,
+        checkpoint: str | None = None,
     ) -> Batch:
         """An update of its own, after the table's open one: landing files, or rows under the
         caller's own key (which must name exactly these rows)."""
@@ -212,7 +276,7 @@ class Accumulator:
         batch.rows = list(rows)
         batch.nbytes = sum(len(f) for f in files) + sum(len(r) + 1 for r in rows)
         batch.later(data_until)
-        batch.sends.append(send)
+        batch.segments.append(Segment(send, len(rows), 0, data_until, checkpoint))
         batch.explicit_key = key
         batch.solo = key is not None
         send.updates += 1
@@ -231,7 +295,8 @@ class Accumulator:
         return min((b.opened + self.linger for b in self.open.values()), default=None)
 
     def requeue(self, batches: Iterable[Batch]) -> None:
-        """Updates of a refused multi-table request, back at the front of their tables, alone."""
+        """Updates of a refused multi-table request, or the parts of a split update, back at
+        the front of their tables in their order, alone."""
         for batch in reversed(list(batches)):
             batch.solo = True
             self.ready.setdefault(batch.table, deque()).appendleft(batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -12,16 +13,35 @@ class ProducerError(Exception):
 class RequestRefused(ProducerError):
     """The service refused an update with a 4xx answer other than 429: it was not loaded, and
     sending it again unchanged would be refused again (bad rows, unknown table, no right to
-    it). ``message`` is the service's own."""
+    it). ``message`` is the service's own, with its row numbers turned into the send's when
+    the update held that send's rows alone (``row``: the send's row index of the bad row;
+    ``rows``: which of the send's rows the refused update held, first and end); ``body`` is
+    the service's answer as it came. ``checkpoint``: the send's, to tell which input it was
+    (also for a send an earlier run journaled, whose refusal only the log tells)."""
 
-    def __init__(self, status: int, body: Any, table: str, key: str) -> None:
-        message = (body.get("message") or body.get("detail")) if isinstance(body, dict) else body
+    def __init__(
+        self,
+        status: int,
+        body: Any,
+        table: str,
+        key: str,
+        *,
+        message: str | None = None,
+        row: int | None = None,
+        rows: tuple[int, int] | None = None,
+        checkpoint: str | None = None,
+    ) -> None:
+        if message is None:
+            message = str((body.get("message") or body.get("detail")) if isinstance(body, dict) else body)
         super().__init__(f"HTTP {status} for table {table!r} (key {key}): {message}")
         self.status = status
         self.body = body
-        self.message = str(message)
+        self.message = message
         self.table = table
         self.key = key
+        self.row = row
+        self.rows = rows
+        self.checkpoint = checkpoint
 
 
 class DeliveryTimeout(ProducerError):
@@ -63,3 +83,29 @@ class ProducerClosed(ProducerError):
     def __init__(self, message: str, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
+
+
+class ClosedWithPending(ProducerError, TimeoutError):
+    """``close`` waited its ``timeout`` (leaving a durable producer's ``with`` block:
+    ``close_timeout``) and updates were still not acknowledged. ``pending``: how many.
+    ``journal``: for a durable producer, the directory that keeps them; the next start with
+    the same ``producer_id`` and ``state_dir`` sends them before anything new of their
+    tables, so there is nothing to send again. Without a journal their sends failed with
+    ``ProducerClosed`` (they may or may not have been loaded)."""
+
+    def __init__(self, pending: int, waited: float, journal: Path | None, producer_id: str | None) -> None:
+        if journal is not None:
+            same = f"producer_id {producer_id!r} and this state_dir" if producer_id else "this state_dir"
+            what = (
+                f"{pending} update(s) not acknowledged by the service after {waited:g} s remain journaled in "
+                f"{journal}; the next start with {same} sends them first (nothing to send again)"
+            )
+        else:
+            what = (
+                f"{pending} update(s) not acknowledged by the service after {waited:g} s; their sends failed with "
+                "ProducerClosed and may or may not have been loaded"
+            )
+        super().__init__(f"producer closed: {what}")
+        self.pending = pending
+        self.waited = waited
+        self.journal = journal

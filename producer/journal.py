@@ -12,6 +12,13 @@ One append-only file of JSON lines in the producer's ``state_dir``:
 - ``done``: a request acknowledged (or refused, or given up on); ``split``: a multi-table
   request refused, its updates to go out alone. Not fsynced: lost, they only make a
   restart send again what the service answers from its idempotency store.
+- ``divide``: a coalesced update refused for its rows or size, split into one part per
+  ``send`` (``Batch.split``), fsynced before the first part's first attempt: a restart
+  sends the parts (under their own keys), never the whole update again, so no send's rows
+  can land twice, once in a part and once in the whole. The parts are rebuilt from the
+  update's ``add`` parts, one per send (compaction keeps them apart for this, with the
+  send's first row ``i`` and checkpoint ``sc``), a part's own records carry ``x``, its
+  number, and ``req`` names it as ``[table, sequence, part]``.
 - ``epoch``: drawn when the journal is made and part of every key, so a producer_id that
   starts over in a new state_dir does not reuse keys the service still remembers;
 - ``seq``: a table's next sequence, written when the journal is compacted, so keys are
@@ -36,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from producer.batching import Batch
+from producer.batching import Batch, Segment
 
 #: Compact a live journal past this size (it holds at most the buffer's worth of live rows).
 COMPACT_BYTES = 64 << 20
@@ -62,9 +69,23 @@ class Recovered:
         return sum(len(r) for _, r in self.requests) + len(self.waiting)
 
 
+Ident = tuple[str, int, int | None]
+
+
+def _ident(entry: list[Any]) -> Ident:
+    """A ``req`` record's name of an update: ``[table, seq]``, or ``[table, seq, part]``."""
+    return (entry[0], entry[1], entry[2] if len(entry) > 2 else None)
+
+
+def _name(batch: Batch) -> list[Any]:
+    return [batch.table, batch.seq] if batch.part is None else [batch.table, batch.seq, batch.part]
+
+
 def _part(batch: Batch, rows: list[str] | None) -> dict[str, Any]:
     """One update's share of an ``add`` record (its rows, or its files; the caller's own key)."""
     part: dict[str, Any] = {"t": batch.table, "s": batch.seq}
+    if batch.part is not None:
+        part["x"] = batch.part
     if rows is None:
         part["f"] = list(batch.files)
     else:
@@ -72,6 +93,22 @@ def _part(batch: Batch, rows: list[str] | None) -> dict[str, Any]:
     if batch.explicit_key is not None:
         part["k"] = batch.explicit_key
     return part
+
+
+def _segment_parts(batch: Batch) -> list[tuple[dict[str, Any], Segment]]:
+    """The update as ``add`` parts, one per send (``Segment``), for a compacted journal."""
+    if batch.files:
+        return [(_part(batch, None), batch.segments[0] if batch.segments else Segment(None, 0))]
+    segments = batch.segments or [Segment(None, len(batch.rows), 0, batch.data_until)]
+    out: list[tuple[dict[str, Any], Segment]] = []
+    start = 0
+    for segment in segments:
+        part = _part(batch, batch.rows[start : start + segment.count])
+        if segment.first:
+            part["i"] = segment.first
+        out.append((part, segment))
+        start += segment.count
+    return out
 
 
 def _fsync_dir(path: Path) -> None:
@@ -112,13 +149,19 @@ class Journal:
         self._write(record, sync=True)
 
     def request(self, key: str, batches: Iterable[Batch]) -> None:
-        self._write({"op": "req", "k": key, "p": [[b.table, b.seq] for b in batches]}, sync=True)
+        self._write({"op": "req", "k": key, "p": [_name(b) for b in batches]}, sync=True)
 
     def done(self, key: str) -> None:
         self._write({"op": "done", "k": key}, sync=False)
 
     def split(self, key: str) -> None:
         self._write({"op": "split", "k": key}, sync=False)
+
+    def divide(self, key: str, batch: Batch, parts: Sequence[Batch]) -> None:
+        """Request ``key``, carrying ``batch`` alone, was refused: the update goes on as
+        ``parts``, one per send. Fsynced, so that from now on only the parts go out."""
+        record = {"op": "divide", "k": key, "t": batch.table, "s": batch.seq, "n": [len(p.rows) for p in parts]}
+        self._write(record, sync=True)
 
     def close(self) -> None:
         if self._file is not None:
@@ -130,12 +173,14 @@ class Journal:
         """Read what an earlier run left, compact it, and open the journal for this run."""
         self.close()
         sequences: dict[str, int] = {}
-        batches: dict[tuple[str, int], Batch] = {}
-        requests: dict[str, list[tuple[str, int]]] = {}
-        solo: set[tuple[str, int]] = set()
+        batches: dict[Ident, Batch] = {}
+        requests: dict[str, list[Ident]] = {}
+        solo: set[Ident] = set()
+        #: Updates split into one part per send (``divide``), with their parts' row counts.
+        divided: dict[Ident, list[int]] = {}
         checkpoint: str | None = None
         epoch = uuid.uuid4().hex[:8]
-        gone: set[tuple[str, int]] = set()
+        gone: set[Ident] = set()
         lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
         for number, line in enumerate(lines, start=1):
             try:
@@ -152,43 +197,62 @@ class Journal:
             elif op == "seq":
                 sequences[record["t"]] = max(sequences.get(record["t"], 0), record["n"])
             elif op == "add":
+                first = 0  # an add record is one send: its parts follow one another in its rows
                 for part in record["p"]:
-                    key = (part["t"], part["s"])
+                    key = (part["t"], part["s"], part.get("x"))
                     batch = batches.get(key)
                     if batch is None:
-                        batch = batches[key] = Batch(part["t"], part["s"], 0.0)
+                        batch = batches[key] = Batch(part["t"], part["s"], 0.0, part=part.get("x"))
+                    first = part.get("i", first)
                     if "f" in part:
                         batch.files = tuple(part["f"])
                         batch.nbytes = sum(len(f) for f in batch.files)
+                        count = 0
                     else:
                         batch.rows.extend(part["r"])
                         batch.nbytes += sum(len(r) + 1 for r in part["r"])
+                        count = len(part["r"])
+                    # The send's checkpoint: its own (``c``), or kept by compaction (``sc``).
+                    batch.segments.append(Segment(None, count, first, record["u"], record.get("sc", record.get("c"))))
+                    first += count
                     batch.later(record["u"])
-                    if part.get("o"):
+                    if part.get("o") or part.get("x") is not None:
                         solo.add(key)
                     if part.get("k"):
                         batch.explicit_key = part["k"]
                         solo.add(key)
                     sequences[part["t"]] = max(sequences.get(part["t"], 0), part["s"] + 1)
             elif op == "req":
-                requests[record["k"]] = [tuple(p) for p in record["p"]]  # type: ignore[misc]
+                requests[record["k"]] = [_ident(p) for p in record["p"]]
             elif op == "done":
                 gone.update(requests.pop(record["k"], ()))
             elif op == "split":
-                parts = requests.pop(record["k"], ())
-                solo.update(parts)
-        recovered = Recovered(sequences=sequences, checkpoint=checkpoint, epoch=epoch)
-        in_requests: set[tuple[str, int]] = set()
-        for key, parts in requests.items():
-            live = [batches[p] for p in parts if p in batches and p not in gone]
-            if live:
-                recovered.requests.append((key, live))
-                in_requests.update(parts)
+                solo.update(requests.pop(record["k"], ()))
+            elif op == "divide":
+                requests.pop(record["k"], None)
+                divided[(record["t"], record["s"], None)] = record["n"]
+        live: list[Batch] = []
         for key, batch in batches.items():
-            if key in gone or key in in_requests:
-                continue
-            batch.solo = key in solo
-            recovered.waiting.append(batch)
+            if key in divided:
+                parts = batch.split()
+                if [len(p.rows) for p in parts] != divided[key]:
+                    raise ValueError(
+                        f"{self.path}: update {key[0]}/{key[1]} was split into parts of {divided[key]} rows but its "
+                        f"sends hold {[len(p.rows) for p in parts]}; the journal is damaged"
+                    )
+                live.extend(parts)
+            else:
+                batch.solo = key in solo
+                live.append(batch)
+        recovered = Recovered(sequences=sequences, checkpoint=checkpoint, epoch=epoch)
+        by_ident = {b.ident: b for b in live}
+        in_requests: set[Ident] = set()
+        for key, idents in requests.items():
+            carried = [by_ident[i] for i in idents if i in by_ident and i not in gone]
+            if carried:
+                recovered.requests.append((key, carried))
+                in_requests.update(idents)
+        recovered.waiting = [b for b in live if b.ident not in gone and b.ident not in in_requests]
         self.compact(recovered)
         return recovered
 
@@ -203,13 +267,16 @@ class Journal:
             for table, next_seq in sorted(state.sequences.items()):
                 out.write(json.dumps({"op": "seq", "t": table, "n": next_seq}, separators=(",", ":")) + "\n")
             for batch in [b for _, r in state.requests for b in r] + state.waiting:
-                part = _part(batch, None if batch.files else batch.rows)
-                if batch.solo:
-                    part["o"] = 1
-                record = {"op": "add", "p": [part], "u": batch.data_until}
-                out.write(json.dumps(record, separators=(",", ":")) + "\n")
+                # One record a send, as ``add`` wrote them: a split after a restart finds the sends.
+                for part, segment in _segment_parts(batch):
+                    if batch.solo:
+                        part["o"] = 1
+                    record: dict[str, Any] = {"op": "add", "p": [part], "u": segment.data_until}
+                    if segment.checkpoint is not None:
+                        record["sc"] = segment.checkpoint
+                    out.write(json.dumps(record, separators=(",", ":")) + "\n")
             for key, batches in state.requests:
-                parts = [[b.table, b.seq] for b in batches]
+                parts = [_name(b) for b in batches]
                 out.write(json.dumps({"op": "req", "k": key, "p": parts}, separators=(",", ":")) + "\n")
             out.flush()
             os.fsync(out.fileno())

@@ -47,6 +47,13 @@ class ProducerSettings(BaseModel):
     #: seconds with full jitter; a Retry-After answer is waited at least.
     retry_backoff: float = Field(default=0.1, gt=0.0, allow_inf_nan=False)
     retry_backoff_max: float = Field(default=10.0, gt=0.0, allow_inf_nan=False)
+    #: How long leaving a durable producer's ``with`` block waits for acknowledgements. A
+    #: durable producer never gives an update up, so without a bound an unreachable service
+    #: would hold the block forever; its journal keeps what is left for the next start, and
+    #: ``ClosedWithPending`` says how much. None: wait until everything is acknowledged. (A
+    #: producer without ``state_dir`` loses what it has not delivered when it closes, so its
+    #: block waits until each update is acknowledged or failed: ``delivery_timeout`` bounds that.)
+    close_timeout: float | None = Field(default=30.0, gt=0.0, allow_inf_nan=False)
     #: Seeds the jitter (tests); None: random.
     seed: int | None = None
 

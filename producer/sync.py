@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import httpx
 
 from producer.aio import Ack, AsyncLoaderProducer, Prepared, ProducerMetrics, prepare
-from producer.errors import BufferFull, ProducerClosed
+from producer.errors import BufferFull, ClosedWithPending, ProducerClosed
 from producer.settings import ProducerSettings
 
 T = TypeVar("T")
@@ -158,8 +158,9 @@ class LoaderProducer:
         return self._async.metrics()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the producer's thread (futures still unacknowledged after
-        ``timeout`` fail with ``ProducerClosed``)."""
+        """Flush, then stop the producer's thread. After ``timeout`` seconds with updates still
+        unacknowledged it stops anyway and raises ``ClosedWithPending``: a durable producer's
+        journal keeps them for its next start; otherwise their futures fail with ``ProducerClosed``."""
         if not self._thread.is_alive():
             return
         try:
@@ -175,5 +176,16 @@ class LoaderProducer:
     def __enter__(self) -> LoaderProducer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        """Close: a durable producer waits ``close_timeout`` at most (an unreachable service
+        must not hold the block forever; its journal keeps the rest, and ``ClosedWithPending``
+        says how much), a producer without a journal until every update is acknowledged or
+        failed (what it closes on is lost). An exception already leaving the block stays the
+        one raised, with the pending updates noted on it."""
+        durable = self._async.settings.state_dir is not None
+        try:
+            self.close(self._async.settings.close_timeout if durable else None)
+        except ClosedWithPending as pending:
+            if error is None:
+                raise
+            error.add_note(str(pending))

@@ -278,7 +278,7 @@ class Intake:
         try:
             self.admission.admit(admitted)  # counted as coming until _appended has queued it
         except BeyondCapacity as exc:
-            raise TooLarge(f"{exc}: send these updates in smaller requests") from None
+            raise TooLarge(f"{exc}: send these updates in smaller requests", **exc.details) from None
         except SpillFull as exc:
             self.metrics.on_refused("spill_full")
             raise Unavailable(

@@ -135,7 +135,10 @@ class PendingStore:
         if self.disk_budget is not None and nbytes > cache.budget + self.disk_budget:
             raise BeyondCapacity(
                 f"{nbytes} bytes of rows in one request are more than memory ({cache.budget} bytes) and the spill "
-                f"disk ({self.disk_budget} bytes) hold at once"
+                f"disk ({self.disk_budget} bytes) hold at once",
+                request_bytes=nbytes,
+                memory_budget_bytes=cache.budget,
+                disk_budget_bytes=self.disk_budget,
             )
         nbytes += self.admitted
         if cache.resident + nbytes <= cache.budget:

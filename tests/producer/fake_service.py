@@ -1,6 +1,10 @@
 """An in-memory stand-in for the service's two submit routes, for the producer's unit
 tests: Idempotency-Keys (the first answer again for the same key and body, 409 for another
-body), per-table sequences, all-or-none multi-table requests, and faults on demand."""
+body), per-table sequences, all-or-none multi-table requests, and faults on demand. Bad
+rows are refused as the service words it (loader/intake/rows.py: the first bad row of the
+update, numbered from 0, in the message and as ``row``), and with a ``capacity`` a request
+whose rows take more bytes is refused for good as ``BeyondCapacity`` is (413, with the
+budget in the body)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ class FakeService:
     fault: Callable[[httpx.Request], Any] = lambda request: None
     answers: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     sequences: dict[str, int] = field(default_factory=dict)
+    #: Bytes of rows (their JSON) a request may hold at most, as memory plus spill disk; None: no limit.
+    capacity: int | None = None
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         return self.tables.get(table, [])
@@ -50,8 +56,25 @@ class FakeService:
             else:
                 updates = [{**parsed, "table": request.url.path.split("/")[3]}]
             for update in updates:
-                if any(row.get("bad") for row in update.get("rows", [])):
-                    return httpx.Response(422, json={"error": "invalid", "message": f"a bad row in {update['table']}"})
+                refusal = bad_row(update["table"], update.get("rows", []))
+                if refusal is not None:
+                    return httpx.Response(422, json=refusal)
+            size = sum(len(json.dumps(row)) for update in updates for row in update.get("rows", []))
+            if self.capacity is not None and size > self.capacity:
+                memory = self.capacity // 4
+                return httpx.Response(
+                    413,
+                    json={
+                        "error": "payload_too_large",
+                        "message": f"{size} bytes of rows in one request are more than memory ({memory} bytes) and "
+                        f"the spill disk ({self.capacity - memory} bytes) hold at once: send these updates in "
+                        "smaller requests",
+                        "request_bytes": size,
+                        "memory_budget_bytes": memory,
+                        "disk_budget_bytes": self.capacity - memory,
+                        "capacity_bytes": self.capacity,
+                    },
+                )
             acks = []
             for update in updates:
                 table = update["table"]
@@ -67,6 +90,27 @@ class FakeService:
         if fault == "drop":
             raise httpx.ReadError("the answer was lost")
         return response
+
+
+def bad_row(table: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The 422 body for the first bad row (``"bad": true``, or an ``id`` that is not an integer),
+    in the service's words; None if every row is good."""
+    for index, row in enumerate(rows):
+        if row.get("bad"):
+            problem, column = "expected false, got true", "bad"
+        elif "id" in row and not isinstance(row["id"], int):
+            problem, column = f"expected an integer, got {json.dumps(row['id'])}", "id"
+        else:
+            continue
+        return {
+            "error": "invalid",
+            "message": f"row {index} of table {table!r}: column {column!r}: {problem}; nothing of the update was "
+            "accepted: fix it and send the whole update again",
+            "table": table,
+            "row": index,
+            "column": column,
+        }
+    return None
 
 
 def held(service: FakeService, release: asyncio.Event) -> httpx.MockTransport:

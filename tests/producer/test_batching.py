@@ -1,7 +1,10 @@
 """Batching and key derivation (producer/batching.py), for any sequence of sends: every row
 lands in exactly one update, in send order per table, within the size limits; sequences are
 consecutive per table; keys and bodies are the same when the same sends are made again;
-a request takes at most one in-flight slot per table and keeps each table's order."""
+a request takes at most one in-flight slot per table and keeps each table's order. An
+update's segments name each send's rows in it, so a refused update splits into its sends:
+the parts hold its rows in order, one send each, under keys no other update or part has,
+the same keys every time; requeued, they keep the table's order."""
 
 from __future__ import annotations
 
@@ -31,9 +34,10 @@ def sends(draw: st.DrawFn) -> list[tuple[str, list[dict], float]]:
 
 
 def run(
-    script: list[tuple[str, list[dict], float]], max_rows: int, max_bytes: int, linger: float
+    script: list[tuple[str, list[dict], float]], max_rows: int, max_bytes: int, linger: float, sends: list | None = None
 ) -> tuple[Accumulator, list[Batch]]:
-    """Make the sends (numbering each table's rows), closing what is due as time passes."""
+    """Make the sends (numbering each table's rows), closing what is due as time passes;
+    ``sends`` collects each send with its rows."""
     acc = Accumulator(max_rows, max_bytes, linger)
     counters = dict.fromkeys(TABLES, 0)
     now = 0.0
@@ -44,7 +48,10 @@ def run(
         for row in rows:
             numbered.append(row_json({**row, "n": counters[table]}))
             counters[table] += 1
-        acc.add_rows(table, numbered, None, now, Send(None))
+        send = Send(None)
+        acc.add_rows(table, numbered, now, now, send)
+        if sends is not None:
+            sends.append((send, numbered, now))
     acc.close_all()
     return acc, [b for t in TABLES for b in acc.ready.get(t, ())]
 
@@ -100,6 +107,75 @@ def test_requests_keep_each_tables_order_and_one_slot_per_table(
                 delivered[batch.table].append(batch.seq)
     for table in TABLES:
         assert delivered[table] == list(range(len(delivered[table])))
+
+
+@SETTINGS
+@given(sends(), st.integers(1, 8), st.integers(20, 400), st.sampled_from([0.0, 0.05, 1.0]))
+def test_segments_name_each_sends_rows_and_an_update_splits_into_its_sends(
+    script: list, max_rows: int, max_bytes: int, linger: float
+) -> None:
+    made: list[tuple[Send, list[str], float]] = []
+    _, batches = run(script, max_rows, max_bytes, linger, made)
+    held: dict[int, list[str]] = {id(send): [] for send, _, _ in made}
+    for batch in batches:
+        assert sum(s.count for s in batch.segments) == len(batch.rows)
+        assert len({id(s.send) for s in batch.segments}) == len(batch.segments)  # a send once in an update
+        start = 0
+        for segment in batch.segments:
+            assert segment.first == len(held[id(segment.send)])  # the send's rows, in its order
+            held[id(segment.send)].extend(batch.rows[start : start + segment.count])
+            start += segment.count
+    for send, rows, _ in made:
+        assert held[id(send)] == rows and send.updates == sum(
+            1 for b in batches for s in b.segments if s.send is send
+        )
+
+    keys = {b.key("p") for b in batches}
+    again = run(script, max_rows, max_bytes, linger)[1]
+    for batch, same in zip(batches, again, strict=True):
+        if len(batch.segments) < 2:
+            continue
+        parts = batch.split()
+        assert [r for part in parts for r in part.rows] == batch.rows
+        assert all(len(part.segments) == 1 and part.solo and part.nbytes == sum(len(r) + 1 for r in part.rows)
+                   for part in parts)
+        assert [part.data_until for part in parts] == [s.data_until for s in batch.segments]  # each its send's
+        part_keys = [request_for([part], "p").key for part in parts]
+        assert len(set(part_keys)) == len(parts) and not set(part_keys) & keys  # never another update's key
+        keys |= set(part_keys)
+        assert part_keys == [request_for([part], "p").key for part in same.split()]  # the same keys every time
+        assert [request_for([part], "p").body for part in parts] == [
+            request_for([part], "p").body for part in same.split()
+        ]
+
+
+@SETTINGS
+@given(sends(), st.integers(1, 3), st.booleans(), st.lists(st.booleans(), min_size=1, max_size=30))
+def test_split_parts_keep_each_tables_order(script: list, slots: int, multi: bool, refusals: list[bool]) -> None:
+    """Requests whose update the service refuses (for the drawn ones) split and requeue: the
+    rows still reach the service in send order per table, one request in flight per table."""
+    acc, _ = run(script, 6, 400, 0.05)
+    ready = acc.ready
+    refused = iter(refusals * 1000)
+    delivered: dict[str, list[int]] = {t: [] for t in TABLES}
+    keys: list[str] = []
+    while any(ready.values()):
+        busy: set[str] = set()
+        requests = plan(ready, busy, slots, "p", multi, 10_000)
+        for request in requests:
+            keys.append(request.key)
+            batch = request.batches[0]
+            if len(request.batches) > 1 and next(refused):
+                acc.requeue(request.batches)  # a refused multi-table request: each update alone
+                continue
+            if len(request.batches) == 1 and len(batch.segments) > 1 and next(refused):
+                acc.requeue(batch.split())  # a refused coalesced update: each send alone
+                continue
+            for b in request.batches:
+                delivered[b.table].extend(json.loads(r)["n"] for r in b.rows)
+    for table in TABLES:
+        assert delivered[table] == list(range(sum(len(r) for t, r, _ in script if t == table)))
+    assert len(keys) == len(set(keys))  # a key never names two different requests
 
 
 def test_a_send_larger_than_an_update_fills_several_in_order() -> None:

@@ -4,8 +4,9 @@ timeout (the service committed it), intake answers 503 (a paused table fills the
 budget), and the service is killed with SIGKILL and started again, every row lands in
 Delta exactly once, and each table's updates take their sequence numbers in send order.
 Then a durable producer process is killed twice mid-stream and started again: it resumes
-at its journaled checkpoint and loads every row exactly once. (One service, started twice:
-a start costs Spark's.)"""
+at its journaled checkpoint and loads every row exactly once. Last, sends coalesced into an
+update beyond what the service can ever hold (413) are split and all land, and a send too
+big alone fails with the service's budget. (One service, started twice: a start costs Spark's.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from producer import LoaderProducer
+from producer import LoaderProducer, RequestRefused
 from testing.answer_dropper import answer_dropper
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
@@ -146,6 +147,28 @@ def test_every_row_lands_once_in_order_through_lost_answers_503s_and_a_killed_se
             wait(lambda: http.get("/v1/tables/a").json()["last_loaded_sequence"] >= last, "a")
         rows = loaded(server, "a")
         assert rows == sorted(list(range(sent["a"])) + list(range(count)))  # the first part's rows, and these once
+
+        # Twenty sends that each fit the service, coalesced into one update it can never hold
+        # (413 BeyondCapacity): split into the sends, every row lands once. A send too big on
+        # its own fails, and says what the service can hold (its 413 answer's budget).
+        with LoaderProducer(url=server.base, token=PRODUCER, linger=30.0, delivery_timeout=None) as producer:
+            chunks = [[{"n": 10_000 + 100 * k + i, "pad": pad} for i in range(100)] for k in range(20)]
+            futures = [producer.send("d", chunk) for chunk in chunks]
+            producer.flush(timeout=300)
+            assert [f.result().key.rsplit("/", 1)[1] for f in futures] == [f"0.{k}" for k in range(20)]
+            huge = producer.send("d", [{"n": -1 - i, "pad": pad} for i in range(1_500)])
+            producer.flush(timeout=300)
+            with pytest.raises(RequestRefused) as refused:
+                huge.result()
+        error = refused.value
+        assert error.status == 413 and error.body["capacity_bytes"] == 5 * budget, error.body
+        assert "this send (1500 rows) alone is more than the service can ever hold at once" in str(error)
+        assert f"holds {5 * budget:,} bytes ({budget:,} in memory, {4 * budget:,} on its spill disk)" in str(error)
+        with server.client() as http:
+            last = http.get("/v1/tables/d").json()["last_sequence"]
+            wait(lambda: http.get("/v1/tables/d").json()["last_loaded_sequence"] >= last, "d")
+        numbers = [n for n in loaded(server, "d") if n >= 10_000 or n < 0]
+        assert numbers == list(range(10_000, 12_000))  # each send's rows once, the huge send's none
     finally:
         if server.alive:
             server.kill()
