@@ -171,8 +171,12 @@ class TableStatusModel(BaseModel):
     last_sequence: int
     last_loaded_sequence: int
     delta_version: int | None
-    alpha: float
+    alpha: float = Field(description="Seconds of loading per second of data (per key: a latest table), the paper's alpha.")
     overhead_seconds: float
+    ms_per_1k_rows: float | None = Field(
+        description="alpha in the unit people read: milliseconds of loading per 1,000 rows written, beside the "
+        "fixed overhead; null before the first load."
+    )
     group: int | None = Field(description="Index of the table's group under group-and-run policies.")
     failures: int
 
@@ -212,6 +216,32 @@ class TablesModel(BaseModel):
     tables: list[TableStatusModel]
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
     total: int = Field(description="Tables the caller may see, on all pages together.")
+
+
+class StalenessLineModel(BaseModel):
+    """One table's staleness over the window (``loader.ops.history``)."""
+
+    name: str
+    staleness_seconds: float = Field(description="Staleness now (the line's last vertex).")
+    start: float = Field(
+        description="Epoch seconds the line starts at: the window's start, or later when the service knows "
+        "no further back (the table was added or the service started since, or its older loads left the "
+        "record of batches)."
+    )
+    loads: int = Field(description="Loads that finished in the window.")
+    points: list[tuple[float, float]] = Field(
+        description="Vertices (epoch seconds, staleness in seconds) in time order: staleness grows with slope "
+        "1 between them and drops at each load (two vertices at its finish). Thinned to about `points` per "
+        "table, keeping each slice of time's peak and trough."
+    )
+
+
+class StalenessHistoryModel(BaseModel):
+    """GET /v1/tables:history: each table's staleness over the last ``seconds``."""
+
+    now: float = Field(description="Epoch seconds the lines end at.")
+    since: float = Field(description="Epoch seconds the window starts at (now - seconds).")
+    tables: list[StalenessLineModel] = Field(description="In the order asked for, or stalest first.")
 
 
 class BulkTablesBody(BaseModel):

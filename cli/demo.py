@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.client import ClientError, LoaderClient
+from cli.figures import milliseconds, significant
 from producer import LoaderProducer, ProducerError
 
 
@@ -129,17 +130,19 @@ class DemoProducer(threading.Thread):
         except (ClientError, OSError, httpx.TransportError):
             return
         view = Table(title=f"demo: {self.sent} updates sent", title_justify="left")
-        for column in ("table", "staleness s", "pending", "loaded seq", "delta version", "alpha", "max stretch"):
+        columns = ("table", "staleness s", "pending", "loaded seq", "delta version", "ms/1k rows", "overhead ms")
+        for column in (*columns, "max stretch"):
             view.add_column(column, justify="left" if column == "table" else "right")
         for t in tables:
             view.add_row(
                 t["name"],
-                f"{t['staleness_seconds']:.2f}",
-                str(t["pending_updates"]),
-                str(t["last_loaded_sequence"]),
-                str(t["delta_version"]),
-                f"{t['alpha']:.4f}",
-                f"{t['max_stretch']:.2f}",
+                significant(t["staleness_seconds"]),
+                f"{t['pending_updates']:,}",
+                f"{t['last_loaded_sequence']:,}",
+                "–" if t["delta_version"] is None else f"{t['delta_version']:,}",
+                significant(t.get("ms_per_1k_rows")),
+                milliseconds(t["overhead_seconds"]),
+                significant(t["max_stretch"]),
             )
         self.console.print(view)
 

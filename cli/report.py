@@ -7,16 +7,13 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from cli.figures import significant
 from schedulers.keys.simulator import KeyedResult
 from schedulers.simulator import SimulationResult
 
 
 def _num(value: float) -> str:
-    if value == float("inf"):
-        return "inf"
-    if abs(value) >= 1e4 or (0 < abs(value) < 1e-3):
-        return f"{value:.4g}"
-    return f"{value:.3f}"
+    return significant(value, 4)
 
 
 def comparison_table(results: Sequence[SimulationResult], title: str) -> Table:

@@ -83,6 +83,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # any token
     ("GET", "/v1/tables"): Rule("/v1/tables", _any_token()),
     ("GET", "/v1/tables/{table}"): Rule("/v1/tables/clicks", _submit(200)),  # a limited token sees its tables
+    ("GET", "/v1/tables:history"): Rule("/v1/tables:history?tables=clicks", _submit(200)),
     ("GET", "/readyz"): Rule("/readyz", _any_token()),
     ("GET", "/metrics"): Rule("/metrics", _any_token()),
     # operators
@@ -105,8 +106,11 @@ RULES: dict[tuple[str, str], Rule] = {
         "/v1/admin/quarantine/clicks/1/retry", _operator(404)
     ),
     ("DELETE", "/v1/admin/quarantine/{table}/{first_sequence}"): Rule("/v1/admin/quarantine/clicks/1", _operator(404)),
-    # open: liveness and the API's description
+    # open: liveness, the API's description, and the page (static; its calls need a token)
     ("GET", "/healthz"): Rule("/healthz", _open()),
+    ("GET", "/"): Rule("/", _open()),  # a redirect to /ui, followed
+    ("GET", "/ui"): Rule("/ui", _open()),
+    ("GET", "/ui/{asset}"): Rule("/ui/app.js", _open()),
     ("GET", "/openapi.json"): Rule("/openapi.json", _open()),
     ("GET", "/docs"): Rule("/docs", _open()),
     ("GET", "/docs/oauth2-redirect"): Rule("/docs/oauth2-redirect", _open()),

@@ -8,52 +8,23 @@ port and data directory). Anywhere else it skips with the reason.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
+from testing.debian_packages import commands
 from testing.server_process import free_port
 
 PACKAGE = "prometheus"
-INSTALL_TIMEOUT = 900.0
-
-
-def _apt(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    command = ["apt-get", "-q", "-o", "DPkg::Lock::Timeout=300", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False)
 
 
 def binaries() -> tuple[str, str]:
     """Paths of ``prometheus`` and ``promtool``, installing the Debian package when needed and allowed."""
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if found[0] and found[1]:
-        return found[0], found[1]
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("prometheus/promtool are not on PATH and this is not root with apt-get to install them")
-    # One installer at a time (pytest-xdist workers share the machine).
-    with open(Path(tempfile.gettempdir()) / "warehouse-loader-prometheus-install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (shutil.which("prometheus") and shutil.which("promtool")):
-            install = ("install", "-y", "--no-install-recommends", PACKAGE)
-            result = _apt(*install)
-            if result.returncode != 0:  # a stale package list: refresh it once
-                _apt("update")
-                result = _apt(*install)
-            if result.returncode != 0:
-                pytest.fail(f"apt-get install {PACKAGE} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if not (found[0] and found[1]):
-        pytest.fail(f"apt-get installed {PACKAGE} but prometheus/promtool are still not on PATH")
-    return found[0], found[1]
+    prometheus, promtool = commands(("prometheus", "promtool"), (PACKAGE,))
+    return prometheus, promtool
 
 
 class PrometheusServer:

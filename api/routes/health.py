@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.deps import Caller, Service
 from api.schemas import AUTHENTICATED, HealthModel, ReadinessModel, error_responses
+from loader.core.errors import Invalid
 
 router = APIRouter(tags=["health"])
 
@@ -61,9 +62,28 @@ async def readyz(service: Service, caller: Caller) -> JSONResponse:
             "description": "Prometheus text exposition format.",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
-        **error_responses(*AUTHENTICATED),
+        **error_responses(*AUTHENTICATED, 422),
     },
     summary="Prometheus metrics",
 )
-async def metrics(service: Service, caller: Caller) -> Response:
-    return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(
+    service: Service,
+    caller: Caller,
+    names: Annotated[
+        str | None,
+        Query(
+            max_length=8192,
+            description="Comma-separated metric families (`loader_workers`) or samples "
+            "(`loader_tables_batches_total`) to answer with, the rest left out: a page polling a few "
+            "aggregates every few seconds gets them without every table's series being built.",
+        ),
+    ] = None,
+) -> Response:
+    if names is None:
+        source: Any = service.metrics.registry
+    else:
+        wanted = {name.strip() for name in names.split(",")}
+        if not all(wanted):
+            raise Invalid("names: give metric names separated by commas, e.g. names=loader_workers,loader_tables")
+        source = service.metrics.selected(wanted)
+    return Response(generate_latest(source), media_type=CONTENT_TYPE_LATEST)

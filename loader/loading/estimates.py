@@ -44,13 +44,26 @@ class CostEstimate:
 
     def __post_init__(self) -> None:
         self._line = DecayedLine(self.decay)
+        self._rows = 0.0  # decayed sums of rows written and of length loaded
+        self._length = 0.0
 
-    def observe(self, length: float, duration: float) -> None:
+    def observe(self, length: float, duration: float, rows: int | None = None) -> None:
+        """One batch: its length (seconds of data, or keys), its duration and, when known,
+        the rows it wrote (only for ``seconds_per_row``: the model itself is per length)."""
         mean_x, mean_y, var_x, cov = self._line.add(length, duration)
         self.observations += 1
         if self.observations >= 3 and var_x > 1e-9 * max(1.0, mean_x * mean_x):
             self.alpha = max(0.0, cov / var_x)
         self.overhead = max(0.0, mean_y - self.alpha * mean_x)
+        if rows is not None and length > 0:
+            self._rows = self.decay * self._rows + rows
+            self._length = self.decay * self._length + length
+
+    @property
+    def seconds_per_row(self) -> float | None:
+        """alpha in the unit people read: load seconds per row written (alpha over the rows a
+        second of data, or a key, brought lately); None before a batch with rows."""
+        return self.alpha * self._length / self._rows if self._rows > 0 else None
 
     def predict(self, length: float) -> float:
         return self.overhead + self.alpha * length

@@ -20,7 +20,7 @@ import heapq
 import math
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -68,6 +68,8 @@ class TablesCollector(Collector):
         self.dispatcher: Dispatcher | None = None
         #: None: every table's series; k: the k stalest (and up to k in trouble).
         self.top_k: int | None = None
+        #: False while a selection that names no per-table family is collected (``Metrics.selected``).
+        self.per_table = True
 
     def _chosen(self, staleness: list[float]) -> list[int]:
         d, k = self.dispatcher, self.top_k
@@ -100,7 +102,7 @@ class TablesCollector(Collector):
         ledger = d.ledger
         states = d.states
         staleness = [ledger.staleness_at(tid, now) for tid in range(len(states))]
-        chosen = self._chosen(staleness)
+        chosen = self._chosen(staleness) if self.per_table else []
         yield from self._per_table(chosen, staleness, now)
         yield from self._aggregates(staleness, len(chosen), now)
         names = None if len(chosen) == len(states) else [states[tid].name for tid in chosen]
@@ -263,6 +265,50 @@ class TablesCollector(Collector):
             "Largest stretch of any loaded update of any table.",
             value=max((ledger.max_stretch(tid) for tid in range(n)), default=0.0),
         )
+
+
+#: What a sample's name adds to its family's (counters, histograms, summaries).
+SAMPLE_SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
+
+
+class Selection:
+    """Some of a registry's families and samples (``Metrics.selected``), for ``generate_latest``.
+
+    prometheus_client's own ``restricted_registry`` finds a collector by the names it
+    describes; the collector of per-table series describes none (what it exports depends
+    on the tables), so it would be left out, or, asked anyway, build every table's series
+    only for most of them to be dropped. Here it builds them only when one is named.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry, tables: TablesCollector, per_table: frozenset[str], names: set[str]
+    ) -> None:
+        self._registry = registry
+        self._tables = tables
+        self._per_table = per_table
+        self._names = names
+
+    def _family_of(self, name: str) -> str:
+        for suffix in SAMPLE_SUFFIXES:
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
+        return name
+
+    def collect(self) -> Iterator[Metric]:
+        names, per_table, tables = self._names, self._per_table, self._tables
+        tables.per_table = any(n in per_table or self._family_of(n) in per_table for n in names)
+        try:
+            for family in self._registry.collect():
+                if family.name in names:
+                    yield family
+                    continue
+                samples = [sample for sample in family.samples if sample.name in names]
+                if samples:
+                    kept = Metric(family.name, family.documentation, family.type, family.unit)
+                    kept.samples = samples
+                    yield kept
+        finally:
+            tables.per_table = True
 
 
 #: A view candidate cache's states (section 4.5), exported as a state set.
@@ -447,6 +493,7 @@ class Metrics:
         )
         self._tables = TablesCollector(self)
         r.register(self._tables)
+        self._per_table_names: frozenset[str] | None = None
         self._views = ViewCachesCollector()
         r.register(self._views)
         self.requests = Counter(
@@ -539,6 +586,23 @@ class Metrics:
             self.spill_bytes.labels(kind)
         for reason in ("spill_full", "wal_fault"):
             self.intake_refused.labels(reason)
+
+    def selected(self, names: Collection[str]) -> Selection:
+        """The families named in ``names`` (whole) and the samples named there
+        (``GET /metrics?names=``): a page polling a few aggregates every few seconds gets
+        them without every table's series being built for it."""
+        return Selection(self.registry, self._tables, self.per_table_names(), set(names))
+
+    def per_table_names(self) -> frozenset[str]:
+        """Names of the families with a series per table (the expensive part of a scrape)."""
+        if self._per_table_names is not None:
+            return self._per_table_names
+        names = frozenset(family.name for family in self.table_families)
+        if self._tables.dispatcher is None:  # the freshness families exist once attached
+            return names
+        built = self._tables._per_table([], [], 0.0)
+        self._per_table_names = names | {family.name for family in built}
+        return self._per_table_names
 
     def attach(self, dispatcher: Dispatcher, top_k: int | None = None) -> None:
         """Read freshness, workers and the pending store from ``dispatcher`` at scrape time

@@ -186,6 +186,7 @@ class TableStatuses:
             "delta_version": entry.delta_version,
             "alpha": state.alpha,
             "overhead_seconds": state.overhead,
+            "ms_per_1k_rows": _ms_per_1k_rows(d, tid),
             "group": (self.policy_groups() if groups is None else groups).get(name),
             "failures": d.failures(name),
         }
@@ -223,10 +224,16 @@ class TableStatuses:
             "delta_version": entry.delta_version,
             "alpha": state.alpha,
             "overhead_seconds": state.overhead,
+            "ms_per_1k_rows": _ms_per_1k_rows(d, tid),
             "group": group,
             "failures": d.failures(table),
             "quarantined_updates": sum(len(e.updates) for e in self.quarantine.active(table)),
         }
+
+
+def _ms_per_1k_rows(d: Dispatcher, tid: int) -> float | None:
+    per_row = d.estimates[tid].seconds_per_row
+    return None if per_row is None else per_row * 1e6
 
 
 def _freshness(d: Dispatcher, tid: int, now: float) -> dict[str, Any]:

@@ -129,3 +129,33 @@ def test_a_top_k_scrape_is_a_small_fraction_of_a_full_one(service: LoaderService
     service.metrics.attach(service.dispatcher, top_k=K)
     small = len(generate_latest(service.metrics.registry))
     assert small * 20 < full
+
+
+def test_a_selection_answers_with_what_it_names_and_builds_no_other_table_series(service: LoaderService) -> None:
+    """GET /metrics?names=...: the page at /ui polls a few aggregates every 2 s, which at
+    1,000 tables must not cost a whole scrape (every table's series built, then dropped)."""
+    service.metrics.attach(service.dispatcher, top_k=None)
+    built: list[list[int]] = []
+    tables = service.metrics._tables
+    real = tables._per_table
+
+    def counting(chosen, staleness, now):  # type: ignore[no-untyped-def]
+        built.append(list(chosen))
+        return real(chosen, staleness, now)
+
+    tables._per_table = counting  # type: ignore[method-assign]
+    try:
+        wanted = {"loader_tables", "loader_tables_batches_total", "loader_workers"}
+        text = generate_latest(service.metrics.selected(wanted)).decode()  # type: ignore[arg-type]
+        assert built and not any(built), "a selection of aggregates built per-table series"
+        samples = {s.name: s for f in text_string_to_metric_families(text) for s in f.samples}
+        assert set(samples) == wanted  # a sample named: that sample, not its family's _created
+        assert samples["loader_tables"].value == TABLES
+        named = generate_latest(service.metrics.selected({"loader_table_staleness_seconds"})).decode()  # type: ignore[arg-type]
+        per_table = [s for f in text_string_to_metric_families(named) for s in f.samples]
+        assert {s.labels["table"] for s in per_table} == set(NAMES)
+        assert {s.name for s in per_table} == {"loader_table_staleness_seconds"}
+    finally:
+        del tables._per_table
+    assert tables.per_table, "the next full scrape builds per-table series again"
+    assert tables_of(scrape(service), "loader_table_staleness_seconds") == set(NAMES)
