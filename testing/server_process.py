@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from testing.log_guard import watch_log
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -66,9 +68,23 @@ def write_config(path: Path, settings: dict[str, Any]) -> Path:
 
 
 class ServerProcess:
-    def __init__(self, workdir: Path, config: Path, port: int, token: str) -> None:
+    """``args``: the ``loader`` command line instead of ``serve --config <config>`` (the
+    demo, say); ``env``: variables to add or, with None, to remove."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        config: Path | None,
+        port: int,
+        token: str,
+        *,
+        args: list[str] | None = None,
+        env: dict[str, str | None] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.config = config
+        self.args = args if args is not None else ["serve", "--config", str(config)]
+        self.extra_env = env or {}
         self.base = f"http://127.0.0.1:{port}"
         self.token = token
         self.proc: subprocess.Popen[bytes] | None = None
@@ -80,12 +96,18 @@ class ServerProcess:
         first load worker process's (``LOADER_WORKER_FAILPOINTS``, loader/core/failpoints.py)."""
         self.starts += 1
         self.log_path = self.workdir / f"server-{self.starts}.log"
+        watch_log(self.log_path)  # an ERROR in it fails the test (testing/log_guard.py)
         env = dict(
             os.environ, LOADER_FAILPOINTS=failpoints, LOADER_WORKER_FAILPOINTS=worker_failpoints, PYTHONUNBUFFERED="1"
         )
+        for name, value in self.extra_env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cli", "serve", "--config", str(self.config)],
+                [sys.executable, "-m", "cli", *self.args],
                 cwd=self.workdir,
                 stdout=log,
                 stderr=subprocess.STDOUT,

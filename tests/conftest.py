@@ -18,7 +18,31 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 
+from testing.log_guard import LogGuard  # noqa: E402
 from testing.service_harness import Harness  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_errors(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """A retry must not hide a defect: any ERROR line (a failed load attempt, a quarantine, a
+    failed callback) that the test did not allow with ``@pytest.mark.allow_errors(regex, ...)``
+    fails it (testing/log_guard.py)."""
+    allowed = [pattern for marker in request.node.iter_markers("allow_errors") for pattern in marker.args]
+    guard = LogGuard(allowed)
+    guard.start()
+    try:
+        yield
+    finally:
+        guard.stop()
+    unexpected = guard.unexpected()
+    if unexpected:
+        shown = "\n".join(f"  {line[:600]}" for line in unexpected[:20])
+        more = f"\n  ... and {len(unexpected) - 20} more" if len(unexpected) > 20 else ""
+        pytest.fail(
+            f"{len(unexpected)} ERROR line(s) this test did not inject; fix the cause, or allow what the test "
+            f"injects on purpose with @pytest.mark.allow_errors(regex):\n{shown}{more}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture
@@ -34,7 +58,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 
 
 #: The longest tests (real servers, crash trials), in this order, before everything else.
-FIRST = ("tests/system/test_crash.py", "tests/system/")
+FIRST = ("tests/system/test_crash.py", "tests/system/", "tests/deploy/", "tests/cli/test_foreground.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -233,6 +233,7 @@ def test_metrics_after_a_load(harness: Harness) -> None:
         assert name in text, name
 
 
+@pytest.mark.allow_errors(r"failed \(attempt 1\): injected failure")
 def test_recovery_loads_logged_updates_once(tmp_path: Path) -> None:
     data = tmp_path / "data"
     fail = threading.Event()

@@ -70,6 +70,7 @@ def setup(h: Harness) -> None:
         assert h.post("/v1/admin/tables", token=OPERATOR, json=table).status_code == 201
 
 
+@pytest.mark.allow_errors('the answer of the view commit was lost')
 def test_a_view_follows_its_inputs_across_upserts_restarts_and_a_lost_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

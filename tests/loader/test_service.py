@@ -125,6 +125,7 @@ def test_a_service_started_again_with_the_same_metrics_exports_each_series_once(
     assert text.count('loader_table_staleness_seconds{table="clicks"}') == 1
 
 
+@pytest.mark.allow_errors("could not start loading 1 tables, the first 'orders': Delta table 'orders' exists with another schema")
 def test_tables_load_while_the_others_are_checked_and_a_bad_one_stops_readiness(tmp_path: Path) -> None:
     """Each table's Delta table is checked after loading started, tables with work first; one
     that exists with another schema is named in the failure, and the rest keep loading."""

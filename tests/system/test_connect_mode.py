@@ -178,6 +178,7 @@ def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> 
         assert sorted(ids) == list(range(250))
 
 
+@pytest.mark.allow_errors(r"failed \(attempt \d\): (SparkConnectGrpcException|SparkConnectException: \[NO_ACTIVE_SESSION\])")
 def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server: ServerProcess) -> None:
     """Intake stays open, /readyz names the outage, loads back off and resume on a new
     server; nothing is quarantined, lost or loaded twice."""
@@ -214,6 +215,7 @@ def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server
 
 @pytest.mark.parametrize("workers", [1])  # one worker: the tables due meanwhile make the next job a group
 @pytest.mark.parametrize("point", ["load.after-publish=2"])  # (the crash trial kills workers at every step)
+@pytest.mark.allow_errors(r"failed \(attempt \d\): load worker \d \(pid \d+\) ended")
 def test_a_load_worker_that_dies_mid_batch_is_replaced(server: ServerProcess, point: str) -> None:
     """The worker SIGKILLs itself at ``point`` (files in the table, not committed; or
     between two tables' commits of one job); the service starts another in its place and

@@ -125,6 +125,7 @@ def test_every_intake_form_lands_exactly_once_and_reads_back_the_same_everywhere
     assert 'loader_batches_total{outcome="loaded",table="events"}' in metrics
 
 
+@pytest.mark.allow_errors('injected: disk full')
 def test_a_failed_load_is_retried_and_lands_once(live: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     real_load = live.sink.load
     calls: list[int] = []

@@ -105,6 +105,7 @@ def test_an_admitted_request_refused_later_releases_its_reservation(tmp_path: Pa
     assert _run(scenario()) == 0
 
 
+@pytest.mark.allow_errors(r"Exception in callback Intake\._submit")
 def test_a_failure_while_queueing_an_appended_update_still_releases_its_reservation(tmp_path: Path) -> None:
     """Review finding: ``_appended`` released the admission only on its happy path, so an
     error while queueing left bytes reserved for good and intake refused more and more."""

@@ -29,9 +29,11 @@ def live(spark, tmp_path: Path) -> Iterator[Harness]:  # type: ignore[no-untyped
         yield harness
 
 
+@pytest.mark.allow_errors(r"loading orders \(updates 1..1\) failed \(attempt 1\)")
 def test_a_killed_job_is_retried_and_lands_once(live: Harness) -> None:
     killed_job(live)
 
 
+@pytest.mark.allow_errors(r"Parquet file size is \d+ bytes, smaller than the size reported")
 def test_a_bad_data_file_is_quarantined_other_loads_go_on_and_a_retry_lands_it_once(live: Harness) -> None:
     bad_file(live)

@@ -109,6 +109,7 @@ def test_an_input_commit_noted_while_the_view_opens_is_loaded(tmp_path: Path, mo
     assert releases == sorted(releases) and len(set(releases)) == len(releases)
 
 
+@pytest.mark.allow_errors('could not be rebuilt at start-up: the disk said no', "view 'gone' is not maintained")
 def test_a_view_that_cannot_be_rebuilt_at_start_up_is_retried_by_its_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
