@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from http import HTTPStatus
 from typing import Any
@@ -21,7 +21,7 @@ from api.deps import get_operator, get_principal
 from api.errors import error_response
 from api.fast_intake import FastIntake
 from api.request_metrics import RequestCounts, RequestMetrics
-from api.routes import admin, feeds, health, quarantine, tables, trace
+from api.routes import admin, feeds, health, quarantine, tables, trace, ui
 from api.schemas import ErrorModel, error_responses
 from loader.config import Settings
 from loader.core.errors import ServiceError
@@ -132,10 +132,29 @@ class LoaderApp(FastAPI):
     """FastAPI with the two submit routes served ahead of its middleware stack
     (api/fast_intake.py); ``fast_intake=False`` leaves them to the declared routes."""
 
-    def __init__(self, *, counts: RequestCounts, fast_intake: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        counts: RequestCounts,
+        start: Callable[[AsyncExitStack], Awaitable[LoaderService]],
+        fast_intake: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.request_counts = counts
         self.fast_intake = fast_intake
+        self._start = start
+
+    async def start_service(self, exit_stack: AsyncExitStack) -> LoaderService:
+        """Start the service this app serves, its undoing on ``exit_stack``.
+
+        The lifespan calls it; ``loader serve`` calls it itself (and runs uvicorn with the
+        lifespan off), so that an error it anticipates at start reaches the command as an
+        exception to print in one line, not as a lifespan failure uvicorn logs with its
+        stack, and a signal during start-up is the command's to handle.
+        """
+        self.state.service = await self._start(exit_stack)
+        return self.state.service
 
     def build_middleware_stack(self) -> ASGIApp:
         stack = super().build_middleware_stack()
@@ -160,15 +179,17 @@ def create_app(
     metrics = metrics or Metrics()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: LoaderApp) -> AsyncIterator[None]:
         async with AsyncExitStack() as exit_stack:
-            app.state.service = await LoaderService.start(
-                settings, exit_stack, load=load, metrics=metrics, sink_factory=sink_factory
-            )
+            await app.start_service(exit_stack)
             yield
+
+    def start(exit_stack: AsyncExitStack) -> Awaitable[LoaderService]:
+        return LoaderService.start(settings, exit_stack, load=load, metrics=metrics, sink_factory=sink_factory)
 
     app = LoaderApp(
         counts=RequestCounts(metrics),
+        start=start,
         fast_intake=fast_intake,
         title="warehouse-loader",
         version="0.1.0",
@@ -180,7 +201,7 @@ def create_app(
     )
     app.state.authenticator = Authenticator.from_settings(settings)
     app.state.settings = settings
-    for module in (feeds, tables, admin, quarantine, trace, health):
+    for module in (feeds, tables, admin, quarantine, trace, health, ui):
         app.include_router(module.router)
     app.add_middleware(RequestMetrics, counts=app.request_counts)
 

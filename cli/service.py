@@ -4,29 +4,29 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.console import ConfigOption, console, err_console, fail, settings_or_fail
 from loader.config import ConfigError, Role, Settings
 
+if TYPE_CHECKING:
+    from cli.demo import DemoProducer
+
 commands = typer.Typer()
 
 
 def _serve(settings: Settings, demo: bool) -> None:
-    import uvicorn
-
     from api.app import create_app
     from api.auth import tokens_file
-    from loader.loading.java import JavaError, check_java
+    from cli.foreground import Foreground
+    from loader.loading.java import JavaError, check_runtime
 
     try:
-        check_java()
+        check_runtime()
     except JavaError as exc:
         raise fail(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -43,40 +43,43 @@ def _serve(settings: Settings, demo: bool) -> None:
         app_ = create_app(settings)
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
-    base = f"http://{settings.host}:{settings.port}"
-    if not settings.auth_tokens:
-        err_console.print(f"tokens: {tokens_file(settings)} (generated; operator and producer)")
-    err_console.print(f"serving on {base}; data in {settings.data_dir.resolve()}; docs at {base}/docs")
-    producer = None
-    if demo:
-        from cli.client import LoaderClient, token_for
-        from cli.demo import DemoProducer
+    producer: DemoProducer | None = None
 
-        producer = DemoProducer(LoaderClient(base, token_for(settings, Role.operator)), console=console)
-        producer.start()
+    def serving(base: str) -> None:
+        nonlocal producer
+        if not settings.auth_tokens:
+            err_console.print(f"tokens: {tokens_file(settings)} (generated; operator and producer)")
+        err_console.print(f"serving on {base}; data in {settings.data_dir}; API docs at {base}/docs", soft_wrap=True)
+        where = "the operator token in " + str(tokens_file(settings)) if not settings.auth_tokens else "an operator token"
+        err_console.print(f"open {base}/ui in a browser to watch the tables ({where})", soft_wrap=True)
+        if demo:
+            from cli.client import LoaderClient, token_for
+            from cli.demo import DemoProducer
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if producer is not None:  # stop producing before the service shuts down
-                producer.stop()
-            super().handle_exit(sig, frame)
+            producer = DemoProducer(LoaderClient(base, token_for(settings, Role.operator)), console=console)
+            producer.start()
 
-    server = Server(uvicorn.Config(app_, host=settings.host, port=settings.port, log_level="warning"))
-
-    def stopped(signum: int, frame: FrameType | None) -> None:
-        """After a stop on SIGTERM uvicorn raises the signal again, for whatever handled it
-        before: here, the exit status. 0 when the shutdown was clean (service managers read
-        anything else as a failure); before uvicorn runs, nothing is started to stop."""
-        lifespan = getattr(server, "lifespan", None)
-        raise SystemExit(1 if lifespan is not None and lifespan.shutdown_failed else 0)
-
-    previous = signal.signal(signal.SIGTERM, stopped)
-    try:
-        server.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def before_stop() -> None:
+        """The demo producer stops first, so that what it sent last is acknowledged."""
         if producer is not None:
             producer.stop()
+            producer.join(timeout=10)
+
+    start_error: list[str] = []
+    foreground = Foreground(
+        app_, settings, before_stop=before_stop, on_serving=serving, on_start_error=start_error.append
+    )
+    try:
+        status = foreground.run()
+    except Exception:  # a stop that failed half-way: not anticipated, its stack helps
+        logging.getLogger("loader.serve").exception("the service did not stop cleanly")
+        raise typer.Exit(code=1) from None
+    finally:
+        before_stop()
+    if start_error:
+        raise fail(start_error[0])
+    if status:
+        raise typer.Exit(code=status)
 
 
 @commands.command("serve")
@@ -120,12 +123,12 @@ def spark_connect_command(
     import os
 
     from loader.loading.connect_server import ConnectServer
-    from loader.loading.java import JavaError, check_java
+    from loader.loading.java import JavaError, check_runtime
     from loader.loading.spark import session_settings
 
     settings = settings_or_fail(config)
     try:
-        check_java()
+        check_runtime()
     except JavaError as exc:
         raise fail(str(exc)) from None
     s = settings.spark

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from loader.core.errors import StartError
 from loader.core.tables import TableConfig
 from loader.core.views import ViewConfig
 from loader.durability.wal import Durability
@@ -288,6 +289,19 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _absolute_paths(self) -> Settings:
+        """Every directory as an absolute path, anchored at the working directory of the
+        process that read the settings: paths cross into the load worker processes, the
+        Spark Connect server and its executors, whose working directories are not ours
+        (a relative hand-off file was not found there, and the load failed once)."""
+        self.data_dir = self.data_dir.absolute()
+        for holder, name in ((self, "warehouse_dir"), (self, "landing_dir"), (self.wal, "dir"), (self.spill, "dir")):
+            value = getattr(holder, name)
+            if value is not None:
+                setattr(holder, name, value.absolute())
+        return self
+
+    @model_validator(mode="after")
     def _unique_tables(self) -> Settings:
         counts = Counter(t.name for t in self.tables)  # (not list.count: 10,000 tables must validate fast)
         repeated = sorted(name for name, n in counts.items() if n > 1)
@@ -420,7 +434,7 @@ class NestedInit(PydanticBaseSettingsSource):
         return nest_aliases(self._init())
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, StartError):
     """A configuration that cannot start the service; the message says what to fix."""
 
 

@@ -47,7 +47,7 @@ from loader.abc import FailedBatch, FinishedBatch, QuarantinedBatch
 from loader.config import ConfigError, Settings
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
-from loader.core.errors import Conflict, Invalid
+from loader.core.errors import Conflict, Invalid, StartError, caused_by
 from loader.core.schema import TableSchema
 from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
 from loader.core.updates import Batch, LoadResult, Update
@@ -186,6 +186,11 @@ class LoaderService:
         self.ready = False
         #: Why loading could not start (``/healthz`` and ``/readyz`` report it).
         self.failure: str | None = None
+        #: Why loading could not start at all (Spark, its server, the writer), once known;
+        #: ``loader serve`` stops on it. (``failure`` also tells of tables left held.)
+        self.start_error: Exception | None = None
+        #: The start of loading (Spark, then each table's check), once begun.
+        self.loading: asyncio.Task[None] | None = None
         self.recovered_updates = 0
         #: WAL updates of tables the catalog does not know, kept until they are registered again.
         self._orphans: dict[str, list[Update]] = {}
@@ -271,8 +276,8 @@ class LoaderService:
         exit_stack.push_async_callback(service._stop_loading)
         await service._recover()
         if load:
-            loading = asyncio.create_task(service._start_loading())
-            exit_stack.push_async_callback(service._wait_started, loading)
+            service.loading = asyncio.create_task(service._start_loading())
+            exit_stack.push_async_callback(service._wait_started, service.loading)
         service.intake.open()
         exit_stack.callback(service.intake.close)
         log.info(
@@ -339,7 +344,11 @@ class LoaderService:
             self.sink = await asyncio.to_thread(self._make_sink)
         except Exception as exc:  # surfaced on /readyz and in the log
             self.failure = f"could not start loading: {exc}"
-            log.exception("could not start loading")
+            self.start_error = exc
+            if caused_by(exc, lambda e: isinstance(e, StartError)):
+                log.error("%s", self.failure)  # its message says what to do: no stack
+            else:
+                log.exception("could not start loading")
             return
         # Each table's Delta table is checked (or created) before its first load: ~2 ms of
         # deltalake calls a table, 20 s at 10,000 tables. Loading starts at once, each table
@@ -513,7 +522,7 @@ class LoaderService:
             server.stop()
 
     async def _stop_loading(self) -> None:
-        await self.dispatcher.wait_idle()
+        await self.dispatcher.finish()
         await asyncio.to_thread(self.dispatcher.shutdown)
         await asyncio.to_thread(self._stop_spark)
         await self.save_catalog()

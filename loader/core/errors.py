@@ -1,5 +1,6 @@
 """Errors the service reports to clients: each carries its HTTP status and says what to do.
-Also how the loader tells what caused a failure (``caused_by``)."""
+Also the errors it anticipates at start (``StartError``), and how the loader tells what
+caused a failure (``caused_by``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ def caused_by(error: BaseException, test: Callable[[BaseException], bool]) -> bo
     """True when ``error`` or anything in its chain of causes passes ``test``: a Spark job's
     or a library's error often wraps the one that tells what happened."""
     return any(test(e) for e in causes(error))
+
+
+class StartError(Exception):
+    """An error the loader anticipates while it starts (another instance on the same data,
+    no Java, a Spark server that will not start): its message says what is wrong and what
+    to do, so a command prints it alone and exits non-zero, with no stack trace."""
 
 
 class ServiceError(Exception):

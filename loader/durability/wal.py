@@ -60,6 +60,7 @@ from types import MappingProxyType, TracebackType
 
 from loader.core import failpoints
 from loader.core.durable_files import fsync_directory
+from loader.core.errors import StartError
 from loader.core.updates import WalRecord
 from loader.durability.wal_format import (
     SEGMENT_HEADER_SIZE,
@@ -118,7 +119,7 @@ class WalFailedError(WalError):
     """A write or fsync failed; the log accepts nothing more until ``heal()`` succeeds."""
 
 
-class WalLockedError(WalError):
+class WalLockedError(WalError, StartError):
     """Another process (or another WriteAheadLog in this one) holds the WAL directory."""
 
 

@@ -178,16 +178,18 @@ class ConnectServer:
             if process is None or process.poll() is not None:
                 code = None if process is None else process.returncode
                 raise ConnectServerError(
-                    f"the Spark Connect server exited (code {code}) before it answered on {self.url}; "
-                    f"its log {self.log_path} ends:\n{self.log_tail()}"
+                    f"the Spark Connect server exited (code {code}) before it answered on {self.url}; fix what its "
+                    f"log {self.log_path} says (often a [spark] conf setting) and start again; the log ends:\n"
+                    f"{self.log_tail()}"
                 )
             if port_open(self.host, self.port):
                 return
             if time.monotonic() > deadline:
                 self._stop()
                 raise ConnectServerError(
-                    f"the Spark Connect server did not answer on {self.url} within {timeout:.0f} s; "
-                    f"its log {self.log_path} ends:\n{self.log_tail()}"
+                    f"the Spark Connect server did not answer on {self.url} within {timeout:.0f} s; on a busy "
+                    "machine raise [spark] connect_start_timeout_seconds, else fix what its log "
+                    f"{self.log_path} says; the log ends:\n{self.log_tail()}"
                 )
             time.sleep(0.2)
 

@@ -128,7 +128,7 @@ class Dispatcher:
         slope = spec.keyed.per_key if spec.keyed is not None else spec.alpha
         self.estimates.append(CostEstimate(alpha=slope, overhead=spec.overhead))
         self.ledger.add_table(spec.name, spec.weight, origin=origin, account=account)
-        self.observed.add_table(tid, origin)
+        self.observed.add_table(tid, origin, self._clock())
         self.pending.add_table(spec.name)
         if paused:
             self._user_paused.add(tid)
@@ -428,10 +428,10 @@ class Dispatcher:
         length = rel[hi - 1] - previous
         estimate = self.estimates[tid]
         if member.keys is not None:  # a latest table: seconds per key loaded
-            estimate.observe(member.keys, duration)
+            estimate.observe(member.keys, duration, result.rows)
             state.per_key, state.overhead = estimate.alpha, estimate.overhead
         else:
-            estimate.observe(length, duration)
+            estimate.observe(length, duration, result.rows)
             state.alpha, state.overhead = estimate.alpha, estimate.overhead
         self.observed.batch(tid, worker, job.started, now, rel[lo], rel[hi - 1], hi - lo)
         finished = FinishedBatch(
@@ -568,6 +568,15 @@ class Dispatcher:
     async def wait_idle(self) -> None:
         if self._running:
             await self._idle.wait()
+
+    async def finish(self) -> None:
+        """On the way down: no new job starts, the running ones finish. (Waiting for idle
+        while still dispatching let a job start after the wait, which the executor's
+        shutdown then cancelled before it ran: an error in its callback on a clean stop.)"""
+        self._enabled = False
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+        await self.wait_idle()
 
     def shutdown(self) -> None:
         self._enabled = False

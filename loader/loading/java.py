@@ -1,15 +1,19 @@
-"""Java check: Spark needs a Java 17+ runtime; say so plainly instead of a JVM stack trace."""
+"""What Spark needs to run here, checked before anything starts: a Java 17+ runtime and the
+pyspark package. Said plainly, instead of a JVM's or an import's stack trace."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 
+from loader.core.errors import StartError
 
-class JavaError(RuntimeError):
-    pass
+
+class JavaError(RuntimeError, StartError):
+    """No Java runtime Spark can run on, or no pyspark to run it."""
 
 
 def java_major() -> int | None:
@@ -33,4 +37,16 @@ def check_java() -> int:
         )
     if major < 17:
         raise JavaError(f"Java {major} found; Spark 4 needs Java 17 or newer (apt install openjdk-17-jre-headless)")
+    return major
+
+
+def check_runtime() -> int:
+    """Java (its major version returned) and the pyspark package with its Connect client."""
+    major = check_java()
+    for module, what in (("pyspark", "pyspark"), ("grpc", "pyspark[connect]'s gRPC client")):
+        if importlib.util.find_spec(module) is None:
+            raise JavaError(
+                f"{what} is not installed in this Python ({module} cannot be imported); run ./scripts/setup, "
+                "or pip install the project into this environment"
+            )
     return major

@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
 
-from loader.core.errors import caused_by
+from loader.core.errors import StartError, caused_by
 from loader.loading.java import JavaError, check_java
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ CONNECT_RETRY: dict[str, float | int] = {
 UNREACHABLE_WORDS = ("StatusCode.UNAVAILABLE", "[NO_ACTIVE_SESSION]", "SESSION_CHANGED")
 
 
-class SparkUnreachable(RuntimeError):
+class SparkUnreachable(RuntimeError, StartError):
     """No Spark Connect server answered (or the loader's own could not be started)."""
 
 

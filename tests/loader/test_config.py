@@ -29,7 +29,23 @@ def test_defaults_need_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key, raising=False)
     settings = load_settings(None)
     assert (settings.port, settings.workers, settings.spark.master) == (8000, 2, "local[*]")
-    assert settings.warehouse_path == Path("data") / "warehouse"
+    assert settings.warehouse_path == Path.cwd() / "data" / "warehouse"
+
+
+def test_every_directory_is_absolute_anchored_where_the_settings_were_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Paths cross into worker processes and the Spark Connect server, whose working
+    directories are not the loader's: a relative hand-off file was not found there."""
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(
+        None, data_dir=Path("d"), warehouse_dir=Path("w"), landing_dir=Path("l"), wal={"dir": "x"}, spill={"dir": "s"}
+    )
+    paths = (settings.data_dir, settings.warehouse_path, settings.landing_path, settings.wal_path)
+    assert paths == (tmp_path / "d", tmp_path / "w", tmp_path / "l", tmp_path / "x")
+    assert (settings.spill_path, settings.state_path) == (tmp_path / "s", tmp_path / "d" / "state")
+    monkeypatch.chdir("/")
+    assert settings.spill_path == tmp_path / "s"  # fixed once read
 
 
 def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +84,7 @@ def test_settings_of_earlier_releases_still_work(tmp_path: Path, monkeypatch: py
     assert (settings.wal.durability, settings.wal.segment_bytes, settings.wal_path) == (
         Durability.flush,
         131072,
-        Path("w"),
+        Path.cwd() / "w",
     )
     assert (settings.intake.max_body_bytes, settings.intake.max_landing_file_bytes) == (4096, 10)
     assert settings.intake.max_clock_skew_seconds == 1.5
@@ -94,10 +110,10 @@ def test_old_names_as_keyword_arguments_keep_the_precedence(monkeypatch: pytest.
     assert Settings(durability="flush").wal.durability is Durability.fsync
     monkeypatch.delenv("loader_durability")
     both = Settings(durability="flush", wal=WalConfig(dir=Path("w")))
-    assert (both.wal.durability, both.wal.dir) == (Durability.flush, Path("w"))
+    assert (both.wal.durability, both.wal.dir) == (Durability.flush, Path.cwd() / "w")
     for overrides in ({"durability": "flush", "wal": {"dir": "w"}}, {"wal": {"dir": "w"}, "durability": "flush"}):
         settings = load_settings(None, **overrides)
-        assert (settings.wal.durability, settings.wal.dir) == (Durability.flush, Path("w"))
+        assert (settings.wal.durability, settings.wal.dir) == (Durability.flush, Path.cwd() / "w")
     with pytest.raises(ConfigError, match="give it once"):
         load_settings(None, durability="flush", wal={"durability": "fsync"})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from loader.core.errors import StartError
 from loader.loading.spark import delta_jvm_available
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ MISSING_JARS = (
 )
 
 
-class DeltaJarsMissing(RuntimeError):
+class DeltaJarsMissing(RuntimeError, StartError):
     """delta-spark was requested but the session cannot load Delta's classes."""
 
 

@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 
 from loader.core.durable_files import ENVIRONMENTAL_ERRNOS, environmental
-from loader.core.errors import causes
+from loader.core.errors import StartError, caused_by, causes
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
 from loader.loading.sinks.view_join import ViewJob
@@ -99,6 +99,8 @@ class LoadFailure:
     environmental: bool
     errno: int | None
     trace: str
+    #: An error the loader anticipates at start (``StartError``: Delta's jars missing, ...).
+    start_error: bool = False
 
     @classmethod
     def of(cls, error: BaseException) -> LoadFailure:
@@ -109,6 +111,7 @@ class LoadFailure:
             environmental=environmental(error),
             errno=_disk_errno(error),
             trace="".join(traceback.format_exception(error)),
+            start_error=caused_by(error, lambda e: isinstance(e, StartError)),
         )
 
     def error(self) -> LoadFailedInWorker:
@@ -118,6 +121,8 @@ class LoadFailure:
             failed.__cause__ = SparkUnreachable(self.message)
         elif self.errno is not None:  # (a disk failure told only in words is in the text already)
             failed.__cause__ = OSError(self.errno, os.strerror(self.errno))
+        elif self.start_error:
+            failed.__cause__ = StartError(self.message)
         return failed
 
 
