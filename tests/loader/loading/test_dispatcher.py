@@ -190,6 +190,18 @@ def test_cost_estimate_recovers_linear_model() -> None:
     assert estimate.overhead == pytest.approx(0.3, abs=0.03)
 
 
+def test_alpha_reads_as_seconds_per_row_at_the_rate_rows_came() -> None:
+    """alpha is per second of data (the paper's); people read a cost per row: alpha over the
+    rows a second of data brought (here 500 rows/s, 0.02 s a second: 40 us a row)."""
+    estimate = CostEstimate(alpha=1.0, overhead=0.0)
+    assert estimate.seconds_per_row is None  # before any batch with rows
+    rng = random.Random(2)
+    for _ in range(200):
+        length = rng.uniform(1, 50)
+        estimate.observe(length, 0.3 + 0.02 * length, rows=round(500 * length))
+    assert estimate.seconds_per_row == pytest.approx(0.02 / 500, rel=0.05)
+
+
 def _busy_start(d: Dispatcher, names: list[str], updates: int) -> None:
     """Every table gets ``updates`` releases before loading starts: all are due at once."""
     for name in names:
