@@ -20,11 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from loader.abc import BatchHandler, FailedBatch, FinishedBatch, QuarantinedBatch
-from loader.core.durable_files import environmental
 from loader.core.updates import Batch, LoadResult, Update
 from loader.loading.estimates import CostEstimate, JobOverheadEstimate
+from loader.loading.failures import batch_at_fault
 from loader.loading.observed import ObservedRecord
-from loader.loading.spark import spark_unreachable
 from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
@@ -351,8 +350,7 @@ class Dispatcher:
         if error is not None:
             tid = member.tid
             self._failures[tid] = self._failures.get(tid, 0) + 1
-            # A full or read-only disk, or a Spark server that is gone, is not the batch's fault.
-            if not (environmental(error) or spark_unreachable(error)):
+            if batch_at_fault(error):  # (a full disk or a Spark server that is gone is not)
                 strikes = self._strikes[tid] = self._strikes.get(tid, 0) + 1
                 if 0 < self._max_attempts <= strikes:
                     self._set_aside(worker, job, error, strikes)
