@@ -50,7 +50,7 @@ def _serve(settings: Settings, demo: bool) -> None:
         if not settings.auth_tokens:
             err_console.print(f"tokens: {tokens_file(settings)} (generated; operator and producer)")
         err_console.print(f"serving on {base}; data in {settings.data_dir}; API docs at {base}/docs", soft_wrap=True)
-        where = "the operator token in " + str(tokens_file(settings)) if not settings.auth_tokens else "an operator token"
+        where = f"the operator token in {tokens_file(settings)}" if not settings.auth_tokens else "an operator token"
         err_console.print(f"open {base}/ui in a browser to watch the tables ({where})", soft_wrap=True)
         if demo:
             from cli.client import LoaderClient, token_for

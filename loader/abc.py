@@ -13,6 +13,7 @@ port               called by                                implemented by
 ``ReleaseQueue``   intake (a durable update, in order)      ``loader.loading.dispatcher.Dispatcher``
 ``IntakeMetrics``  intake                                   ``loader.ops.metrics.Metrics``
 ``QuarantineMetrics`` the quarantine desk (durability)     ``loader.ops.metrics.Metrics``
+``KeyHolds``       the quarantine desk (durability)         ``loader.pending.store.PendingStore``
 ``BatchHandler``   the dispatcher, around each batch        ``loader.service.LoaderService``
 ================== ======================================== ==========================================
 
@@ -25,6 +26,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+import pyarrow as pa
 
 from loader.core.updates import Batch, LoadResult, Update, WalRecord
 
@@ -102,6 +105,48 @@ class QuarantineMetrics(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class HeldValue:
+    """A value of a key that a quarantined update of a latest table without ``order_by``
+    holds (docs/latest-tables.md): it waits with the quarantine entry instead of loading,
+    so that it cannot be overwritten by the quarantined value once that is retried.
+
+    It must be durable beside the entry before a commit passes ``seq``: from then on the
+    WAL no longer replays it (``BatchHandler.keep_held``)."""
+
+    #: The quarantine entry holding its key (the entry's first sequence number).
+    entry: int
+    key: tuple[object, ...]
+    #: Its arrival (``loader.core.updates.arrival``): the newest of a key wins.
+    arrival: int
+    #: The update it sat in when it was held back, whose commit it must not wait for.
+    seq: int
+    #: The value: one row of the table.
+    row: pa.Table
+
+
+class KeyHolds(Protocol):
+    """Latest tables' keys held by quarantined updates (``loader.pending.keyed``), as the
+    quarantine desk drives them: held when an update is quarantined or at start-up,
+    released into the update that an operator's retry or discard submits."""
+
+    def hold_keys(
+        self, table: str, entry: int, rows: pa.Table, *, saved: pa.Table | None = None, release: int | None = None
+    ) -> None:
+        """Hold the keys of ``rows`` (the entry's values): their later values wait. ``saved``:
+        values held before (``keep_held``'s files); ``release``: the releasing update's sequence."""
+
+    def release_keys_at(self, table: str, entry: int, seq: int | None) -> None:
+        """The update numbered ``seq`` releases the entry's keys and carries their held values
+        (None: that submission failed, the keys stay held)."""
+
+    def drop_hold(self, table: str, entry: int) -> None:
+        """The releasing update is in Delta already (found at start-up): nothing is held."""
+
+    def held_counts(self, table: str, entry: int) -> tuple[int, int] | None:
+        """Keys the entry holds and values waiting for them (None: it holds none)."""
+
+
+@dataclass(frozen=True, slots=True)
 class FinishedBatch:
     """A batch is in Delta: what the service records in the catalog and the metrics."""
 
@@ -131,6 +176,9 @@ class FailedBatch:
     batch: Batch
     error: BaseException
     retry_in: float
+    #: This failure split the batch: its halves are tried as batches of their own (bisection,
+    #: loader/loading/dispatcher.py), so that only an update that cannot load is quarantined.
+    split: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +194,8 @@ class QuarantinedBatch:
 class BatchHandler(Protocol):
     """What the dispatcher asks of the rest of the service around each batch.
 
-    ``load`` and ``set_aside`` run on the batch's worker thread; the three notifications run
-    on the event loop, after the dispatcher's own bookkeeping.
+    ``load``, ``keep_held`` and ``set_aside`` run on the batch's worker thread; the three
+    notifications run on the event loop, after the dispatcher's own bookkeeping.
     """
 
     def load(self, worker: int, batch: Batch) -> LoadResult:
@@ -160,6 +208,10 @@ class BatchHandler(Protocol):
 
     def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
         """Write a batch that keeps failing durably into quarantine, or raise."""
+
+    def keep_held(self, table: str, values: Sequence[HeldValue]) -> None:
+        """Before a batch is loaded or set aside: make the values held back from it durable
+        beside their quarantine entries, or raise (the batch then fails and is retried)."""
 
     def loaded(self, done: FinishedBatch) -> None: ...
 

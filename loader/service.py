@@ -36,14 +36,14 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from loader.abc import FailedBatch, FinishedBatch, QuarantinedBatch
+from loader.abc import FailedBatch, FinishedBatch, HeldValue, QuarantinedBatch
 from loader.config import ConfigError, Settings
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
@@ -63,6 +63,7 @@ from loader.intake.landing import sweep_copies
 from loader.intake.sequencing import TableSequence
 from loader.intake.submission import Intake
 from loader.loading.dispatcher import Dispatcher
+from loader.loading.failures import table_refusal
 from loader.loading.observed import ObservedRecord
 from loader.loading.sinks.base import Sink
 from loader.loading.sinks.view_join import ViewJob
@@ -156,7 +157,7 @@ class LoaderService:
             max_clock_skew=s.intake.max_clock_skew_seconds,
             spill_retry_after=s.spill.retry_after_seconds,
         )
-        self.quarantine = QuarantineDesk(quarantine, self.intake, metrics)
+        self.quarantine = QuarantineDesk(quarantine, self.intake, metrics, pending)
         #: Join views (docs/join-views.md): scheduled beside the tables, loaded on the driver.
         self.views = JoinViews(catalog, self.dispatcher, s.warehouse_path)
         metrics.attach_views(self.views)
@@ -305,9 +306,11 @@ class LoaderService:
         for entry in self.catalog.entries.values():
             self._schedule_table(entry)
         plan = RecoveryPlan(committed=committed, quarantined=self.quarantine.store.seqs())
+        # Latest tables' keys held by quarantined updates wait again, before the WAL replays their values.
+        releasing = await self.quarantine.restore_holds(committed)
         # One record at a time, off the event loop (nothing else runs yet): pending updates
         # go straight into the pending store, which spills.
-        await asyncio.to_thread(self._replay_wal, plan)
+        await asyncio.to_thread(self._replay_wal, plan, releasing)
         for entry in self.catalog.entries.values():
             name = entry.name
             sequence = self._sequence(entry, committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name))
@@ -331,10 +334,19 @@ class LoaderService:
         if removed:
             log.warning("removed %d copies of landing files that no update refers to (left by a crash)", removed)
 
-    def _replay_wal(self, plan: RecoveryPlan) -> None:
+    def _replay_wal(self, plan: RecoveryPlan, releasing: dict[str, tuple[str, int]]) -> None:
+        """``releasing``: Idempotency-Keys of updates an operator's retry or discard submits to
+        release a quarantined update's held keys; one the WAL holds releases them here again
+        (or, in Delta already or set aside itself, took their values with it)."""
         for record in self.wal.replay():
             self.idempotency.add_record(record)
             update = plan.add(record)
+            held = releasing.get(record.idempotency_key) if record.idempotency_key is not None else None
+            if held is not None:
+                if update is None:
+                    self.pending.drop_hold(*held)
+                else:
+                    self.pending.release_keys_at(*held, update.seq)
             if update is not None:
                 self.dispatcher.released(update)
             failpoints.hit("recovery.replay")
@@ -800,7 +812,11 @@ class LoaderService:
             raise RuntimeError(f"view {batch.table!r} is not quarantined; its load retries: {error}")
         self.quarantine.set_aside(batch, error, attempts)
 
+    def keep_held(self, table: str, values: Sequence[HeldValue]) -> None:
+        self.quarantine.keep_held(table, values)
+
     def loaded(self, done: FinishedBatch) -> None:
+        self.metrics.on_writes_refused(done.table, None)  # a table that refused writes takes them again
         if done.table in self.views:
             self._view_loaded(done)
             return
@@ -858,8 +874,14 @@ class LoaderService:
 
     def failed(self, failed: FailedBatch) -> None:
         self.metrics.batches.labels(failed.table, "failed").inc()
+        if failed.split:
+            self.metrics.batch_splits.labels(failed.table).inc()
+        refusal = table_refusal(failed.error)  # the table's fault: retried, never quarantined
+        if refusal is not None:
+            self.metrics.on_writes_refused(failed.table, refusal.reason)
 
     def quarantined(self, batch: QuarantinedBatch) -> None:
+        self.quarantine.quarantined(batch.batch)  # (a latest table's keys it holds wait from now on)
         self.catalog.changed(batch.table)  # its freshness accounts moved on
         self.metrics.batches.labels(batch.table, "failed").inc()
         self.metrics.batches.labels(batch.table, "quarantined").inc()

@@ -124,7 +124,7 @@ class DeltaLogFollower:
                 self.last_check = now
                 return found
             added, removed = [], []
-            for line in text.splitlines():
+            for line in text.split("\n"):  # (not splitlines: U+2028 or U+0085 in a value is data)
                 if not line.strip():
                     continue
                 try:

@@ -17,6 +17,12 @@ One of the tables is a latest table (keyed, loads are MERGEs; docs/latest-tables
 its ``load.upsert.*`` points kill before a MERGE, inside one (a delayed kill, seeded)
 and between a MERGE's commit and the catalog's record of it.
 
+Poison and an outside alteration: once a life is ready, another tool (deltalake, from
+outside the service) adds a CHECK constraint ``id >= 0`` to ``alpha`` while the loader
+writes to it, and from then on about one request in fifty is a poison update of ``alpha``
+(a negative id): acknowledged, but no load can commit it. Each must end in quarantine
+alone (its batch bisected), and every other update load exactly once around it.
+
 At the end the service is restarted without failpoints, the producers finish, every
 acknowledged update is loaded, and each Delta table is read back with independent
 readers (the ``deltalake`` package, and DuckDB on the files the Delta log lists). The
@@ -106,6 +112,12 @@ VIEW_DECLARATION = {
 }
 #: Makes rows big enough that the 64 KiB memory budget overflows and updates spill.
 PAD = "x" * 96
+#: The table another tool alters while the loader writes to it, and the rule it adds: a
+#: poison update (negative ids) is acknowledged and can never be committed.
+POISONED = "alpha"
+CONSTRAINT = {"no_negative_ids": "id >= 0"}
+#: Of the requests once the constraint is in place, how many are a poison update.
+POISON_RATE = 0.02
 
 #: Kill from outside at a random delay after the start, before /readyz is expected to answer.
 EXTERNAL_RECOVERY = "external:recovery"
@@ -200,6 +212,8 @@ class Submission:
     acks: list[tuple[str, int]] | None = None
     attempts: int = 0
     replayed: bool = False
+    #: A poison update: rows the table's constraint refuses (quarantined, never loaded).
+    poison: bool = False
 
     @classmethod
     def build(cls, key: str, parts: list[Part], landing: Path | None = None) -> Submission:
@@ -267,6 +281,9 @@ class Producers:
         self._keys = itertools.count()
         self._stop = threading.Event()  # finish the request in hand, then leave
         self._abandon = threading.Event()  # leave now (teardown)
+        #: Set once ``alpha`` refuses negative ids: poison updates may be sent from then on.
+        self.poison = threading.Event()
+        self._poison_ids = itertools.count(1)
         self._workers: list[threading.Thread] = []
 
     @property
@@ -304,6 +321,13 @@ class Producers:
             worker.join(30)
 
     def _new(self, rng: random.Random) -> Submission:
+        if self.poison.is_set() and rng.random() < POISON_RATE:
+            with self.lock:
+                ids = [-next(self._poison_ids) for _ in range(rng.randint(1, 3))]
+                sub = Submission.build(f"sub-{next(self._keys)}", [Part(POISONED, ids)])
+                sub.poison = True
+                self.submissions.append(sub)
+            return sub
         tables = list(TABLES)
         rng.shuffle(tables)
         count = 1 if rng.random() < 0.75 else rng.randint(2, 4)
@@ -425,6 +449,8 @@ class CrashTrial:
         #: The final, clean start: WAL records it replayed and seconds until /readyz.
         self.final_backlog = 0
         self.final_ready_after: float | None = None
+        #: (table, sequence) of every update in quarantine after the final load.
+        self.quarantined: list[tuple[str, int]] = []
         self.started = time.monotonic()
 
     @property
@@ -558,6 +584,8 @@ class CrashTrial:
                         seen["ready"] = time.monotonic() - began
                         if kind.startswith("recovery."):
                             deadline = now  # recovery is over: its failpoint can no longer fire
+                        if not self.producers.poison.is_set():
+                            self._alter_from_outside()
                 time.sleep(0.02)
         self.server.wait_exit()
         text = self.server.log_text()
@@ -589,6 +617,23 @@ class CrashTrial:
             f"{life.seconds:5.1f} s, backlog {backlog}{opened}, +{life.acked_during} acks"
         )
         return life
+
+    def _alter_from_outside(self) -> None:
+        """Another tool adds ``CONSTRAINT`` to ``POISONED`` while the loader writes to it
+        (a commit of its own, retried when it meets one of the loader's), then poison
+        updates start."""
+        path = str(self.data / "warehouse" / POISONED)
+        for attempt in itertools.count(1):
+            try:
+                DeltaTable(path).alter.add_constraint(CONSTRAINT)
+                break
+            except Exception as exc:  # a concurrent commit of the loader's: read the table again
+                if attempt >= 50:
+                    self.failures.append(f"could not add {CONSTRAINT} to {POISONED} from outside: {exc}")
+                    return
+                time.sleep(0.05)
+        self.log(f"outside alteration: {POISONED} now has CHECK {CONSTRAINT}; poison updates from here on")
+        self.producers.poison.set()
 
     def _workers_started(self) -> list[tuple[int, int]]:
         """(slot, pid) of every load worker process this life started, in order."""
@@ -665,11 +710,12 @@ class CrashTrial:
         status: dict[str, dict[str, Any]] = {}
         with self.server.client() as http:
             self._reask(http)
-            last = self.last_acked_seq()
+            last = self.last_acked_seq(loadable=True)
             deadline = time.monotonic() + timeout
             while True:
                 status = {t: http.get(f"/v1/tables/{t}").json() for t in TABLES}
-                if all(status[t]["last_loaded_sequence"] >= last.get(t, 0) for t in TABLES):
+                settled = all(status[t]["pending_updates"] == 0 and not status[t]["running"] for t in TABLES)
+                if settled and all(status[t]["last_loaded_sequence"] >= last.get(t, 0) for t in TABLES):
                     view = http.get(f"/v1/tables/{VIEW}").json()
                     if view["pending_updates"] == 0 and not view["running"]:
                         break
@@ -681,6 +727,11 @@ class CrashTrial:
                     )
                     break
                 time.sleep(0.1)
+            self.quarantined = [
+                (entry["table"], seq)
+                for entry in http.get("/v1/admin/quarantine").json()["batches"]
+                for seq in range(entry["first_sequence"], entry["last_sequence"] + 1)
+            ]
         code = self.server.terminate()
         if CLEAN_STOP_LINE not in self.server.log_text():
             self.failures.append(f"the last stop was not clean:\n{self.server.log_tail()}")
@@ -688,22 +739,31 @@ class CrashTrial:
             self.failures.append(f"a clean stop on SIGTERM exited with status {code}, not 0")
         return self.verify(status)
 
-    def last_acked_seq(self) -> dict[str, int]:
+    def last_acked_seq(self, loadable: bool = False) -> dict[str, int]:
+        """Per table the last acknowledged sequence (``loadable``: of updates that can load,
+        which the Delta transaction version reaches; a poison update is quarantined)."""
         last: dict[str, int] = {}
         for sub in self.producers.acked():
+            if loadable and sub.poison:
+                continue
             for table, seq in sub.acks or ():
                 last[table] = max(last.get(table, 0), seq)
         return last
 
     def verify(self, status: dict[str, dict[str, Any]]) -> Verdict:
         """Every table read back independently and compared with what was acknowledged."""
-        acked = self.producers.acked()
-        acked_keys = {s.key for s in acked}
+        everything = self.producers.acked()
+        acked = [s for s in everything if not s.poison]
+        poison = [s for s in everything if s.poison]
+        acked_keys = {s.key for s in everything}
         owners: dict[tuple[str, int], set[str]] = {}
-        for sub in acked:
+        for sub in everything:
             for table, seq in sub.acks or ():
                 owners.setdefault((table, seq), set()).add(sub.key)
-        last = self.last_acked_seq()
+        last, last_any = self.last_acked_seq(loadable=True), self.last_acked_seq()
+        poison_ids = {i for s in poison for p in s.parts for i in p.ids}
+        poison_seqs = {ack for s in poison for ack in s.acks or ()}
+        quarantined = set(self.quarantined)
         checks = []
         for table in TABLES:
             expected = Counter(i for s in acked for p in s.parts if p.table == table for i in p.ids)
@@ -737,12 +797,16 @@ class CrashTrial:
                     lost=sum(max(0, n - loaded[i]) for i, n in expected.items()),
                     duplicated=sum(max(0, n - expected[i]) for i, n in loaded.items() if i in expected),
                     phantom=sum(
-                        n for i, n in loaded.items() if i not in expected and i not in unacked and i not in superseded
+                        n
+                        for i, n in loaded.items()
+                        if i not in expected and i not in unacked and i not in superseded and i not in poison_ids
                     ),
+                    poison_loaded=sum(n for i, n in loaded.items() if i in poison_ids and table == POISONED),
                     superseded_loaded=sum(n for i, n in loaded.items() if i in superseded),
                     unacked_loaded=sum(n for i, n in loaded.items() if i in unacked and i not in expected),
                     txn_version=txn,
                     last_acked_seq=last.get(table, 0),
+                    last_acked_any_seq=last_any.get(table, 0),
                     last_sequence=status.get(table, {}).get("last_sequence"),
                     staging_dirs=len(list(path.glob(f"{STAGING_PREFIX}*"))) if path.is_dir() else 0,
                     duckdb_rows=duck,
@@ -753,13 +817,16 @@ class CrashTrial:
             tables=checks,
             view=view_check(self.data / "warehouse"),
             lives=list(self.lives),
-            acked_requests=len(acked),
+            acked_requests=len(everything),
             sequence_reused=sum(1 for keys in owners.values() if len(keys) > 1),
             producer=self.producers.stats,
             reasked=self.reasked,
             reask_mismatches=list(self.reask_mismatches),
             restarts_met_spill_files=sum(SPILL_RESET_LINE in p.read_text(errors="replace") for p in logs),
             failures=list(self.failures),
+            poison_updates=len(poison_seqs),
+            poison_not_quarantined=len(poison_seqs - quarantined),
+            good_quarantined=len(quarantined - poison_seqs),
             acked_file_updates=sum(1 for s in acked if s.file),
             copies_left=sum(1 for path in (self.data / "landed").glob("*/*") if path.is_file()),
             final_backlog_records=self.final_backlog,
@@ -867,21 +934,27 @@ class TableCheck:
     #: happen here since every request is retried until answered).
     unacked_loaded: int
     txn_version: int | None
+    #: The last acknowledged sequence of an update that can load (what the transaction
+    #: version reaches), and of any update (poison included: what intake numbered last).
     last_acked_seq: int
+    last_acked_any_seq: int
     last_sequence: int | None
     staging_dirs: int
     duckdb_rows: int | None
     #: A latest table's rows holding a value a later acknowledged one replaced (a key's
     #: older value left behind, or loaded after its newer one).
     superseded_loaded: int = 0
+    #: Rows of poison updates in the table (the table's own constraint refuses them).
+    poison_loaded: int = 0
 
     @property
     def ok(self) -> bool:
         return (
             self.lost == self.duplicated == self.phantom == self.unacked_loaded == self.staging_dirs == 0
+            and self.poison_loaded == 0
             and self.superseded_loaded == 0
             and self.txn_version == self.last_acked_seq
-            and self.last_sequence in (None, self.last_acked_seq)
+            and self.last_sequence in (None, self.last_acked_any_seq)
             and self.duckdb_rows in (None, self.loaded_rows)
         )
 
@@ -898,6 +971,11 @@ class Verdict:
     reask_mismatches: list[str]
     restarts_met_spill_files: int
     failures: list[str]
+    #: Poison updates acknowledged; of them not in quarantine at the end (loaded, or lost
+    #: from sight); good updates in quarantine (held back by a poison beside them).
+    poison_updates: int
+    poison_not_quarantined: int
+    good_quarantined: int
     #: Acknowledged updates whose rows came in a landing file.
     acked_file_updates: int
     #: The service's copies of landing files still on disk after everything loaded (a leak:
@@ -941,6 +1019,7 @@ class Verdict:
             and not self.producer.refused
             and self.producer.server_errors == 0
             and self.copies_left == 0
+            and self.poison_not_quarantined == self.good_quarantined == 0
         )
 
     def problems(self) -> list[str]:
@@ -959,4 +1038,8 @@ class Verdict:
             out.append(f"{self.producer.server_errors} answers were 5xx other than 503")
         if self.copies_left:
             out.append(f"{self.copies_left} copies of landing files left after everything loaded")
+        if self.poison_not_quarantined:
+            out.append(f"{self.poison_not_quarantined} of {self.poison_updates} poison updates are not in quarantine")
+        if self.good_quarantined:
+            out.append(f"{self.good_quarantined} good updates were quarantined beside a poison one")
         return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
@@ -35,6 +36,67 @@ def read_duckdb(path: Path) -> pa.Table:
     con.execute("SET TimeZone='UTC'")
     uris = DeltaTable(str(path)).file_uris()
     return con.read_parquet(uris, hive_partitioning=True).to_arrow_table()
+
+
+#: DuckDB's name of each column type.
+DUCKDB_TYPES = {
+    "string": "VARCHAR",
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "float32": "FLOAT",
+    "float64": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "date": "DATE",
+    "timestamp": "TIMESTAMPTZ",
+}
+
+
+def live_files(path: Path) -> dict[str, dict[str, str | None]]:
+    """The data files the Delta log's JSON commits hold now (added, not removed), each with
+    its partition values as the log writes them (strings). Tables with a checkpoint are
+    not read here (tests make none)."""
+    log = path / "_delta_log"
+    if (log / "_last_checkpoint").exists():
+        raise NotImplementedError(f"{log} has a checkpoint; read it with read_delta")
+    files: dict[str, dict[str, str | None]] = {}
+    for commit in sorted(log.glob("*.json")):
+        # (not splitlines: a partition value's U+2028 or U+0085 is written raw, inside a line)
+        for line in commit.read_text(encoding="utf-8").split("\n"):
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "add" in action:
+                files[action["add"]["path"]] = action["add"].get("partitionValues") or {}
+            elif "remove" in action:
+                files.pop(action["remove"]["path"], None)
+    return files
+
+
+def read_duckdb_log(path: Path, schema: TableSchema) -> pa.Table:
+    """The table through DuckDB as a Delta reader reads it, without the ``delta`` extension:
+    the Parquet files the log lists, and each file's partition values taken from the log and
+    cast by DuckDB to the table's types (``read_duckdb`` parses them from directory names,
+    as text, which Spark escapes)."""
+    files = live_files(path)
+    partitions = list(schema.partition_by)
+    kinds = {c.name: c.type.value for c in schema.columns}
+    con = duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    if not files:
+        return schema.arrow().empty_table()
+    uris = {str(path.resolve() / unquote(p)): values for p, values in files.items()}
+    listing = pa.table(
+        {"__file": list(uris), **{name: [values.get(name) for values in uris.values()] for name in partitions}}
+    )
+    con.register("listing", listing)
+    data_columns = ", ".join(f'd."{c.name}"' for c in schema.columns if c.name not in partitions)
+    typed = "".join(f', CAST(l."{name}" AS {DUCKDB_TYPES[kinds[name]]}) AS "{name}"' for name in partitions)
+    paths = ", ".join("'" + uri.replace("'", "''") + "'" for uri in uris)
+    query = (
+        f"SELECT {data_columns}{typed} FROM read_parquet([{paths}], filename = true, hive_partitioning = false) d "
+        'JOIN listing l ON d.filename = l."__file"'
+    )
+    return con.sql(query).to_arrow_table().select(schema.names)
 
 
 def read_spark(spark: Any, path: Path, schema: TableSchema) -> pa.Table:

@@ -131,6 +131,10 @@ def summary(verdict: Verdict) -> dict[str, Any]:
         "final_ready_after": verdict.final_ready_after,
         "killed_before_ready": sum(1 for life in verdict.lives if life.ready_after is None),
         "acked_file_updates": verdict.acked_file_updates,
+        "poison_updates": verdict.poison_updates,
+        "poison_not_quarantined": verdict.poison_not_quarantined,
+        "good_quarantined": verdict.good_quarantined,
+        "poison_loaded": sum(t.poison_loaded for t in verdict.tables),
         "copies_left": verdict.copies_left,
         "view": {**asdict(verdict.view), "ok": verdict.view.ok},
         "failures": verdict.failures,
@@ -157,7 +161,10 @@ def render_markdown(results: dict[str, Any]) -> str:
         "outside (service and JVM) at seeded random moments before `/readyz` and while loads run. Producers "
         "retry every unanswered request with its key; one in five single-update requests names a Parquet file in the "
         "landing directory instead of carrying rows. A join view over an append and the latest table lives "
-        "through every kill. At the end the service restarts cleanly, loads everything, "
+        "through every kill. Once the first life is ready, another tool adds a CHECK constraint (`id >= 0`) "
+        "to `alpha` while the loader writes to it, and from then on one request in fifty is a poison update "
+        "(negative ids): acknowledged, never loadable; its batch is bisected so that it alone is quarantined. "
+        "At the end the service restarts cleanly, loads everything, "
         "and each Delta table is read back with the `deltalake` package and DuckDB and compared with "
         "the acknowledged set; the view with the join recomputed from its inputs.",
         "",
@@ -180,6 +187,17 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"| restarts that failed or got stuck | {len(s['failures'])} | {status(not s['failures'])} |",
         f"| copies of landing files left after everything loaded | {s['copies_left']} "
         f"| {status(s['copies_left'] == 0)} |",
+        *(
+            [
+                f"| poison updates (of {s['poison_updates']}) not quarantined, or their rows loaded | "
+                f"{s['poison_not_quarantined']}, {s['poison_loaded']} | "
+                f"{status(s['poison_not_quarantined'] == s['poison_loaded'] == 0)} |",
+                f"| good updates quarantined beside a poison one | {s['good_quarantined']} "
+                f"| {status(s['good_quarantined'] == 0)} |",
+            ]
+            if "poison_updates" in s
+            else []
+        ),
         f"| Delta txn version = last acknowledged sequence, no staging left, DuckDB = deltalake | "
         f"{sum(t['ok'] for t in results['tables'])} of {len(results['tables'])} tables | "
         f"{status(all(t['ok'] for t in results['tables']))} |",

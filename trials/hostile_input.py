@@ -8,8 +8,14 @@ was wrong and what to do, and nothing changed: sequence counters, pending update
 Delta log versions, the WAL, the Idempotency-Key store, the landing directory, a
 directory outside it and the service's owned copies are all as before the request.
 
-    .venv/bin/python -m trials.hostile_input              # the table once (~30 s)
-    .venv/bin/python -m trials.hostile_input --repeat 5   # five rounds (flakiness)
+Its second part sends what the service must accept and then cannot load (poison updates
+among good ones, in tables another tool altered while the loader writes to them) to a real
+``loader serve`` (testing/poison_trial.py), and checks that only the poison updates are set
+aside, each alone, and that everything else loads exactly once.
+
+    .venv/bin/python -m trials.hostile_input                      # the table once (~30 s), 3 poison rounds
+    .venv/bin/python -m trials.hostile_input --repeat 5           # five rounds of the table (flakiness)
+    .venv/bin/python -m trials.hostile_input --poison-rounds 20   # the poison part at depth
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 from testing.hostile_cases import CASES
 from testing.hostile_runner import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, Case, Outcome, run_case
+from testing.poison_trial import PoisonTrial, RoundResult
 from testing.report import (
     LoadMonitor,
     log,
@@ -39,6 +46,7 @@ from trials.reliability import RESULTS_DIR, write_reliability
 
 MODULE = "trials.hostile_input"
 SECTION = "hostile-input"
+POISON_SECTION = "poison-updates"
 
 #: What earlier rounds of this trial found, and the fix each got (each case stays in the table).
 FINDINGS = [
@@ -169,9 +177,82 @@ def report(results: list[list[Outcome]], meta: dict[str, Any]) -> str:
     )
 
 
+def run_poison(rounds: int, seed: int) -> tuple[list[RoundResult], float]:
+    """The second part: ``rounds`` seeded rounds against one real service; (results, seconds)."""
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="poison-") as tmp:
+        trial = PoisonTrial(Path(tmp), seed, log=log)
+        try:
+            trial.start()
+            results = [trial.round() for _ in range(rounds)]
+        finally:
+            trial.close()
+    return results, time.perf_counter() - began
+
+
+def poison_report(results: list[RoundResult], seconds: float, meta: dict[str, Any], seed: int) -> str:
+    good = sum(r.good for r in results)
+    kinds = Counter[str]()
+    for r in results:
+        kinds.update(r.poison_kinds)
+    rows = [
+        ["rounds (one batch of good and poison updates each)", len(results)],
+        ["good updates", f"{good:,}"],
+        ["poison updates: a row breaking a CHECK constraint added from outside", kinds["rule"]],
+        ["poison updates: a landing file damaged after its 202", kinds["file"]],
+        [
+            "values of a latest table that waited behind a quarantined update of their key",
+            sum(r.held_values for r in results),
+        ],
+        [
+            "median seconds from resume to the round settled (bisection included)",
+            f"{median([r.seconds_to_settle for r in results]):.1f}",
+        ],
+        ["wall time of the part", f"{seconds:.0f} s"],
+    ]
+    promises = [
+        ["poison updates not in quarantine alone", sum(r.poison_missed for r in results)],
+        ["good updates quarantined", sum(r.good_quarantined for r in results)],
+        ["good rows lost, duplicated", f"{sum(r.lost for r in results)}, {sum(r.duplicated for r in results)}"],
+        ["rows of poison updates in the table", sum(r.poison_loaded for r in results)],
+        [
+            "latest-table keys holding a value after a quarantined one of theirs",
+            sum(r.wrong_keys_held for r in results),
+        ],
+        [
+            "keys not holding their newest good value once the poison was discarded",
+            sum(r.wrong_keys_released for r in results),
+        ],
+    ]
+    ok = all(r.ok for r in results)
+    return (
+        "## Poison updates and tables altered from outside (`trials/hostile_input.py`, second part)\n\n"
+        "What the service must accept and then cannot load, against a real `loader serve` (load worker "
+        "processes over Spark Connect, the embedded writer, `max_attempts` 2). Before the first round another "
+        "tool (deltalake) gives both tables a CHECK constraint while the loader writes to them. Each round "
+        "pauses the tables, sends a seeded mix of good and poison updates so that they meet in one batch, "
+        "and resumes them: an append table's poison is a row breaking `id >= 0` among good rows, or a "
+        "landing file damaged after its 202; a latest table's (no `order_by`) is a price breaking `px > 0`, "
+        "after which more values of its keys arrive. The batch is bisected: only the poison updates may "
+        "end in quarantine, each alone; every good row loads once; a latest table's later values of a "
+        "quarantined update's keys wait, the other keys load; once the operator discards the poison, the "
+        "values that waited load. (`testing/poison_trial.py`; two rounds run in the test suite as "
+        "`tests/system/test_poison_update.py`.)\n\n"
+        f"Command: `.venv/bin/python -m trials.hostile_input --poison-rounds {len(results)} --poison-seed {seed}`.\n\n"
+        + machine_markdown(meta, package="loader")
+        + "\n"
+        + md_table(["promise", "figure"], promises, align="lr")
+        + f"\n\nVerdict: **{status(ok)}**.\n\n"
+        + md_table(["figure", "value"], rows, align="lr")
+        + "\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the whole table")
+    parser.add_argument("--poison-rounds", type=int, default=3, help="rounds of the second part (0: skip it)")
+    parser.add_argument("--poison-seed", type=int, default=33, help="seed of the second part")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite RELIABILITY.md")
     args = parser.parse_args(argv)
     machine = machine_info("loader")
@@ -210,7 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         path = write_reliability(SECTION, report(results, meta))
         log(f"wrote section {SECTION} of {path}")
-    return 0 if all(o.passed for o in flat) else 1
+    poisoned_ok = True
+    if args.poison_rounds > 0:
+        poison, seconds = run_poison(args.poison_rounds, args.poison_seed)
+        poisoned_ok = all(r.ok for r in poison)
+        if not args.no_write:
+            path = write_reliability(POISON_SECTION, poison_report(poison, seconds, meta, args.poison_seed))
+            log(f"wrote section {POISON_SECTION} of {path}")
+    return 0 if all(o.passed for o in flat) and poisoned_ok else 1
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Batches that kept failing, set aside with their error (loader/durability/quarantine.py): list, retry, discard."""
+"""Updates that kept failing, set aside with their error (loader/durability/quarantine.py): list, retry, discard.
+
+Each entry names its update (table, sequence, the producer's Idempotency-Key), the row the
+error names if it names one, the error, and for a latest table without order_by the keys it
+holds and the later values waiting for them (released by a retry or a discard)."""
 
 from __future__ import annotations
 
@@ -15,17 +19,18 @@ router = APIRouter(prefix="/v1/admin/quarantine", tags=["admin"])
 @router.get(
     "",
     responses=error_responses(*OPERATOR_ONLY),
-    summary="Quarantined batches: their tables, updates, rows and the error that kept failing",
+    summary="Quarantined updates: their tables, sequences, Idempotency-Keys, rows, the error that kept failing",
 )
 async def list_quarantine(service: Service, operator: Operator) -> dict[str, Any]:
-    return {"batches": [e.summary() for e in service.quarantine.entries()]}
+    return {"batches": service.quarantine.summaries()}
 
 
 @router.post(
     "/{table}/{first_sequence}/retry",
     status_code=202,
     responses=error_responses(*OPERATOR_ONLY, 404, 422, 503),
-    summary="Load a quarantined batch again: its updates are submitted anew (new sequence numbers)",
+    summary="Load a quarantined update again: it is submitted anew (a new sequence number), with the values its "
+    "keys held (latest tables without order_by)",
 )
 async def retry(table: str, first_sequence: int, service: Service, operator: Operator) -> dict[str, Any]:
     return await service.quarantine.retry(table, first_sequence)
@@ -33,8 +38,8 @@ async def retry(table: str, first_sequence: int, service: Service, operator: Ope
 
 @router.delete(
     "/{table}/{first_sequence}",
-    responses=error_responses(*OPERATOR_ONLY, 404, 422),
-    summary="Discard a quarantined batch: its updates are never loaded",
+    responses=error_responses(*OPERATOR_ONLY, 404, 422, 503),
+    summary="Discard a quarantined update: it is never loaded (the later values its keys held load)",
 )
 async def discard(table: str, first_sequence: int, service: Service, operator: Operator) -> dict[str, Any]:
     return await service.quarantine.discard(table, first_sequence)

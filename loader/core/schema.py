@@ -7,6 +7,7 @@ either Delta writer path reads back with the same types everywhere.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 from enum import Enum
@@ -28,6 +29,28 @@ class ColumnType(str, Enum):
     boolean = "boolean"
     date = "date"
     timestamp = "timestamp"  # microseconds, UTC (Delta's `timestamp`)
+
+
+# -- the type domain ---------------------------------------------------------------------------
+# What a column of each type can hold, the same for every way a value arrives (JSON rows,
+# NDJSON, landing files) and every reader of the table: a value outside it is refused at
+# intake, because accepted it would make every load of its batch fail (or read back as
+# something else). Dates and timestamps: the range Spark, Delta, delta-rs, DuckDB and
+# Python's datetime all hold, years 1 to 9999 (Arrow's date32 and int64 microseconds hold
+# far more, so a file can carry a value no reader can show). Floats: IEEE 754, float32
+# values rounded to the nearest float32 (a finite value whose rounding overflows is
+# refused); files may also hold NaN and infinities, which JSON cannot express.
+
+#: Largest finite float32; a finite number beyond it would become infinity.
+FLOAT32_MAX = 3.4028234663852886e38
+INT_RANGES: dict[ColumnType, tuple[int, int]] = {
+    ColumnType.int32: (-(2**31), 2**31 - 1),
+    ColumnType.int64: (-(2**63), 2**63 - 1),
+}
+DATE_MIN = dt.date(1, 1, 1)
+DATE_MAX = dt.date(9999, 12, 31)
+TIMESTAMP_MIN = dt.datetime(1, 1, 1, tzinfo=dt.UTC)
+TIMESTAMP_MAX = dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC)
 
 
 ARROW_TYPES: dict[ColumnType, pa.DataType] = {

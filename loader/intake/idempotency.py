@@ -166,6 +166,19 @@ class IdempotencyStore:
             entry = self._entries.get(key)
         return entry if entry is not None and self._live(entry, now) else None
 
+    def keys_of(self, table: str, seqs: set[int]) -> dict[int, str]:
+        """The keys whose requests acknowledged these updates of ``table`` (a quarantine entry
+        names its update by them). A scan of every entry: for the rare quarantine, on a worker
+        thread; the lock is held only to copy the entries."""
+        with self._lock:
+            entries = list(self._entries.items())
+        found: dict[int, str] = {}
+        for key, entry in entries:
+            for ack in entry.response.get("updates", ()):
+                if ack.get("table") == table and ack.get("sequence") in seqs:
+                    found[ack["sequence"]] = key
+        return found
+
     def lookup(self, key: str, request_hash: str, now: float | None = None) -> dict[str, Any] | None:
         """The stored response for a retry, None for an unknown (or expired) key.
 

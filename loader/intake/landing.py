@@ -4,8 +4,12 @@ Before the update is acknowledged each file is opened inside the landing directo
 without following symbolic links (each path component is opened relative to its parent
 with O_NOFOLLOW, so a link swapped in between a check and the open cannot redirect it),
 copied from that open descriptor into storage the service owns (an in-kernel copy) and
-fsynced, and then the *copy* is checked: readable as its format with the table's schema,
-in bounded chunks. What was checked is therefore exactly what gets loaded; a file whose size
+fsynced, and then the *copy* is checked: readable as its format, every column of a type
+the table's column takes and every value in its type's domain (loader/intake/file_types.py),
+in bounded chunks. A Parquet copy whose types Spark reads as the table's is loaded as it
+is; any other accepted copy (a Parquet file of convertible types, every CSV and JSON
+file) is written again, as Parquet with the table's exact Arrow schema, from the values
+intake checked. What was checked is therefore exactly what gets loaded; a file whose size
 or modification time changed while it was copied (still being written) is refused with 409,
 and after the 202 the producer may delete, rename over or rewrite its landing file.
 "Taking" a file means this copy: the landing file itself is never moved, linked or
@@ -23,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
@@ -31,6 +36,7 @@ from loader.core.durable_files import ENVIRONMENTAL_ERRNOS, fsync_directory
 from loader.core.errors import BadRequest, Conflict, Invalid, ServiceError, TooLarge, Unavailable
 from loader.core.schema import TableSchema
 from loader.core.updates import FileFormat, FileRef
+from loader.intake.file_types import Unloadable, conform, loads_as_is, text_schema
 from loader.intake.rows import check_partition_values, quote
 
 #: Largest landing file taken by default (``max_landing_file_bytes`` in the configuration).
@@ -63,36 +69,38 @@ def _format_of(path: PurePosixPath, declared: str | None) -> FileFormat:
     return fmt
 
 
-def _conform(batch: pa.RecordBatch | pa.Table, schema: pa.Schema) -> pa.Table:
-    """Columns by name as the table declares them: missing ones null, unknown ones an error."""
-    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    extra = [name for name in table.column_names if name not in schema.names]
-    if extra:
-        raise ValueError(f"unknown column {extra[0]!r}")
-    for name in schema.names:
-        if name not in table.column_names:
-            table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
-    return table.select(schema.names).cast(schema)
-
-
 def iter_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> Iterator[pa.Table]:
-    """A landing file in bounded chunks, typed by the table (the rules Spark applies when loading).
+    """A landing file in bounded chunks, as the table's columns (loader/intake/file_types.py:
+    by name, missing ones null, converted exactly or refused with Unloadable).
 
     Streaming keeps a multi-gigabyte feed file from being held in the service's memory
-    while intake checks it.
+    while intake checks it. Load paths that read a copy with pyarrow (a group job's
+    executors) read it here too, by the rules intake checked it with.
     """
+    first_row = 0
+    for chunk, text in _raw_chunks(path, fmt, schema):
+        yield conform(chunk, schema, text, first_row)
+        first_row += chunk.num_rows
+
+
+def _raw_chunks(path: Path, fmt: FileFormat, schema: pa.Schema) -> Iterator[tuple[pa.RecordBatch, bool]]:
+    """The file's chunks as its format reads them, and whether they were parsed from text."""
     if fmt is FileFormat.parquet:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS):
-            yield _conform(batch, schema)
+        # INT96 (Spark's and Impala's legacy timestamps) as microseconds: as nanoseconds
+        # pyarrow would wrap dates outside 1677..2262 silently.
+        for batch in pq.ParquetFile(path, coerce_int96_timestamp_unit="us").iter_batches(batch_size=CHUNK_ROWS):
+            yield batch, False
         return
     if fmt is FileFormat.csv:
-        options = pa_csv.ConvertOptions(column_types=schema, include_columns=schema.names, include_missing_columns=True)
+        options = pa_csv.ConvertOptions(
+            column_types=text_schema(schema, json=False), include_columns=schema.names, include_missing_columns=True
+        )
         reader = pa_csv.open_csv(path, convert_options=options)
     else:
-        parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+        parse = pa_json.ParseOptions(explicit_schema=text_schema(schema, json=True), unexpected_field_behavior="error")
         reader = pa_json.open_json(path, parse_options=parse)
     for batch in reader:
-        yield _conform(batch, schema)
+        yield batch, True
 
 
 def read_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> pa.Table:
@@ -100,12 +108,15 @@ def read_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> pa.Tabl
     return pa.concat_tables([schema.empty_table(), *iter_landing_file(path, fmt, schema)])
 
 
-def _check_nulls(table: pa.Table, schema: TableSchema, name: str) -> None:
+def _check_nulls(table: pa.Table, schema: TableSchema, name: str, first_row: int) -> None:
     for column in schema.columns:
-        if not column.nullable and table.column(column.name).null_count:
+        values = table.column(column.name)
+        if not column.nullable and values.null_count:
+            row = first_row + pc.index(pc.is_null(values), True).as_py()
             raise Invalid(
-                f"file {name} holds nulls in column {column.name!r}, which is required (not nullable); "
+                f"row {row} of file {name}: column {column.name!r} with null values is required (not nullable); "
                 "nothing of the update was accepted: fix the file and send the whole update again",
+                row=row,
                 column=column.name,
             )
 
@@ -314,8 +325,12 @@ def accept_files(
                 size = _copy_into(fd, target, info, raw, owned)
             finally:
                 os.close(fd)
-            _check_copy(target, fmt, schema, arrow, raw, table)
-            refs.append(FileRef(path=str(target), format=fmt, size=size))
+            loaded = _check_copy(target, fmt, schema, arrow, raw, table, owned)
+            if loaded != target:  # written again with the table's types: the raw copy is not needed
+                copies.append(loaded)
+                target.unlink(missing_ok=True)
+                fmt, size = FileFormat.parquet, loaded.stat().st_size
+            refs.append(FileRef(path=str(loaded), format=fmt, size=size))
         try:
             fsync_directory(owned)
         except OSError as exc:
@@ -381,26 +396,102 @@ def _storage_refusal(exc: OSError, owned: Path) -> Unavailable:
     )
 
 
-def _check_copy(path: Path, fmt: FileFormat, schema: TableSchema, arrow: pa.Schema, raw: str, table: str) -> None:
-    """The service's own copy, read as Spark will read it; Invalid naming the file otherwise."""
-    shown = quote(raw)
-    first_row = 0
+def _check_copy(
+    path: Path, fmt: FileFormat, schema: TableSchema, arrow: pa.Schema, raw: str, table: str, owned: Path
+) -> Path:
+    """The service's own copy checked as the load will read it; the file to load: the copy
+    itself when Spark reads its types as the table's, else a fsynced Parquet file in
+    ``owned`` holding what was checked, with the table's exact Arrow schema (the caller
+    removes the copy). Invalid naming the file (and the row and column) otherwise; a
+    failure to write the converted file is the service's (Unavailable)."""
+    converted = owned / f"{uuid.uuid4().hex}.parquet"
+    out = _Converted(converted, arrow, owned)
     try:
+        rewrite = fmt is not FileFormat.parquet
+        if not rewrite:
+            file_schema = pq.ParquetFile(path, coerce_int96_timestamp_unit="us").schema_arrow
+            rewrite = not loads_as_is(file_schema, arrow)
+        first_row = 0
         for chunk in iter_landing_file(path, fmt, arrow):
-            _check_nulls(chunk, schema, shown)
-            check_partition_values(chunk, schema, f"file {shown}", first_row)
+            _check_nulls(chunk, schema, quote(raw), first_row)
+            check_partition_values(chunk, schema, f"file {quote(raw)}", first_row)
+            if rewrite:
+                out.write(chunk)
             first_row += chunk.num_rows
+        if not rewrite:
+            return path
+        out.finish()
+        return converted
     except Invalid as exc:
         exc.details.update(table=table, file=raw[:200])
         raise
+    except Unloadable as exc:
+        details = {"row": exc.row} if exc.row is not None else {}
+        raise Invalid(
+            f"file {quote(raw)} cannot be loaded into table {table!r} as {fmt.value}: {exc}; nothing of the update "
+            "was accepted: fix the file and send the whole update again",
+            table=table,
+            file=raw[:200],
+            column=exc.column,
+            **details,
+        ) from None
     except (pa.ArrowException, ValueError, OSError) as exc:
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise Invalid(
-            f"file {shown} cannot be loaded into table {table!r} as {fmt.value} with the table's columns "
-            f"{schema.arrow().names}: {reason}; fix the file and send the update again",
+            f"file {quote(raw)} cannot be loaded into table {table!r} as {fmt.value} with the table's columns "
+            f"{arrow.names}: {reason}; fix the file and send the update again",
             table=table,
             file=raw[:200],
         ) from None
+    finally:
+        out.abandon()
+
+
+class _Converted:
+    """The converted copy of a landing file, written as its chunks are checked. Its writes
+    hold values already checked, so a failure is the service's disk (Unavailable)."""
+
+    def __init__(self, path: Path, arrow: pa.Schema, owned: Path) -> None:
+        self.path, self.arrow, self.owned = path, arrow, owned
+        self.writer: pq.ParquetWriter | None = None
+        self.done = False
+
+    def write(self, chunk: pa.Table) -> None:
+        try:
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.path, self.arrow)
+            self.writer.write_table(chunk)
+        except (OSError, pa.ArrowException) as exc:
+            raise self._refusal(exc) from None
+
+    def finish(self) -> None:
+        """Closed and fsynced (an empty file still names the columns)."""
+        try:
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.path, self.arrow)
+            self.writer.close()
+            self.writer = None
+            with open(self.path, "rb") as handle:
+                os.fsync(handle.fileno())
+        except (OSError, pa.ArrowException) as exc:
+            raise self._refusal(exc) from None
+        self.done = True
+
+    def abandon(self) -> None:
+        """Unless finished: closed and removed."""
+        if self.done:
+            return
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except (OSError, pa.ArrowException):
+                pass
+            self.writer = None
+        self.path.unlink(missing_ok=True)
+
+    def _refusal(self, exc: BaseException) -> Unavailable:
+        error = exc if isinstance(exc, OSError) and exc.errno else OSError(errno.EIO, str(exc))
+        return _storage_refusal(error, self.owned)
 
 
 def sweep_copies(owned_dir: Path, keep: set[str]) -> int:

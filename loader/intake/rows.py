@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loader.core.errors import Invalid
-from loader.core.schema import ColumnType, TableSchema
+from loader.core.schema import FLOAT32_MAX, INT_RANGES, ColumnType, TableSchema
 
-_INT_RANGE = {ColumnType.int32: (-(2**31), 2**31 - 1), ColumnType.int64: (-(2**63), 2**63 - 1)}
-_FLOAT32_MAX = 3.4028234663852886e38
+_INT_RANGE = INT_RANGES
+_F32 = struct.Struct("<f")
+#: A fraction of a second with digits past the sixth (Python's parser drops them unread).
+_SUB_MICROSECOND = re.compile(r"[.,]\d{6}(\d+)")
 _EPOCH_DATE = dt.date(1970, 1, 1)
 #: What a refused update's producer should do: nothing of it was kept.
 RESEND = "nothing of the update was accepted: fix it and send the whole update again"
@@ -34,6 +38,9 @@ MAX_DIRECTORY_NAME_BYTES = 255
 #: Characters Spark escapes as %XX in a partition directory name
 #: (``ExternalCatalogUtils.charToEscape``); NUL is not among them.
 _SPARK_ESCAPED = "[\\x01-\\x1f\"#%'*/:=?\\\\\\x7f{\\[\\]^]"
+#: The directory name Spark writes for a null partition value, and that every reader
+#: (Spark, Delta, delta-rs, the loader's own commit) reads back as null.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 class _Bad(ValueError):
@@ -79,9 +86,16 @@ def _float(value: Any) -> float:
 
 
 def _float32(value: Any) -> float:
+    """Rounded to the nearest float32 by Arrow; refused only when that rounding overflows
+    (3.4028235e38, float32's largest value as printed, is above it as a float64 and is taken)."""
     number = _float(value)
-    if abs(number) > _FLOAT32_MAX:
-        raise _Bad(f"{quote(value)} is out of range for float32")
+    try:
+        _F32.pack(number)  # the same rounding as Arrow's conversion, OverflowError where it gives infinity
+    except OverflowError:
+        raise _Bad(
+            f"{quote(value)} is out of range for float32 (largest finite value {FLOAT32_MAX!r}); "
+            "declare the column float64 for larger numbers"
+        ) from None
     return number
 
 
@@ -116,7 +130,7 @@ def parse_timestamp(value: Any) -> dt.datetime:
         try:
             return dt.datetime.fromtimestamp(value, tz=dt.UTC)
         except (OverflowError, OSError, ValueError):
-            raise _Bad(f"Unix time {quote(value)} is out of range") from None
+            raise _Bad(f"Unix time {quote(value)} is out of range (years 1 to 9999 in UTC)") from None
     if not isinstance(value, str):
         raise _Bad(f"expected an ISO-8601 timestamp or Unix seconds, got {quote(value)}")
     try:
@@ -131,6 +145,19 @@ def parse_timestamp(value: Any) -> dt.datetime:
         raise _Bad(f"timestamp {quote(value)} is out of range in UTC (years 1 to 9999)") from None
 
 
+def _timestamp(value: Any) -> dt.datetime:
+    """A timestamp column's value: ``parse_timestamp``, refusing digits below microseconds,
+    which the column cannot hold (a landing file's nanoseconds are refused alike)."""
+    if isinstance(value, str):
+        extra = _SUB_MICROSECOND.search(value)
+        if extra is not None and extra.group(1).strip("0"):
+            raise _Bad(
+                f"timestamp {quote(value)} has digits below microseconds, which a timestamp column cannot hold; "
+                "send at most 6 fractional digits"
+            )
+    return parse_timestamp(value)
+
+
 _CONVERTERS: dict[ColumnType, Callable[[Any], Any]] = {
     ColumnType.string: _string,
     ColumnType.int32: _integer(ColumnType.int32),
@@ -139,7 +166,7 @@ _CONVERTERS: dict[ColumnType, Callable[[Any], Any]] = {
     ColumnType.float64: _float,
     ColumnType.boolean: _boolean,
     ColumnType.date: _date,
-    ColumnType.timestamp: parse_timestamp,
+    ColumnType.timestamp: _timestamp,
 }
 
 
@@ -294,26 +321,42 @@ def _converted_columns(rows: Sequence[Any], rowplan: _RowPlan, table: str) -> li
 
 
 def check_partition_values(data: pa.Table, schema: TableSchema, where: str, first_row: int = 0) -> None:
-    """Refuse string partition values that cannot name a directory.
+    """Refuse string partition values that no directory can hold as they are.
 
     Spark writes each partition value as a ``column=value`` directory: a NUL cannot be in
-    a file name (Spark does not escape it), and a name past 255 bytes is refused by the
-    filesystem. Accepted, such a row would make every load of the table fail, so it is
-    refused at intake with the row named. ``first_row`` numbers the rows of a file chunk.
+    a file name (Spark does not escape it), a name past 255 bytes is refused by the
+    filesystem, and an empty string and ``__HIVE_DEFAULT_PARTITION__`` both become the
+    directory every reader reads as null. Accepted, such a row would make every load of
+    the table fail or read back as another value, so it is refused at intake with the
+    first such row named. ``first_row`` numbers the rows of a file chunk.
     """
     for name in schema.partition_by:
         column = data.column(name)
         if not pa.types.is_string(column.type) or column.null_count == len(column):
             continue
-        has_nul = pc.match_substring(column, "\x00")
-        if pc.any(has_nul).as_py():
-            row = first_row + pc.index(has_nul, True).as_py()
-            raise Invalid(
-                f"row {row} of {where}: partition column {name!r} holds a NUL character, which cannot be "
-                f"in the directory name Spark writes it to; {RESEND}",
-                row=row,
-                column=name,
-            )
+        found = []
+        for mask, why in (
+            (
+                pc.match_substring(column, "\x00"),
+                "holds a NUL character, which cannot be in the directory name Spark writes it to",
+            ),
+            (
+                pc.equal(column, ""),
+                "holds an empty string, which a partition directory cannot name: Spark and Delta store it as "
+                "null; send a non-empty value (or null)",
+            ),
+            (
+                pc.equal(column, HIVE_NULL),
+                f"holds {HIVE_NULL!r}, the directory name that Spark and Delta read back as null; send another "
+                "value (or null)",
+            ),
+        ):
+            if pc.any(mask).as_py():
+                found.append((pc.index(mask, True).as_py(), why))
+        if found:
+            index, why = min(found)
+            row = first_row + index
+            raise Invalid(f"row {row} of {where}: partition column {name!r} {why}; {RESEND}", row=row, column=name)
         budget = MAX_DIRECTORY_NAME_BYTES - len(name.encode()) - 1
         lengths = pc.binary_length(column)
         if (pc.max(lengths).as_py() or 0) * 3 <= budget:  # escaping at most triples a byte

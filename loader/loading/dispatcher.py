@@ -7,6 +7,27 @@ The driver contract of ``schedulers.base.Policy`` is honoured exactly as in
 workers to ``choose`` in increasing index, starting each chosen batch before asking
 the next worker. Around each batch it asks one ``loader.abc.BatchHandler`` (the service)
 to load it, to set it aside, and to hear how it ended.
+
+A poison update holds back only itself. A batch that fails as its own fault
+(``loader.loading.failures.batch_at_fault``) is retried whole with back-off, as any
+failed load, so a passing fault costs no split; once it has failed ``max_attempts`` times
+it is *bisected* rather than quarantined: its first half is loaded as a batch of its own
+(the table's next takes are capped at the halves' last sequence numbers, ``_suspect``),
+then its second half. A half that loads is done; a half of more than one update that fails
+once is split again at once (the range is known to hold a lasting fault); a single update
+gets ``max_attempts`` attempts of its own, and only a single update that fails them all
+is quarantined. Exactly once holds throughout, because every batch is still a prefix of
+its table's queue: a sub-batch commits with its own last sequence number as the Delta
+transaction version, so each commit holds exactly the updates between the previous
+commit and it but those set aside, which are durable in quarantine (and skipped by
+recovery) before any later update commits. The bisection itself is not kept: after a
+restart the pending updates are one batch again, and it is bisected again if it fails.
+
+A failure that names the update to blame (``update_at_fault``: a row breaking a rule the
+table declares, found by the load's own check) needs neither retries nor halving: the
+batch is cut at once into the updates before it, it alone (set aside at its first failure:
+the fault lasts), and the updates after it. A stream with a poison update every few
+seconds would otherwise keep its table bisecting, and fall behind for good.
 """
 
 from __future__ import annotations
@@ -15,14 +36,15 @@ import asyncio
 import heapq
 import logging
 import time
+from bisect import insort
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from loader.abc import BatchHandler, FailedBatch, FinishedBatch, QuarantinedBatch
+from loader.abc import BatchHandler, FailedBatch, FinishedBatch, HeldValue, QuarantinedBatch
 from loader.core.updates import Batch, LoadResult, Update
 from loader.loading.estimates import CostEstimate, JobOverheadEstimate
-from loader.loading.failures import batch_at_fault
+from loader.loading.failures import batch_at_fault, update_at_fault
 from loader.loading.observed import ObservedRecord
 from loader.pending.store import PendingStore
 from schedulers.base import Policy
@@ -45,6 +67,11 @@ class _Member:
     marginal: float = 0.0
     #: A latest table's values in the batch (its cost is per key); None for an append table.
     keys: int | None = None
+    #: Taken under a bisection's cap: a part of a batch that kept failing.
+    capped: bool = False
+    #: Values held back from the batch that must be durable before it commits
+    #: (``BatchHandler.keep_held``): a latest table's keys held by a quarantined update.
+    held: list[HeldValue] = field(default_factory=list)
 
 
 @dataclass
@@ -63,8 +90,9 @@ class Dispatcher:
     of P worker threads. A batch is all of a table's pending updates (up to the policy's
     limit), taken from the pending store when a worker starts it; a failed batch goes back
     whole and its table waits with exponential back-off; one that fails ``max_attempts``
-    times (0: never) for a reason that is not the disk's is handed to
-    ``handler.set_aside`` (quarantine), so the table's later updates load.
+    times (0: never) as its own fault is bisected (the module docstring), and an update
+    that fails ``max_attempts`` times alone is handed to ``handler.set_aside``
+    (quarantine), so the table's other updates load.
     """
 
     def __init__(
@@ -100,7 +128,11 @@ class Dispatcher:
         self._user_paused: set[int] = set()
         self._held: dict[int, int] = {}  # tid -> holders (maintenance, retry back-off)
         self._failures: dict[int, int] = {}  # consecutive failed loads per table
-        self._strikes: dict[int, int] = {}  # of those, the ones that count toward quarantine
+        self._tries: dict[int, int] = {}  # failed loads of the table's current (part of a) batch: its back-off
+        self._strikes: dict[int, int] = {}  # of those, the ones that count toward a split or quarantine
+        #: A bisection under way: the last sequence numbers of the suspect ranges, ascending;
+        #: the table's next take stops at the first.
+        self._suspect: dict[int, list[int]] = {}
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader-worker")
         #: The event loop that owns the tables; the dispatcher is made on it.
         self._loop = asyncio.get_running_loop()
@@ -286,21 +318,34 @@ class Dispatcher:
         if at is not None:
             self._wakeup = self._loop.call_later(max(0.0, at - now), self.dispatch)
 
+    def _alone(self, tid: int) -> bool:
+        """Whether the table's next batch runs in a job of its own: its last load failed, or
+        it is being bisected (a failure counts toward a split or quarantine only there)."""
+        return tid in self._failures or tid in self._suspect
+
     def _start(self, worker: int, group: list[int], now: float) -> bool:
         """Start one job on ``worker``: the first table the policy chose, and the others it
-        grouped with it, except tables whose last load failed (they run alone until one
-        succeeds, so one bad batch cannot fail its neighbours' loads twice)."""
+        grouped with it, except tables whose last load failed or that are being bisected
+        (they run alone until they load, so one bad batch cannot fail its neighbours' loads
+        twice, and its failures count where they are surely its own). Such a table chosen
+        first runs alone too."""
         job = _Job(started=now)
         overhead = self.job_overhead.overhead
+        if len(group) > 1 and self._alone(group[0]):
+            for tid in group[1:]:
+                self.policy.notify(tid, now)  # back into the policy's index
+            group = group[:1]
         for position, tid in enumerate(group):
             state = self.states[tid]
             if not state.available:
                 raise RuntimeError(f"policy {self.policy.name} chose table {state.name!r}, which is not available")
-            if position > 0 and tid in self._failures:
+            if position > 0 and self._alone(tid):
                 self.policy.notify(tid, now)  # back into the policy's index, for a job of its own
                 continue
             marginal = marginal_cost(state, overhead)
-            updates = self._take(tid, now)
+            suspect = self._suspect.get(tid)
+            through = suspect[0] if suspect else None
+            updates = self._take(tid, now, through)
             if updates is None:
                 continue
             lo = state.dispatched
@@ -310,27 +355,40 @@ class Dispatcher:
             state.dispatched = hi
             state.running = True
             keys = self.pending.in_flight_keys(state.name)
-            job.members.append(_Member(tid, lo, hi, Batch(state.name, updates), marginal, keys))
+            held = self.pending.held_to_save(state.name, updates)
+            member = _Member(tid, lo, hi, Batch(state.name, updates), marginal, keys, through is not None, held)
+            job.members.append(member)
             self._sync_keys(tid)
             self.policy.notify(tid, now)
         if not job.members:
             return False
         self._running[worker] = job
         self._idle.clear()
-        handler = self._handler
         if len(job.members) == 1:
-            future = self._loop.run_in_executor(self._executor, handler.load, worker, job.members[0].batch)
+            member = job.members[0]
+            future = self._loop.run_in_executor(self._executor, self._load_one, worker, member.batch, member.held)
             future.add_done_callback(lambda f, w=worker: self._finished(w, f))
         else:
-            batches = [m.batch for m in job.members]
-            group_future = self._loop.run_in_executor(self._executor, handler.load_group, worker, batches)
+            group_future = self._loop.run_in_executor(self._executor, self._load_group, worker, job.members)
             group_future.add_done_callback(lambda f, w=worker: self._group_finished(w, f))
         return True
 
-    def _take(self, tid: int, now: float) -> list[Update] | None:
+    def _load_one(self, worker: int, batch: Batch, held: list[HeldValue]) -> LoadResult:
+        """On the worker thread: the values held back from the batch are durable before it commits."""
+        if held:
+            self._handler.keep_held(batch.table, held)
+        return self._handler.load(worker, batch)
+
+    def _load_group(self, worker: int, members: list[_Member]) -> list[LoadResult | BaseException]:
+        for member in members:
+            if member.held:
+                self._handler.keep_held(member.batch.table, member.held)
+        return self._handler.load_group(worker, [m.batch for m in members])
+
+    def _take(self, tid: int, now: float, through: int | None = None) -> list[Update] | None:
         state = self.states[tid]
         try:
-            updates = self.pending.take(state.name, self.policy.batch_limit, now)
+            updates = self.pending.take(state.name, self.policy.batch_limit, now, through)
         except Exception as exc:  # e.g. a spilled head could not be read back: try again later
             log.error("cannot take a batch of %s: %s; retrying in 1s", state.name, exc)
             self._held[tid] = self._held.get(tid, 0) + 1
@@ -342,25 +400,42 @@ class Dispatcher:
         return updates
 
     def _finished(self, worker: int, future: asyncio.Future[LoadResult]) -> None:
-        """A single-table job ended: the paper's batch, with quarantine after repeated failures."""
+        """A single-table job ended: the paper's batch; after repeated failures of its own,
+        bisected, and an update that fails alone quarantined (the module docstring)."""
         now = self._clock()
         job = self._running.pop(worker)
         member = job.members[0]
         error = future.exception()
+        split, cut = False, None
         if error is not None:
             tid = member.tid
             self._failures[tid] = self._failures.get(tid, 0) + 1
-            if batch_at_fault(error):  # (a full disk or a Spark server that is gone is not)
+            self._tries[tid] = self._tries.get(tid, 0) + 1
+            if batch_at_fault(error) and self._max_attempts > 0:  # (a full disk or a Spark server that is gone is not)
                 strikes = self._strikes[tid] = self._strikes.get(tid, 0) + 1
-                if 0 < self._max_attempts <= strikes:
-                    self._set_aside(worker, job, error, strikes)
-                    return
+                alone = len(member.batch.updates) == 1
+                named = update_at_fault(error)
+                if named is not None and any(u.seq == named for u in member.batch.updates):
+                    # The failure names its update (a row breaking the table's rule): the fault
+                    # lasts and where it is is known, so no retry and no halving: the updates
+                    # before it load, it is set aside alone, the ones after it load.
+                    if alone:
+                        self._set_aside(worker, job, error, strikes)
+                        return
+                    split, cut = True, named
+                # A whole batch gets max_attempts (a passing fault then costs no split); a part
+                # of one that kept failing is split at its first failure: the fault lasts.
+                elif strikes >= (self._max_attempts if alone or not member.capped else 1):
+                    if alone:
+                        self._set_aside(worker, job, error, strikes)
+                        return
+                    split = True
         heapq.heappush(self._free, worker)
         if error is None:
             self._observe_job(job, now)
             self._member_loaded(worker, job, member, future.result(), now, now - job.started)
         else:
-            self._member_failed(worker, member, error)
+            self._member_failed(worker, member, error, split, cut)
         self._settled([member.tid], now)
 
     def _group_finished(self, worker: int, future: asyncio.Future[list[LoadResult | BaseException]]) -> None:
@@ -395,6 +470,7 @@ class Dispatcher:
                 self._member_loaded(worker, job, member, outcome, now, share)
             else:
                 self._failures[member.tid] = self._failures.get(member.tid, 0) + 1
+                self._tries[member.tid] = self._tries.get(member.tid, 0) + 1
                 self._member_failed(worker, member, outcome)
         self._settled([m.tid for m in job.members], now)
 
@@ -446,12 +522,14 @@ class Dispatcher:
             per_key=state.per_key if state.keyed else None,
             job_tables=len(job.members),
         )
-        self._forget_loaded(tid, duration)
+        self._forget_loaded(tid, duration, member.batch.last_seq)
         self._safe(self._handler.loaded, finished)
 
-    def _member_failed(self, worker: int, member: _Member, error: BaseException) -> None:
+    def _member_failed(
+        self, worker: int, member: _Member, error: BaseException, split: bool = False, cut: int | None = None
+    ) -> None:
         self.states[member.tid].running = False
-        self._retry_later(worker, member.tid, member.lo, member.batch, error)
+        self._retry_later(worker, member.tid, member.lo, member.batch, error, split, cut)
 
     def _consume(self, tid: int, lo: int, hi: int, now: float) -> float:
         """Account updates ``lo..hi`` as out of the queue (loaded, or quarantined) at ``now``;
@@ -463,34 +541,91 @@ class Dispatcher:
         state.current_upto = rel[hi - 1]
         return previous
 
-    def _forget_loaded(self, tid: int, duration: float = 0.0) -> None:
+    def _forget_loaded(self, tid: int, duration: float = 0.0, last_seq: int | None = None) -> None:
+        """The in-flight batch, through ``last_seq``, is out of the queue (loaded or set aside):
+        a suspect range it closes is past."""
         state = self.states[tid]
         self._failures.pop(tid, None)
+        self._tries.pop(tid, None)
         self._strikes.pop(tid, None)
+        suspect = self._suspect.get(tid)
+        if suspect is not None and last_seq is not None:
+            del suspect[: sum(1 for bound in suspect if bound <= last_seq)]
+            if not suspect:
+                del self._suspect[tid]
         self.pending.loaded(state.name, duration)
         state.forget_loaded()
 
-    def _retry_later(self, worker: int, tid: int, lo: int, batch: Batch, error: BaseException) -> None:
-        """Put the batch back exactly as it was; back off before trying the table again."""
+    def _split(self, tid: int, batch: Batch, error: BaseException, cut: int | None = None) -> None:
+        """Bisect a batch that keeps failing: its halves become suspect ranges, each taken as
+        a batch of its own, the first half first; each starts its attempts and back-off afresh.
+        With ``cut`` (the update the failure names) the ranges are the updates before it, it
+        alone, and the updates after it."""
+        updates = batch.updates
+        seqs = [u.seq for u in updates]
+        if cut is None:
+            bounds = [seqs[(len(seqs) - 1) // 2], batch.last_seq]
+        else:
+            at = seqs.index(cut)
+            bounds = [*seqs[at - 1 : at], cut, batch.last_seq]
+        suspect = self._suspect.setdefault(tid, [])
+        for bound in bounds:
+            if bound not in suspect:
+                insort(suspect, bound)
+        self._strikes.pop(tid, None)
+        self._tries[tid] = 0  # (the parts' attempts count from 1, their back-off from its first step)
+        ranges = []
+        first = batch.first_seq
+        for bound in sorted(set(bounds)):
+            ranges.append(f"{first}..{bound}")
+            first = next((q for q in seqs if q > bound), bound)
+        log.warning(
+            "%s updates %d..%d %s (%s): loading %s as batches of their own, so that only an update that "
+            "cannot load is quarantined",
+            batch.table,
+            batch.first_seq,
+            batch.last_seq,
+            "keep failing as their own fault" if cut is None else f"failed for update {cut}",
+            error,
+            ", ".join(ranges),
+        )
+
+    def _retry_later(
+        self,
+        worker: int,
+        tid: int,
+        lo: int,
+        batch: Batch,
+        error: BaseException,
+        split: bool = False,
+        cut: int | None = None,
+    ) -> None:
+        """Put the batch back exactly as it was (its halves to be tried apart when ``split``);
+        back off before trying the table again."""
         state = self.states[tid]
         state.dispatched = lo
         self.pending.put_back(state.name)
         self._sync_keys(tid)
         self.sync_resident()
-        failures = self._failures.get(tid, 1)
-        delay = min(self._max_retry_delay, self._retry_base * 2 ** (failures - 1))
+        tries = self._tries.get(tid, 1)
+        delay = self._delay(1 if split else tries)
         log.error(
             "loading %s (updates %d..%d) failed (attempt %d): %s; retrying in %.1fs",
             state.name,
             batch.first_seq,
             batch.last_seq,
-            failures,
+            tries,
             error,
             delay,
         )
+        if split:
+            self._split(tid, batch, error, cut)
         self.hold(state.name)
         self._loop.call_later(delay, self.release_hold, state.name)
-        self._safe(self._handler.failed, FailedBatch(state.name, worker, batch, error, delay))
+        self._safe(self._handler.failed, FailedBatch(state.name, worker, batch, error, delay, split))
+
+    def _delay(self, tries: int) -> float:
+        return min(self._max_retry_delay, self._retry_base * 2 ** (tries - 1))
 
     def _settled(self, tids: list[int], now: float) -> None:
         if not self._running:
@@ -500,20 +635,28 @@ class Dispatcher:
         self.dispatch()
 
     def _set_aside(self, worker: int, job: _Job, error: BaseException, attempts: int) -> None:
-        """Quarantine a batch that keeps failing (loader/durability/quarantine.py): its payload is
-        written aside on the same worker, which stays busy until that is durable."""
+        """Quarantine an update that keeps failing alone (loader/durability/quarantine.py): its
+        payload is written aside on the same worker, which stays busy until that is durable."""
         self._running[worker] = job
-        batch = job.members[0].batch
+        member = job.members[0]
+        batch = member.batch
         log.error(
-            "loading %s (updates %d..%d) failed %d times: %s; quarantining the batch so later updates load",
+            "loading %s (updates %d..%d) failed %d times: %s; quarantining it so the table's other updates load",
             batch.table,
             batch.first_seq,
             batch.last_seq,
             attempts,
             error,
         )
-        future = self._loop.run_in_executor(self._executor, self._handler.set_aside, batch, error, attempts)
+        future = self._loop.run_in_executor(self._executor, self._set_aside_held, batch, member.held, error, attempts)
         future.add_done_callback(lambda f: self._set_aside_done(worker, error, attempts, f))
+
+    def _set_aside_held(self, batch: Batch, held: list[HeldValue], error: BaseException, attempts: int) -> None:
+        """On the worker thread: values held back from the batch leave the queue with it, so
+        they are made durable first (recovery skips a quarantined update)."""
+        if held:
+            self._handler.keep_held(batch.table, held)
+        self._handler.set_aside(batch, error, attempts)
 
     def _set_aside_done(self, worker: int, error: BaseException, attempts: int, future: asyncio.Future[None]) -> None:
         now = self._clock()
@@ -526,7 +669,7 @@ class Dispatcher:
         failure = future.exception()
         if failure is None:
             self._consume(tid, lo, hi, now)
-            self._forget_loaded(tid)
+            self._forget_loaded(tid, last_seq=batch.last_seq)
             self._safe(self._handler.quarantined, QuarantinedBatch(state.name, batch, error, attempts))
         else:
             log.error(
@@ -562,6 +705,10 @@ class Dispatcher:
 
     def failures(self, table: str) -> int:
         return self._failures.get(self.index[table], 0)
+
+    def suspect(self, table: str) -> list[int]:
+        """A bisection under way: the last sequence numbers of the ranges still to be tried alone."""
+        return list(self._suspect.get(self.index[table], ()))
 
     async def wait_idle(self) -> None:
         if self._running:

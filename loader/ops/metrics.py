@@ -479,6 +479,18 @@ class Metrics:
             "Quarantined updates an operator retried or discarded, all tables.",
             zeros=[(action,) for action in RESOLUTIONS],
         )
+        # 1 while the table refuses the loader's writes (loader/loading/failures.py
+        # TableRefusesWrites), by reason; back to 0 at its next load. No zero per reason:
+        # the alert completes the signal with the table's other series.
+        self.writes_refused = TableGauge(
+            "loader_table_writes_refused",
+            "1 while the Delta table refuses the loader's writes (append-only for an upsert, a writer feature the "
+            "loader does not honour, a rule it cannot evaluate); its loads retry with back-off, none is quarantined.",
+            ["reason"],
+            "loader_tables_writes_refused",
+            "Tables whose writes are refused now, by reason.",
+            zeros=[],
+        )
         self.table_families = (
             self.stretch,
             self.batches,
@@ -490,7 +502,19 @@ class Metrics:
             self.updates_received,
             self.quarantined,
             self.quarantine_resolved,
+            self.writes_refused,
         )
+        # Batches split because they kept failing as their own fault (loader/loading/dispatcher.py:
+        # bisection down to the update that cannot load, which alone is quarantined).
+        self.batch_splits = TableCounter(
+            "loader_batch_splits",
+            "Batches split in halves after failing as their own fault, so that only an update that cannot load is "
+            "quarantined.",
+            [],
+            "loader_tables_batch_splits",
+            "Batch splits, all tables.",
+        )
+        self.table_families += (self.batch_splits,)
         self._tables = TablesCollector(self)
         r.register(self._tables)
         self._per_table_names: frozenset[str] | None = None
@@ -664,3 +688,14 @@ class Metrics:
 
     def on_quarantined_now(self, table: str, updates: int) -> None:
         self.quarantined.labels(table).set(updates)
+
+    # -- tables refusing writes (loader.loading.failures.TableRefusesWrites) --------------------
+    def on_writes_refused(self, table: str, reason: str | None) -> None:
+        """The table's load was refused for ``reason`` (1 there, 0 for any other reason it
+        was refused for before), or loaded (``None``: every reason back to 0)."""
+        family = self.writes_refused
+        for key, child in list(family.selected([table])):
+            if child is not None and key[1] != reason:
+                child.set(0)  # type: ignore[attr-defined]
+        if reason is not None:
+            family.labels(table, reason).set(1)

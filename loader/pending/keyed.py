@@ -29,6 +29,19 @@ What the WAL replays coalesces by the same rules, into one value per key, the ne
 Values in a spilled update are not touched (rewriting segments would cost a disk write
 per arrival): a new value of such a key stays in its own update and the spilled one is
 dropped when the load keeps the newest (counted by the sink then).
+
+Keys held by a quarantined update (a table without ``order_by``, ``hold``): loaded after
+it, a later value of such a key would be overwritten once the quarantined value is retried
+(a retry is a new arrival), so until an operator retries or discards the entry those
+values wait, and the table's other keys keep loading. A held value leaves the queue: on
+arrival it is taken out of its update, and values already queued when the update was
+quarantined are excluded from theirs (``without_held`` filters them out of a batch; their
+updates are closed, no value moves into or out of them). The newest value per held key
+waits in memory, and is made durable beside the entry (``unsaved_of``, then
+``BatchHandler.keep_held``) before a commit passes the update it came in, from when on
+the WAL would not replay it. The operator's retry or discard submits one update (the
+entry's values, or none); when that update arrives, the held values join it after its own
+rows (``release_at``), so they load once, in arrival order, after the quarantined ones.
 """
 
 from __future__ import annotations
@@ -39,11 +52,13 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from loader.abc import HeldValue
 from loader.core.updates import Update, arrival
+from loader.durability.quarantine import HELD_ARRIVAL, HELD_SEQ
 from loader.pending.spill.model import Item, QueueCache
 from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyRates, learned_cost, place
 from schedulers.keys.staleness import StalenessFigures
@@ -87,6 +102,18 @@ class KeyFigures:
     application: tuple[float, float, float]
     cuts: int
     cost_per_key: float
+
+
+@dataclass
+class KeyHold:
+    """The keys one quarantined update holds, and the newest waiting value of each."""
+
+    entry: int
+    keys: frozenset[Key]
+    #: The sequence number of the update that releases them (an operator's retry or discard);
+    #: None until then. Values arriving in updates numbered below it are still held.
+    release: int | None = None
+    parked: dict[Key, HeldValue] = field(default_factory=dict)
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
@@ -135,6 +162,13 @@ class LatestQueue:
         self._virtual_pending = -math.inf
         #: The first batch's time: W_f learns from keys that joined after it only.
         self.serving_since: float | None = None
+        #: Keys held by quarantined updates (``hold``), by entry and by key.
+        self.holds: dict[int, KeyHold] = {}
+        self.held_by: dict[Key, KeyHold] = {}
+        #: Held values not durable yet, by the update they were held back from, then arrival.
+        self.unsaved: dict[int, dict[int, HeldValue]] = {}
+        #: Queued updates' values held after they were queued (by arrival): left out of batches.
+        self.excluded: dict[int, set[int]] = {}
 
     # -- arrivals ------------------------------------------------------------------------
     def arrive(self, update: Update) -> tuple[Update, list[Key]]:
@@ -144,6 +178,8 @@ class LatestQueue:
         All or nothing: the new tables are built before anything changes, and should that
         fail (memory, an Arrow limit) the update is queued whole at the tail, which is
         always correct (the load keeps the newest value of a key by arrival)."""
+        if self.holds:
+            update = self._held_back(self._released(update))
         rows = update.rows
         if rows is None or rows.num_rows == 0:
             return update, []
@@ -380,15 +416,190 @@ class LatestQueue:
                     self.first_enqueued[key] = min(since, self.first_enqueued[key])
 
     def loaded(self, seqs: Iterable[int], seconds: float) -> None:
-        """A batch of these updates committed in ``seconds``: its keys are current, and c learns."""
+        """A batch of these updates committed (or was set aside) in ``seconds``: its keys are
+        current, and c learns. Values held back from them were made durable first."""
         keys = 0
         for seq in seqs:
+            self.unsaved.pop(seq, None)
+            self.excluded.pop(seq, None)
             for key in self.in_flight.pop(seq, []):
                 self.loading_since.pop(key, None)
                 if key not in self.index:
                     self.order_of.pop(key, None)
                 keys += 1
         self.cost_per_key = learned_cost(self.cost_per_key, keys, seconds)  # (a batch set aside: no duration)
+
+    # -- keys held by quarantined updates ---------------------------------------------------
+    def hold(self, entry: int, rows: pa.Table, *, saved: pa.Table | None = None, release: int | None = None) -> None:
+        """Hold the keys of ``rows`` (a quarantined update's values) for entry ``entry``: their
+        queued values leave the queue now, later ones on arrival. ``saved``: values held before
+        a restart (their rows, with ``HELD_ARRIVAL`` and ``HELD_SEQ``); ``release``: the sequence
+        number of the update an operator submitted to release them, when known.
+
+        A key another entry holds already stays with that one (a key's values after a held
+        one are never loaded, so no later update holding it can be quarantined meanwhile)."""
+        if entry in self.holds:
+            return
+        keys = frozenset(k for k in self.keys_of(rows) if k not in self.held_by)
+        hold = KeyHold(entry, keys, release)
+        self.holds[entry] = hold
+        for key in keys:
+            self.held_by[key] = hold
+        if saved is not None and saved.num_rows:
+            arrivals = saved.column(HELD_ARRIVAL).to_pylist()
+            seqs = saved.column(HELD_SEQ).to_pylist()
+            values = saved.drop_columns([HELD_ARRIVAL, HELD_SEQ])
+            for position, key in enumerate(self.keys_of(values)):
+                if key in keys:
+                    value = HeldValue(entry, key, arrivals[position], seqs[position], values.slice(position, 1))
+                    self._park(hold, value, durable=True)
+        self._exclude_queued(hold)
+
+    def release_at(self, entry: int, seq: int | None) -> None:
+        hold = self.holds.get(entry)
+        if hold is not None:
+            hold.release = seq
+
+    def drop_hold(self, entry: int) -> None:
+        """The releasing update is in Delta already: the held values went with it."""
+        hold = self.holds.pop(entry, None)
+        if hold is None:
+            return
+        for key in hold.keys:
+            self.held_by.pop(key, None)
+        for value in hold.parked.values():
+            self._forget_unsaved(value)
+
+    def held_counts(self, entry: int) -> tuple[int, int] | None:
+        hold = self.holds.get(entry)
+        return None if hold is None else (len(hold.keys), len(hold.parked))
+
+    def unsaved_of(self, seqs: Iterable[int]) -> list[HeldValue]:
+        unsaved = self.unsaved
+        return [value for seq in seqs if seq in unsaved for value in unsaved[seq].values()]
+
+    def without_held(self, updates: tuple[Update, ...]) -> tuple[Update, ...]:
+        """A batch's updates without the values excluded from them after they were queued
+        (a spilled one is read back for that: rare, a hold placed on queued values)."""
+        if not self.excluded:
+            return updates
+        out = []
+        for update in updates:
+            gone = self.excluded.get(update.seq)
+            if not gone:
+                out.append(update)
+                continue
+            rows = _rows_of(update)
+            arrivals = update.arrived or tuple(arrival(update.seq, i) for i in range(rows.num_rows))
+            keep = [i for i, at in enumerate(arrivals) if at not in gone]
+            out.append(
+                dataclasses.replace(
+                    update,
+                    rows=rows.take(pa.array(keep, pa.int64())),
+                    spilled=None,
+                    arrived=tuple(arrivals[i] for i in keep),
+                )
+            )
+        return tuple(out)
+
+    def _released(self, update: Update) -> Update:
+        """``update`` releases holds (its number is at or past theirs): their held values join
+        it after its own rows, in arrival order, so they load after the quarantined values it
+        carries and before any later value of their keys. (Its rows keep their arrival as
+        (sequence, position), so the joined ones come last.)"""
+        due = [hold for hold in self.holds.values() if hold.release is not None and update.seq >= hold.release]
+        if not due:
+            return update
+        for hold in due:
+            del self.holds[hold.entry]
+            for key in hold.keys:
+                self.held_by.pop(key, None)
+        values = sorted((v for hold in due for v in hold.parked.values()), key=lambda v: v.arrival)
+        if not values or update.rows is None:
+            return update
+        base = update.rows.num_rows
+        schema = update.rows.schema
+        rows = pa.concat_tables([update.rows, *(v.row.select(schema.names).cast(schema) for v in values)])
+        joined = tuple(arrival(update.seq, base + i) for i in range(len(values)))
+        arrived = update.arrived + joined if update.arrived else ()
+        return dataclasses.replace(update, rows=rows.combine_chunks(), arrived=arrived)
+
+    def _held_back(self, update: Update) -> Update:
+        """``update`` without its values of held keys, which wait with their holds."""
+        rows = update.rows
+        if not self.held_by or rows is None or rows.num_rows == 0:
+            return update
+        keys = self.keys_of(rows)
+        held_by = self.held_by
+        if not any(key in held_by for key in keys):
+            return update
+        arrivals = update.arrived or tuple(arrival(update.seq, i) for i in range(len(keys)))
+        keep = [position for position, key in enumerate(keys) if key not in held_by]
+        held = [position for position, key in enumerate(keys) if key in held_by]
+        values = rows.take(pa.array(held, pa.int64()))  # (a copy: a slice would keep the whole update alive)
+        for k, position in enumerate(held):
+            hold = held_by[keys[position]]
+            self._park(hold, HeldValue(hold.entry, keys[position], arrivals[position], update.seq, values.slice(k, 1)))
+        # The rows that stay keep their order; numbered afresh, they still sort as they arrived.
+        return dataclasses.replace(
+            update,
+            rows=rows.take(pa.array(keep, pa.int64())),
+            arrived=tuple(arrivals[i] for i in keep) if update.arrived else (),
+        )
+
+    def _park(self, hold: KeyHold, value: HeldValue, durable: bool = False) -> None:
+        """Keep ``value`` as its key's held value if it is the newest (the others are superseded)."""
+        current = hold.parked.get(value.key)
+        if current is not None and current.arrival >= value.arrival:
+            if current.arrival > value.arrival:
+                self.superseded += 1
+            return  # (the same value again: replayed from the WAL after it was made durable)
+        if current is not None:
+            self.superseded += 1
+            self._forget_unsaved(current)
+        hold.parked[value.key] = value
+        if not durable:
+            self.unsaved.setdefault(value.seq, {})[value.arrival] = value
+
+    def _forget_unsaved(self, value: HeldValue) -> None:
+        """A superseded held value need not be made durable: the newer one is, or the WAL
+        replays it (its update is the same or later, so not committed before)."""
+        waiting = self.unsaved.get(value.seq)
+        if waiting is not None:
+            waiting.pop(value.arrival, None)
+            if not waiting:
+                del self.unsaved[value.seq]
+
+    def _exclude_queued(self, hold: KeyHold) -> None:
+        """Take the hold's keys' queued values out of the queue (they arrived after the
+        quarantined update, before it was set aside): excluded from their updates, which
+        are closed, and held."""
+        if not hold.keys:
+            return
+        for item in self.cache.queues[self.table].items():
+            queued = self.slot_keys.get(item.key)
+            if not queued or not any(key in hold.keys for key in queued):
+                continue
+            update: Update = item.value
+            rows = _rows_of(update)
+            arrivals = update.arrived or tuple(arrival(update.seq, i) for i in range(rows.num_rows))
+            gone = self.excluded.setdefault(item.key, set())
+            keys = self.keys_of(rows)
+            held = [p for p, key in enumerate(keys) if key in hold.keys and arrivals[p] not in gone]
+            values = rows.take(pa.array(held, pa.int64()))  # (a copy, as on arrival)
+            for k, position in enumerate(held):
+                key = keys[position]
+                gone.add(arrivals[position])
+                self._park(hold, HeldValue(hold.entry, key, arrivals[position], item.key, values.slice(k, 1)))
+                if key in queued:
+                    queued.remove(key)
+                    self.values -= 1
+            self.closed.add(item.key)  # (its rows and keys no longer line up: no value moves)
+        for key in hold.keys:
+            self.index.pop(key, None)
+            self.first_enqueued.pop(key, None)
+            self.copies.pop(key, None)
+            self.order_of.pop(key, None)
 
     # -- figures ---------------------------------------------------------------------------
     def figures(self, now: float) -> KeyFigures:
@@ -404,3 +615,12 @@ class LatestQueue:
             cuts=self.cuts,
             cost_per_key=self.cost_per_key,
         )
+
+
+def _rows_of(update: Update) -> pa.Table:
+    """An update's rows, read back from its spill segment when it is on disk."""
+    if update.rows is not None:
+        return update.rows
+    if update.spilled is not None:
+        return update.spilled.read()
+    raise ValueError(f"update {update.seq} of {update.table!r} has no rows")

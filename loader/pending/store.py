@@ -7,6 +7,10 @@ as Arrow tables, its spilled runs as references that the load job reads in place
 read each). A batch with a limit (``Policy.batch_limit``) is consumed the paper's way,
 head first, reading the head back when it is on disk.
 
+A batch may also be capped at a sequence number (``take(through=...)``): the dispatcher's
+bisection of a batch that keeps failing tries a suspect range of the queue's head as a
+batch of its own (loader/loading/dispatcher.py).
+
 A taken batch stays *in flight* until the dispatcher reports it loaded (its segments
 are deleted then) or failed (it goes back to the front of its queue unchanged, segments
 and all). Its in-memory rows are outside M while in flight: M bounds what waits, and a
@@ -17,10 +21,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from loader.abc import BeyondCapacity, SpillFull
+import pyarrow as pa
+
+from loader.abc import BeyondCapacity, HeldValue, SpillFull
 from loader.core.updates import Update
 from loader.pending.keyed import KeyBatch, KeyFigures, KeySpec, LatestQueue
 from loader.pending.spill.buffered_head import BufferedHead
@@ -200,9 +206,13 @@ class PendingStore:
             log.error("could not spill pending updates to disk: %s; keeping them in memory", exc)
         self.changed.add(update.table)
 
-    def take(self, table: str, limit: int | None = None, now: float | None = None) -> tuple[Update, ...]:
-        """Remove the oldest ``limit`` updates (all when None) as one in-flight batch (at
-        ``now``, for a latest table's key waits)."""
+    def take(
+        self, table: str, limit: int | None = None, now: float | None = None, through: int | None = None
+    ) -> tuple[Update, ...]:
+        """Remove the oldest ``limit`` updates (all when None), none numbered above ``through``
+        (a suspect range the dispatcher tries alone), as one in-flight batch (at ``now``, for
+        a latest table's key waits). A ``through`` below the head caps nothing: the range it
+        closed is past."""
         if table in self._inflight:
             raise RuntimeError(f"a batch of {table!r} is already in flight")
         cache = self.cache
@@ -210,6 +220,14 @@ class PendingStore:
         bound = latest.batch().updates if latest is not None else None
         if bound is not None:  # max_keys_per_batch: the head's updates holding that many keys
             limit = bound if limit is None else min(limit, bound)
+        if through is not None:
+            upto = 0
+            for item in cache.queues[table].items():
+                if item.key > through:
+                    break
+                upto += 1
+            if upto:
+                limit = upto if limit is None else min(limit, upto)
         if limit is None:
             runs = cache.take_all(table)
         else:
@@ -228,6 +246,7 @@ class PendingStore:
         taken = tuple(item.value for run in runs for item in run.items)
         if latest is not None:
             latest.taken(taken, now)
+            taken = latest.without_held(taken)  # (values a quarantined update's keys hold wait)
         return taken
 
     def loaded(self, table: str, seconds: float = 0.0) -> None:
@@ -255,6 +274,35 @@ class PendingStore:
                 self.spill_error = str(exc)
                 log.error("could not spill after putting back a failed batch of %s: %s", table, exc)
         self.changed.add(table)
+
+    # -- keys held by quarantined updates (loader.abc.KeyHolds; loader/pending/keyed.py) -----
+    def hold_keys(
+        self, table: str, entry: int, rows: pa.Table, *, saved: pa.Table | None = None, release: int | None = None
+    ) -> None:
+        latest = self._latest.get(table)
+        if latest is not None:
+            latest.hold(entry, rows, saved=saved, release=release)
+            self.changed.add(table)
+
+    def release_keys_at(self, table: str, entry: int, seq: int | None) -> None:
+        latest = self._latest.get(table)
+        if latest is not None:
+            latest.release_at(entry, seq)
+
+    def drop_hold(self, table: str, entry: int) -> None:
+        latest = self._latest.get(table)
+        if latest is not None:
+            latest.drop_hold(entry)
+
+    def held_counts(self, table: str, entry: int) -> tuple[int, int] | None:
+        latest = self._latest.get(table)
+        return None if latest is None else latest.held_counts(entry)
+
+    def held_to_save(self, table: str, updates: Sequence[Update]) -> list[HeldValue]:
+        """Values held back from ``updates`` (a batch just taken) that are not durable yet:
+        they must be before the batch commits past them (``BatchHandler.keep_held``)."""
+        latest = self._latest.get(table)
+        return [] if latest is None else latest.unsaved_of(u.seq for u in updates)
 
     # -- reading ---------------------------------------------------------------------------
     def count(self, table: str) -> int:

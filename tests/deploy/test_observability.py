@@ -215,6 +215,7 @@ def test_every_alert_follows_the_signal_threshold_convention() -> None:
         "LoaderStretchHigh",
         "LoaderSpillDiskNearlyFull",
         "LoaderWalFsyncSlow",
+        "LoaderTableRefusesWrites",
         "LoaderDown",
         "LoaderAbsent",
     }
@@ -387,6 +388,54 @@ tests:
           - labels: 'ALERTS{{alertname="LoaderBatchesFailing", alertstate="firing",
             severity="critical", {ALERT_LABELS}, table="orders"}}'
             value: 1
+
+  # A table refusing writes: no series before (the signal is 0 from the staleness series), then orders is
+  # refused (an upsert into an append-only table) from 4m to 9m, then loads again (its series back to 0).
+  - interval: 1m
+    input_series:
+      - series: 'loader_table_staleness_seconds{{{ALERT_LABELS}, table="orders"}}'
+        values: '1x20'
+      - series: 'loader_table_staleness_seconds{{{ALERT_LABELS}, table="clicks"}}'
+        values: '1x20'
+      - series: 'loader_table_writes_refused{{{ALERT_LABELS}, table="orders", reason="append_only"}}'
+        values: '_x4 1x5 0x10'
+    promql_expr_test:
+      - expr: |
+          (max by (job, instance, table, reason) (loader_table_writes_refused)
+           or on (job, instance, table) 0 * group by (job, instance, table) (loader_table_staleness_seconds))
+        eval_time: 2m
+        exp_samples:
+          - labels: '{{{ALERT_LABELS}, table="orders"}}'
+            value: 0
+          - labels: '{{{ALERT_LABELS}, table="clicks"}}'
+            value: 0
+      - expr: ALERTS{{alertname="LoaderTableRefusesWrites", alertstate="firing"}}
+        eval_time: 4m
+        exp_samples: []
+      - expr: ALERTS{{alertname="LoaderTableRefusesWrites", alertstate="firing"}}
+        eval_time: 5m
+        exp_samples:
+          - labels: 'ALERTS{{alertname="LoaderTableRefusesWrites", alertstate="firing",
+            severity="critical", {ALERT_LABELS}, table="orders", reason="append_only"}}'
+            value: 1
+      - expr: ALERTS{{alertname="LoaderTableRefusesWrites", alertstate="firing"}}
+        eval_time: 12m
+        exp_samples: []
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: LoaderTableRefusesWrites
+        exp_alerts:
+          - exp_labels: {{severity: critical, job: warehouse-loader, instance: "loader:8000", table: orders,
+                         reason: append_only}}
+            exp_annotations:
+              summary: "orders refuses the loader's writes (append_only)"
+              description: >-
+                Loads of orders on loader:8000 are refused by the Delta table itself
+                (reason append_only: append_only, writer_feature or rule_unsupported). Its acknowledged
+                updates wait and are retried with back-off; nothing is lost or quarantined. Each failed attempt's
+                line in the loader's log ("... refuses the loader's writes: ...") names what the table declares and
+                what to do (docs/service.md, "The table's own rules"); loads resume by themselves once the table
+                allows them.
 """
 
 

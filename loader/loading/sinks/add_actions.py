@@ -28,6 +28,8 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 STRING_PREFIX = 32
 
 _FRACTION = re.compile(r"\.(\d+)")
+#: The last millisecond a timestamp can have (9999-12-31T23:59:59.999): its ceiling does not exist.
+_LAST_MILLISECOND = dt.datetime.max.replace(microsecond=999_000, tzinfo=dt.UTC)
 
 
 @dataclass
@@ -84,7 +86,8 @@ def _timestamp(value: Any) -> dt.datetime:
 
 
 def _millis(value: dt.datetime) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    # isoformat, not strftime: "%Y" leaves years before 1000 unpadded ("1-01-01"), which readers cannot parse.
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def _bound(value: Any, kind: ColumnType, upper: bool) -> Any:
@@ -94,6 +97,8 @@ def _bound(value: Any, kind: ColumnType, upper: bool) -> Any:
         ts = _timestamp(value)
         floored = ts.replace(microsecond=ts.microsecond // 1000 * 1000)
         if upper and floored != ts:
+            if floored == _LAST_MILLISECOND:  # no millisecond above it: the exact value is the bound
+                return ts.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
             floored += dt.timedelta(milliseconds=1)
         return _millis(floored)
     if kind is ColumnType.date:
@@ -153,7 +158,7 @@ def _partition_value(raw: str, kind: ColumnType) -> str | None:
         parsed = dt.datetime.fromisoformat(text)
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=dt.UTC)
-        return parsed.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return parsed.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
     return value
 
 

@@ -10,11 +10,19 @@ Crash safety: the app transaction is read before anything is written, so a repla
 batch is skipped. A crash before the commit leaves a staging directory (removed by
 ``cleanup``/``ensure_table``) or renamed files no commit references, which readers
 ignore and vacuum deletes.
+
+The table's own rules (loader/loading/sinks/table_rules.py) are read from the same handle
+as the app transaction, before any Spark work: a table that needs a writer feature the
+loader does not honour is refused; its CHECK constraints, invariants and generated columns
+are checked (and generated columns filled) inside the load's Spark job; the commit is made
+against that handle's version, so a protocol or metadata change by another writer since
+then fails it (delta-rs's conflict check) and the retry checks again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -36,7 +44,8 @@ from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import STAGING_PREFIX, DeltaSinkBase, remove_staging, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import describe, run_group_job
-from loader.loading.sinks.upsert import upsert_with_deltalake
+from loader.loading.sinks.table_rules import RuleChecks, TableRules, committing, opening
+from loader.loading.sinks.upsert import ordered_rows, upsert_with_deltalake
 from loader.loading.spark import DEFAULT_LEAN, is_connect, lean_write_options
 
 if TYPE_CHECKING:
@@ -62,6 +71,7 @@ class DeltaRsSink(DeltaSinkBase):
         super().__init__(warehouse, spark, lean)
         #: Handles kept by the ``cached_table`` lean change, one per table (one load of a table at a time).
         self._handles: dict[str, DeltaTable] = {}
+        self.checks = RuleChecks(spark)
 
     def ensure_table(self, table: str, schema: TableSchema) -> None:
         super().ensure_table(table, schema)
@@ -75,22 +85,35 @@ class DeltaRsSink(DeltaSinkBase):
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         table, seq = batch.table, batch.last_seq
         path = self.table_path(table)
-        delta = self._current_table(table)
+        with opening(table):
+            delta = self._current_table(table)
         todo = unloaded_part(batch, delta.transaction_version(app_id(table)) or 0)
         if todo is None:
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
         batch = todo
+        rules = TableRules.read(table, delta)  # as of the version the commit is made against
 
         staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
             if schema.latest:  # one upsert by key (loader/loading/sinks/upsert.py)
-                return upsert_with_deltalake(self.spark, delta, batch, schema, staging / "in")
+                return upsert_with_deltalake(self.spark, delta, batch, schema, staging / "in", rules, self.checks)
+            refused = rules.refusal("append")
+            if refused is not None:
+                raise refused
             started = time.perf_counter()
             frame = build_batch_frame(self.spark, batch, schema, staging / "in", lean=self.lean)
-            self._write_parquet(frame, staging / "out", schema)
+            frame = self.checks.applied(frame, rules, schema)
+            try:
+                self._write_parquet(frame, staging / "out", schema)
+            except Exception as exc:
+                arrivals = functools.partial(ordered_rows, batch, schema, skip_files=True)
+                violation = self.checks.explain(exc, rules, schema, batch, staging / "locate", arrivals)
+                if violation is None:
+                    raise
+                raise violation from exc
             spark_seconds = time.perf_counter() - started
             failpoints.hit("load.after-spark-write")
-            return self._commit_staged(batch, schema, delta, staging / "out", spark_seconds)
+            return self._commit_staged(batch, schema, delta, staging / "out", spark_seconds, rules)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -166,30 +189,41 @@ class DeltaRsSink(DeltaSinkBase):
 
         A crash between two tables' commits leaves the earlier ones committed (their
         transaction versions say so: the WAL replay skips them) and the later ones as a
-        single-table crash would. Partitioned tables' batches are loaded by their own jobs.
+        single-table crash would. Partitioned tables' batches are loaded by their own jobs,
+        and so are those of tables with row rules (CHECK constraints, invariants, generated
+        columns: checked with Spark SQL, which the group job's pyarrow tasks do not run); a
+        table that refuses the write is refused here, before the job.
         """
         outcomes: list[LoadResult | BaseException | None] = [None] * len(batches)
-        todo: list[tuple[int, Batch, TableSchema, DeltaTable, Path]] = []
+        todo: list[tuple[int, Batch, TableSchema, DeltaTable, Path, TableRules]] = []
         for i, (batch, schema) in enumerate(zip(batches, schemas)):
             if schema.partition_by or schema.latest:  # jobs of their own (an upsert is not an append)
                 continue
             try:
-                delta = self._current_table(batch.table)
+                with opening(batch.table):
+                    delta = self._current_table(batch.table)
                 part = unloaded_part(batch, delta.transaction_version(app_id(batch.table)) or 0)
+                rules = TableRules.read(batch.table, delta)
             except Exception as exc:
                 outcomes[i] = exc
                 continue
             if part is None:
                 outcomes[i] = LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
                 continue
+            refused = rules.refusal("append")
+            if refused is not None:
+                outcomes[i] = refused
+                continue
+            if rules.row_rules:  # a job of its own, which checks them with Spark SQL
+                continue
             staging = self.table_path(batch.table) / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
-            todo.append((i, part, schema, delta, staging))
+            todo.append((i, part, schema, delta, staging, rules))
         try:
             started = time.perf_counter()
             members = []
             described: list[float] = []  # each member's driver-side preparation, seconds
             for entry in list(todo):
-                i, part, schema, _, staging = entry
+                i, part, schema, _, staging, _ = entry
                 began = time.perf_counter()
                 try:
                     members.append(describe(part, schema, staging))
@@ -202,7 +236,7 @@ class DeltaRsSink(DeltaSinkBase):
                 written = run_group_job(self.spark, members, self.parallelism())
                 spark_seconds = time.perf_counter() - started
                 failpoints.hit("load.after-spark-write")
-                for position, ((i, part, schema, delta, staging), outcome, prepared) in enumerate(
+                for position, ((i, part, schema, delta, staging, rules), outcome, prepared) in enumerate(
                     zip(todo, written, described)
                 ):
                     if position:
@@ -212,15 +246,15 @@ class DeltaRsSink(DeltaSinkBase):
                         continue
                     try:
                         began = time.perf_counter()
-                        result = self._commit_staged(part, schema, delta, staging / "out", spark_seconds)
+                        result = self._commit_staged(part, schema, delta, staging / "out", spark_seconds, rules)
                         own = prepared + outcome.seconds + (time.perf_counter() - began)
                         outcomes[i] = dataclasses.replace(result, own_seconds=own)
                     except Exception as exc:  # this table's commit; the others stand
                         outcomes[i] = exc
         finally:
-            for *_, staging in todo:
+            for _, _, _, _, staging, _ in todo:
                 shutil.rmtree(staging, ignore_errors=True)
-        alone = [i for i, outcome in enumerate(outcomes) if outcome is None]  # partitioned, latest: jobs of their own
+        alone = [i for i, outcome in enumerate(outcomes) if outcome is None]  # partitioned, latest, rules: own jobs
         for i, outcome in zip(alone, load_each(self, [batches[i] for i in alone], [schemas[i] for i in alone])):
             outcomes[i] = outcome
         return [o for o in outcomes if o is not None]
@@ -235,10 +269,21 @@ class DeltaRsSink(DeltaSinkBase):
         return max(1, int(value)) if value else 2
 
     def _commit_staged(
-        self, batch: Batch, schema: TableSchema, delta: DeltaTable, output: Path, spark_seconds: float
+        self,
+        batch: Batch,
+        schema: TableSchema,
+        delta: DeltaTable,
+        output: Path,
+        spark_seconds: float,
+        rules: TableRules,
     ) -> LoadResult:
         """Publish a batch's staged files into its table and commit them with its transaction;
-        files published by a commit that did not land are removed again."""
+        files published by a commit that did not land are removed again.
+
+        The commit is made against ``delta``'s version, where ``rules`` were read and the
+        batch checked: delta-rs refuses it if another writer changed the table's protocol or
+        metadata since (``TableChanged``), so no rule added meanwhile is bypassed.
+        """
         table, seq = batch.table, batch.last_seq
         path = self.table_path(table)
         published: list[Path] = []
@@ -248,13 +293,14 @@ class DeltaRsSink(DeltaSinkBase):
             actions, rows = self._publish(output, path, schema, published)
             moved = time.perf_counter()
             failpoints.hit("load.after-publish")
-            delta.create_write_transaction(
-                list[AddAction | RemoveAction](actions),
-                "append",
-                delta.schema(),
-                partition_by=list(schema.partition_by) or None,
-                commit_properties=load_commit(table, seq, batch.updates[-1].release),
-            )
+            with committing(rules):
+                delta.create_write_transaction(
+                    list[AddAction | RemoveAction](actions),
+                    "append",
+                    delta.schema(),
+                    partition_by=list(schema.partition_by) or None,
+                    commit_properties=load_commit(table, seq, batch.updates[-1].release),
+                )
             committed = True
             done = time.perf_counter()
             failpoints.hit("load.after-commit")

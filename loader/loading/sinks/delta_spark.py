@@ -4,6 +4,15 @@ a latest table's batch is Delta's own MERGE.
 Delta's idempotent writes (``txnAppId``/``txnVersion``) make the append and the app
 transaction one commit. The log is read with ``deltalake`` (as for delta-rs), so the
 exactly-once check and the table checks are the same code for both paths.
+
+The table's own rules are Delta Spark's to enforce here (it is the reference writer:
+CHECK constraints, invariants, generated and identity columns, its table features), and
+the loader writes only through ``format("delta")`` and ``DeltaTable.merge``, which apply
+them. The loader adds what it does on the embedded path at the table level: a MERGE into an
+append-only table is refused before any work, and Delta's errors that blame the table
+(append-only, unsupported features, a concurrent protocol or metadata change) become
+``TableRefusesWrites``/``TableChanged`` (loader/loading/sinks/table_rules.py), so they are
+retried, never quarantined.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import DeltaSinkBase, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame, spark_struct
 from loader.loading.sinks.probe import choose_writer
+from loader.loading.sinks.table_rules import TableRules, native_writing, opening
 from loader.loading.sinks.upsert import merge_predicates, newest_per_key, ordered_rows
 from loader.loading.spark import DEFAULT_LEAN, is_connect
 
@@ -51,12 +61,18 @@ class DeltaSparkSink(DeltaSinkBase):
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
         table, seq, txn_app = batch.table, batch.last_seq, app_id(batch.table)
-        todo = unloaded_part(batch, self.committed_seq(table))
+        with opening(table):
+            todo = unloaded_part(batch, self.committed_seq(table))
         if todo is None:
             return LoadResult(table, seq, rows=0, delta_version=None, skipped=True)
         batch = todo
         if schema.latest:
-            return self._upsert(batch, schema)
+            delta = self.open(table)
+            refused = None if delta is None else TableRules.read(table, delta).refusal("merge", "delta-spark")
+            if refused is not None:
+                raise refused
+            with native_writing(table):
+                return self._upsert(batch, schema)
         started = time.perf_counter()
         scratch = self.table_path(table) / f".staging-{uuid.uuid4().hex}"  # hidden from Delta
         try:
@@ -70,7 +86,8 @@ class DeltaSparkSink(DeltaSinkBase):
             )
             if schema.partition_by:
                 writer = writer.partitionBy(*schema.partition_by)
-            writer.save(str(self.table_path(table)))
+            with native_writing(table):
+                writer.save(str(self.table_path(table)))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         done = time.perf_counter()

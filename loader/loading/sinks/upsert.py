@@ -18,6 +18,13 @@ A MERGE that changes nothing (every value older than the stored one) makes no De
 commit; an empty commit then records the transaction, or the table's committed sequence
 would lag behind what it holds. A crash between the two replays the no-op MERGE.
 
+The table's own rules (loader/loading/sinks/table_rules.py) are read from the handle the
+MERGE runs against: a MERGE into an append-only table, or one needing a writer feature the
+loader does not honour, is refused before any work; the newest value per key is checked
+against the table's CHECK constraints, invariants and generated columns in step 1's Spark
+job (it is what the MERGE writes), with each row's arrival carried along so that a
+violation names its update and row.
+
 The native writer (delta-spark) runs the same preparation and Delta's own ``MERGE``.
 """
 
@@ -36,6 +43,7 @@ from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult, arrival
 from loader.durability.transactions import load_commit
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
+from loader.loading.sinks.table_rules import RuleChecks, TableRules, committing
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,12 +58,18 @@ class LatestFilesUnsupported(ValueError):
     """Latest tables take rows in the request; landing files are appended by Spark unseen."""
 
 
-def ordered_rows(batch: Batch, schema: TableSchema) -> pa.Table:
-    """The batch's rows (in memory or spilled) with their arrival order."""
+def ordered_rows(batch: Batch, schema: TableSchema, skip_files: bool = False) -> pa.Table:
+    """The batch's rows (in memory or spilled) with their arrival order.
+
+    ``skip_files``: leave out updates of landing files (locating a row among an append's
+    in-memory rows) rather than refuse them (a latest table takes rows only).
+    """
     arrow = schema.arrow()
     parts = []
     segments: dict[str, pa.Table] = {}  # each spill segment or hand-off file read once
     for update in batch.updates:
+        if update.files and skip_files:
+            continue
         if update.files:
             raise LatestFilesUnsupported(
                 f"update {update.seq} of latest table {batch.table!r} holds landing files; a latest table takes rows"
@@ -79,8 +93,11 @@ def ordered_rows(batch: Batch, schema: TableSchema) -> pa.Table:
     )
 
 
-def newest_per_key(spark: SparkSession, rows: pa.Table, schema: TableSchema, scratch: Path) -> DataFrame:
-    """Step 1 of the module docstring, as one lazily evaluated Spark frame in table order."""
+def newest_per_key(
+    spark: SparkSession, rows: pa.Table, schema: TableSchema, scratch: Path, keep_order: bool = False
+) -> DataFrame:
+    """Step 1 of the module docstring, as one lazily evaluated Spark frame in table order
+    (``keep_order``: with each row's arrival after the table's columns, as ``ORDER_COLUMN``)."""
     from pyspark.sql.types import LongType, StructField
 
     struct = spark_struct(schema)
@@ -95,9 +112,11 @@ def newest_per_key(spark: SparkSession, rows: pa.Table, schema: TableSchema, scr
     newest = ([f"`{schema.order_by}` DESC"] if schema.order_by else []) + [f"{ORDER_COLUMN} DESC"]
     ranked = frame.selectExpr(
         *[f"`{n}`" for n in schema.names],
+        ORDER_COLUMN,
         f"row_number() OVER (PARTITION BY {keys} ORDER BY {', '.join(newest)}) AS {RANK_COLUMN}",
     )
-    return ranked.where(f"{RANK_COLUMN} = 1").select(*[f"`{n}`" for n in schema.names])
+    kept = [ORDER_COLUMN] if keep_order else []
+    return ranked.where(f"{RANK_COLUMN} = 1").select(*[f"`{n}`" for n in schema.names], *kept)
 
 
 def merge_predicates(schema: TableSchema) -> tuple[str, str | None]:
@@ -108,21 +127,40 @@ def merge_predicates(schema: TableSchema) -> tuple[str, str | None]:
 
 
 def upsert_with_deltalake(
-    spark: SparkSession, delta: DeltaTable, batch: Batch, schema: TableSchema, scratch: Path
+    spark: SparkSession,
+    delta: DeltaTable,
+    batch: Batch,
+    schema: TableSchema,
+    scratch: Path,
+    rules: TableRules | None = None,
+    checks: RuleChecks | None = None,
 ) -> LoadResult:
-    """Steps 1 and 2 of the module docstring for the embedded writer."""
+    """Steps 1 and 2 of the module docstring for the embedded writer; ``rules`` are the
+    table's as of ``delta``'s version (read here if not given), checked with ``checks``."""
     table, seq = batch.table, batch.last_seq
+    rules = rules if rules is not None else TableRules.read(table, delta)
+    refused = rules.refusal("merge")
+    if refused is not None:
+        raise refused
+    checks = checks if checks is not None else RuleChecks(spark)
     started = time.perf_counter()
     rows = ordered_rows(batch, schema)
-    newest = (
-        newest_per_key(spark, rows, schema, scratch).toArrow().select(schema.names).cast(schema.arrow())
-        if rows.num_rows
-        else schema.arrow().empty_table()
-    )
+    if rows.num_rows:
+        newest_frame = newest_per_key(spark, rows, schema, scratch, keep_order=True)
+        frame = checks.applied(newest_frame, rules, schema, ORDER_COLUMN)
+        try:
+            newest = frame.toArrow().select(schema.names).cast(schema.arrow())
+        except Exception as exc:
+            violation = checks.explain(exc, rules, schema, batch, scratch)
+            if violation is None:
+                raise
+            raise violation from exc
+    else:
+        newest = schema.arrow().empty_table()
     spark_seconds = time.perf_counter() - started
     failpoints.hit("load.after-spark-write")
     failpoints.hit("load.upsert.before-merge")
-    metrics = commit_upsert(delta, newest, schema, table, seq, batch.updates[-1].release)
+    metrics = commit_upsert(delta, newest, schema, table, seq, batch.updates[-1].release, rules)
     inserted, updated = metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0)
     done = time.perf_counter()
     failpoints.hit("load.upsert.after-merge")
@@ -146,10 +184,29 @@ def upsert_with_deltalake(
 
 
 def commit_upsert(
-    delta: DeltaTable, newest: pa.Table, schema: TableSchema, table: str, seq: int, data_until: float | None = None
+    delta: DeltaTable,
+    newest: pa.Table,
+    schema: TableSchema,
+    table: str,
+    seq: int,
+    data_until: float | None = None,
+    rules: TableRules | None = None,
 ) -> dict[str, int]:
     """Step 2 of the module docstring: ``newest`` (one row per key) merged into ``delta``
-    with the batch's application transaction; the MERGE's row counts."""
+    with the batch's application transaction; the MERGE's row counts.
+
+    Both commits are made against ``delta``'s version, where ``rules`` were read: one that
+    another writer's new protocol or metadata overtook fails (``TableChanged``), and the
+    retry checks the rules again.
+    """
+    rules = rules if rules is not None else TableRules.read(table, delta)
+    with committing(rules, merge=True):
+        return _merge(delta, newest, schema, table, seq, data_until)
+
+
+def _merge(
+    delta: DeltaTable, newest: pa.Table, schema: TableSchema, table: str, seq: int, data_until: float | None
+) -> dict[str, int]:
     on, newer = merge_predicates(schema)
     before = delta.version()
     commit = load_commit(table, seq, data_until)

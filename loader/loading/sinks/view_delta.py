@@ -10,7 +10,13 @@ the table's last version absorbed): the exactly-once key of a view, read back by
 commits, the transactions alone, so the view never lags behind what it holds.
 
 Committed by ``deltalake`` for both writers: the view's rows come from the executor on
-the loader's side, so a Spark job would only copy them.
+the loader's side, so a Spark job would only copy them. The view table's own rules are read
+from the handle the MERGE runs against (loader/loading/sinks/table_rules.py): a view table
+made append-only, or given a writer feature the loader does not honour, refuses the load
+(``TableRefusesWrites``: the view retries with back-off until it is fixed); its CHECK
+constraints, invariants and generated columns are checked by delta-rs's MERGE itself, which
+refuses a violating row; a protocol or metadata change by another writer meanwhile fails
+the commit (``TableChanged``), and the retry checks again.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from loader.core.schema import TableSchema
 from loader.core.views import COUNT_COLUMN, ROW_COLUMN
 from loader.durability.transactions import view_app_id
 from loader.loading.sinks.delta_table import schema_differences
+from loader.loading.sinks.table_rules import TableRules, committing, opening
 
 
 def row_digest(row: tuple) -> str:
@@ -73,7 +80,18 @@ class ViewTable:
         self, changed: Mapping[tuple, int], versions: Mapping[str, int], metadata: Mapping[str, str]
     ) -> tuple[int, int, int]:
         """The module docstring's MERGE; the new version, rows inserted and rows deleted."""
-        delta = DeltaTable(str(self.path))
+        with opening(self.view):
+            delta = DeltaTable(str(self.path))
+        rules = TableRules.read(self.view, delta)
+        refused = rules.refusal("merge")
+        if refused is not None:
+            raise refused
+        with committing(rules, merge=True):
+            return self._merge(delta, changed, versions, metadata)
+
+    def _merge(
+        self, delta: DeltaTable, changed: Mapping[tuple, int], versions: Mapping[str, int], metadata: Mapping[str, str]
+    ) -> tuple[int, int, int]:
         before = delta.version()
         commit = CommitProperties(
             app_transactions=[Transaction(view_app_id(self.view, t), v) for t, v in sorted(versions.items())],

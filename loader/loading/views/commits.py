@@ -58,7 +58,7 @@ def current_version(path: Path) -> int:
 def _log_entry(path: Path, version: int) -> list[dict]:
     file = path / "_delta_log" / f"{version:020d}.json"
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
+        lines = file.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028, U+0085 are data
     except FileNotFoundError:
         raise HistoryGone(
             f"version {version} of the Delta table at {path} is no longer in its log (log retention "

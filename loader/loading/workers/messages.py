@@ -7,7 +7,7 @@ whose rows are files, see ``handoff.py``), the reply. Row data never crosses her
 A failure in a worker crosses as a :class:`LoadFailure` rather than as the exception
 itself: a py4j or gRPC exception may not unpickle in the service, and what the service
 needs of it is its text and how the dispatcher classes it (Spark unreachable, the disk,
-or the batch), which the worker decides where the real exception is.
+the table, or the batch), which the worker decides where the real exception is.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from loader.core.durable_files import ENVIRONMENTAL_ERRNOS, environmental
 from loader.core.errors import StartError, caused_by, causes
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
+from loader.loading.failures import TableChanged, TableRefusesWrites, table_refusal, update_at_fault
 from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import SparkUnreachable, spark_unreachable
 
@@ -101,9 +102,18 @@ class LoadFailure:
     trace: str
     #: An error the loader anticipates at start (``StartError``: Delta's jars missing, ...).
     start_error: bool = False
+    #: The table refuses this write (``TableRefusesWrites``): its reason, and its own text
+    #: (the service's metric is per reason; the message says what to do).
+    refused: str | None = None
+    refusal: str = ""
+    #: The table's protocol or metadata changed between the rules' check and the commit.
+    table_changed: bool = False
+    #: The update the failure names as the one to blame (``update_at_fault``), if any.
+    update_seq: int | None = None
 
     @classmethod
     def of(cls, error: BaseException) -> LoadFailure:
+        refusal = table_refusal(error)
         return cls(
             type_name=type(error).__name__,
             message=str(error),
@@ -112,17 +122,26 @@ class LoadFailure:
             errno=_disk_errno(error),
             trace="".join(traceback.format_exception(error)),
             start_error=caused_by(error, lambda e: isinstance(e, StartError)),
+            refused=None if refusal is None else refusal.reason,
+            refusal="" if refusal is None else str(refusal),
+            table_changed=caused_by(error, lambda e: isinstance(e, TableChanged)),
+            update_seq=update_at_fault(error),
         )
 
     def error(self) -> LoadFailedInWorker:
         """The exception the service raises for it, classed as the worker classed the original."""
         failed = LoadFailedInWorker(f"{self.type_name}: {self.message}", self)
+        failed.update_seq = self.update_seq
         if self.unreachable:
             failed.__cause__ = SparkUnreachable(self.message)
         elif self.errno is not None:  # (a disk failure told only in words is in the text already)
             failed.__cause__ = OSError(self.errno, os.strerror(self.errno))
         elif self.start_error:
             failed.__cause__ = StartError(self.message)
+        elif self.refused is not None:
+            failed.__cause__ = TableRefusesWrites(self.refusal or self.message, self.refused)  # type: ignore[arg-type]
+        elif self.table_changed:
+            failed.__cause__ = TableChanged(self.message)
         return failed
 
 
@@ -138,6 +157,7 @@ class LoadFailedInWorker(RuntimeError):
     def __init__(self, message: str, failure: LoadFailure) -> None:
         super().__init__(message)
         self.failure = failure
+        self.update_seq: int | None = None
 
 
 @dataclass(frozen=True)

@@ -156,3 +156,62 @@ def test_many_valid_rows_take_the_whole_column_checks() -> None:
     rows = [{"id": k, "small": None, "v": k / 2, "s": f"r{k}", "b": k % 2 == 0} for k in range(10)]
     assert _checked_columns(rows, _plan(FAST_SCHEMA)) is not None
     assert rows_to_arrow(rows, FAST_SCHEMA, "t").column("v").to_pylist() == [k / 2 for k in range(10)]
+
+
+EXTREMES = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": False},
+            {"name": "f32", "type": "float32"},
+            {"name": "at", "type": "timestamp"},
+            {"name": "day", "type": "date"},
+            {"name": "part", "type": "string"},
+        ],
+        "partition_by": ["part"],
+    }
+)
+
+
+@pytest.mark.parametrize(
+    "row,column,value",
+    [
+        ({"f32": 3.4028235e38}, "f32", 3.4028234663852886e38),  # float32's largest as printed: rounds to it
+        ({"f32": -3.4028235e38}, "f32", -3.4028234663852886e38),
+        ({"f32": 1.401298464324817e-45}, "f32", 1.401298464324817e-45),  # the smallest subnormal
+        ({"f32": 1e-46}, "f32", 0.0),  # rounded to the nearest float32
+        ({"at": "9999-12-31T23:59:59.999999Z"}, "at", dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)),
+        ({"at": "0001-01-01T00:00:00Z"}, "at", dt.datetime(1, 1, 1, tzinfo=dt.UTC)),
+        ({"at": "0001-01-01T01:00:00+01:00"}, "at", dt.datetime(1, 1, 1, tzinfo=dt.UTC)),
+        ({"at": "2025-12-31T23:30:00-01:00"}, "at", dt.datetime(2026, 1, 1, 0, 30, tzinfo=dt.UTC)),  # across a year
+        ({"at": "2026-01-01T00:00:00.1234560Z"}, "at", dt.datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=dt.UTC)),
+        ({"at": -62135596800}, "at", dt.datetime(1, 1, 1, tzinfo=dt.UTC)),
+        ({"at": 253402300799}, "at", dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC)),
+        ({"day": "0001-01-01"}, "day", dt.date(1, 1, 1)),
+        ({"day": "9999-12-31"}, "day", dt.date(9999, 12, 31)),
+        ({"part": "\U0001f600 x"}, "part", "\U0001f600 x"),
+    ],
+)
+def test_the_extremes_of_each_domain_are_taken(row: dict, column: str, value: object) -> None:
+    table = rows_to_arrow([{"id": 1, **row}], EXTREMES, "t")
+    assert table.column(column).to_pylist() == [value]
+
+
+@pytest.mark.parametrize(
+    "row,column,fragment",
+    [
+        ({"f32": 3.4028235677973366e38}, "f32", "out of range for float32"),  # rounds to infinity
+        ({"f32": -1e39}, "f32", "out of range for float32"),
+        ({"at": "9999-12-31T23:30:00-01:00"}, "at", "out of range in UTC"),
+        ({"at": "0001-01-01T00:30:00+01:00"}, "at", "out of range in UTC"),
+        ({"at": "2026-01-01T00:00:00.1234567Z"}, "at", "digits below microseconds"),
+        ({"at": 253402300800}, "at", "years 1 to 9999"),
+        ({"day": "0000-12-31"}, "day", "YYYY-MM-DD"),
+        ({"part": ""}, "part", "empty string"),
+        ({"part": "__HIVE_DEFAULT_PARTITION__"}, "part", "read back as null"),
+    ],
+)
+def test_a_value_no_reader_holds_is_refused_naming_row_and_column(row: dict, column: str, fragment: str) -> None:
+    with pytest.raises(Invalid) as info:
+        rows_to_arrow([{"id": 1, "part": "a"}, {"id": 2, **row}], EXTREMES, "t")
+    assert (info.value.details["row"], info.value.details["column"]) == (1, column)
+    assert fragment in info.value.message and "row 1" in info.value.message, info.value.message

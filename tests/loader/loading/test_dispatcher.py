@@ -322,3 +322,199 @@ def test_the_shared_job_overhead_is_measured_from_jobs_of_different_sizes() -> N
     for _ in range(50):
         fixed.observe(1, 0.3, 0.0)
     assert fixed.overhead == 0.1
+
+
+# -- a poison update holds back only itself: bisection -------------------------------------------------
+
+
+class Poisoned(Recorder):
+    """Fails every batch that holds one of the ``poison`` updates (as the batch's own fault, as
+    a row Spark cannot write does), and the first ``flaky`` loads of each table whatever they
+    hold; records what it sets aside."""
+
+    def __init__(self, poison: dict[str, set[int]], flaky: int = 0) -> None:
+        super().__init__()
+        self.poison = poison
+        self.flaky = {name: flaky for name in poison}
+        self.attempts: list[tuple[str, int, int]] = []
+        self.aside: list[tuple[Batch, int]] = []
+        self.quarantined_batches: list[Batch] = []
+
+    def load(self, worker: int, batch: Batch) -> LoadResult:
+        with self.lock:
+            self.attempts.append((batch.table, batch.first_seq, batch.last_seq))
+            if self.flaky.get(batch.table, 0) > 0:
+                self.flaky[batch.table] -= 1
+                raise RuntimeError(f"a passing fault loading {batch.table}")
+        bad = sorted(self.poison.get(batch.table, set()) & {u.seq for u in batch.updates})
+        if bad:
+            raise RuntimeError(f"cannot write update {bad[0]} of {batch.table}")
+        return super().load(worker, batch)
+
+    def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
+        self.aside.append((batch, attempts))
+
+    def quarantined(self, batch: object) -> None:
+        self.quarantined_batches.append(batch.batch)  # type: ignore[attr-defined]
+
+
+def _bisecting(recorder: Recorder, *, workers: int = 1, groups: int = 1, max_attempts: int = 3) -> Dispatcher:
+    return Dispatcher(
+        make_policy("myopic", max_tables_per_job=groups),
+        workers,
+        PendingStore(),
+        recorder,
+        retry_base=0.001,
+        max_retry_delay=0.005,
+        max_attempts=max_attempts,
+        job_overhead=0.15 if groups > 1 else 0.0,
+    )
+
+
+def _loaded(recorder: Recorder, table: str) -> list[int]:
+    return [u.seq for b in recorder.batches if b.table == table for u in b.updates]
+
+
+async def _poisoned_run(count: int, poison: set[int], flaky: int = 0) -> tuple[Poisoned, Dispatcher]:
+    """``count`` updates of one table pending at once (one batch), the ``poison`` among them."""
+    recorder = Poisoned({"t": poison}, flaky)
+    d = _bisecting(recorder)
+    d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+    for seq in range(1, count + 1):
+        d.released(Update("t", seq, float(seq)))
+    d.start()
+    await _until(lambda: len(_loaded(recorder, "t")) + len(recorder.quarantined_batches) == count)
+    await d.wait_idle()
+    return recorder, d
+
+
+@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) failed", "cannot write update")
+@pytest.mark.parametrize(
+    ("count", "poison"),
+    [(11, {6}), (12, {3, 9}), (11, {1}), (11, {11}), (11, {1, 11}), (2, {1, 2}), (1, {1})],
+    ids=["one-in-the-middle", "two", "at-the-start", "at-the-end", "start-and-end", "all-of-two", "alone"],
+)
+def test_only_the_poison_updates_are_quarantined_the_others_load_once_in_order(count: int, poison: set[int]) -> None:
+    async def scenario() -> None:
+        recorder, d = await _poisoned_run(count, poison)
+        assert _loaded(recorder, "t") == [s for s in range(1, count + 1) if s not in poison]  # once each, in order
+        assert [(b.first_seq, b.last_seq) for b, _ in recorder.aside] == [(s, s) for s in sorted(poison)]
+        assert all(attempts == 3 for _, attempts in recorder.aside)  # each alone, max_attempts times
+        assert [b.first_seq for b in recorder.quarantined_batches] == sorted(poison)
+        # Every batch tried is a prefix of what was pending then, so each commit's transaction
+        # version (its last sequence number) covers exactly what it and the earlier ones hold.
+        assert recorder.attempts[0] == ("t", 1, count)
+        assert d.suspect("t") == [] and d.failures("t") == 0
+        splits = [f for f in recorder.failed_batches if f.split]
+        assert all(len(f.batch.updates) > 1 for f in splits)
+        assert (len(splits) > 0) == (count > 1)
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+class NamesItsUpdate(Poisoned):
+    """A poison whose error names the update to blame, as a row breaking a table's CHECK
+    constraint does (``loader.loading.failures.update_at_fault``)."""
+
+    def load(self, worker: int, batch: Batch) -> LoadResult:
+        try:
+            return super().load(worker, batch)
+        except RuntimeError as exc:
+            bad = sorted(self.poison.get(batch.table, set()) & {u.seq for u in batch.updates})
+            if bad:
+                exc.update_seq = bad[0]  # type: ignore[attr-defined]
+            raise
+
+
+@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) failed", "cannot write update")
+def test_a_failure_that_names_its_update_cuts_the_batch_there_with_no_retries() -> None:
+    """Without the name, each poison costs a bisection and max_attempts attempts with back-off;
+    with it, a batch with k poison updates fails k times (each cut once) and each poison once."""
+
+    async def scenario() -> None:
+        recorder = NamesItsUpdate({"t": {4, 9}})
+        d = _bisecting(recorder)
+        d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+        for seq in range(1, 13):
+            d.released(Update("t", seq, float(seq)))
+        d.start()
+        await _until(lambda: len(_loaded(recorder, "t")) + len(recorder.quarantined_batches) == 12)
+        await d.wait_idle()
+        assert _loaded(recorder, "t") == [s for s in range(1, 13) if s not in (4, 9)]
+        assert [(b.first_seq, b.last_seq, n) for b, n in recorder.aside] == [(4, 4, 1), (9, 9, 1)]  # at once
+        tried = [(first, last) for _, first, last in recorder.attempts]
+        assert tried == [(1, 12), (1, 3), (4, 4), (5, 12), (5, 8), (9, 9), (10, 12)]
+        assert d.suspect("t") == [] and d.failures("t") == 0
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.allow_errors(r"loading t \(updates 1\.\.11\) failed \(attempt [12]\)", "a passing fault")
+def test_a_fault_that_passes_on_a_retry_splits_nothing() -> None:
+    async def scenario() -> None:
+        recorder, d = await _poisoned_run(11, set(), flaky=2)  # max_attempts is 3
+        assert [(b.first_seq, b.last_seq) for b in recorder.batches] == [(1, 11)]
+        assert len(recorder.failed_batches) == 2 and not any(f.split for f in recorder.failed_batches)
+        assert recorder.aside == []
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) failed", "cannot write update")
+def test_updates_arriving_during_a_bisection_load_after_the_suspect_range() -> None:
+    async def scenario() -> None:
+        recorder = Poisoned({"t": {4}})
+        d = _bisecting(recorder)
+        d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+        for seq in range(1, 9):
+            d.released(Update("t", seq, float(seq)))
+        d.start()
+        await _until(lambda: any(f.split for f in recorder.failed_batches))
+        for seq in range(9, 13):  # arrive while the halves are being tried
+            d.released(Update("t", seq, float(seq)))
+        await _until(lambda: len(_loaded(recorder, "t")) == 11)
+        assert _loaded(recorder, "t") == [1, 2, 3, *range(5, 13)]
+        assert [b.first_seq for b, _ in recorder.aside] == [4]
+        # No batch reached past the suspect range while it was still being tried.
+        assert all(last <= 8 for _, first, last in recorder.attempts if first <= 8)
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.allow_errors(r"loading b \(updates \d+\.\.\d+\) failed", "cannot write update")
+def test_a_poison_in_a_group_job_fails_its_table_alone_which_is_bisected_while_the_others_load() -> None:
+    async def scenario() -> None:
+        recorder = Poisoned({"a": set(), "b": {3}, "c": set()})
+        d = _bisecting(recorder, groups=8)
+        _busy_start(d, ["a", "b", "c"], 6)
+        d.start()
+        await _until(lambda: len(recorder.quarantined_batches) == 1 and len(_loaded(recorder, "b")) == 5)
+        await _until(lambda: len(_loaded(recorder, "a")) == 6 and len(_loaded(recorder, "c")) == 6)
+        assert sorted(recorder.groups[0]) == ["a", "b", "c"]  # one job first, b's failure its own outcome
+        assert _loaded(recorder, "b") == [1, 2, 4, 5, 6]
+        assert [b.first_seq for b, _ in recorder.aside] == [3]
+        assert [g for g in recorder.groups[1:] if "b" in g] == []  # from its first failure on, b ran alone
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.allow_errors(r"loading t \(updates 1\.\.1\) failed", "cannot write update")
+def test_without_max_attempts_nothing_is_split_or_quarantined() -> None:
+    async def scenario() -> None:
+        recorder = Poisoned({"t": {1}})
+        d = _bisecting(recorder, max_attempts=0)
+        d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+        d.released(Update("t", 1, 1.0))
+        d.released(Update("t", 2, 2.0))
+        d.start()
+        await _until(lambda: len(recorder.failed_batches) >= 6)
+        assert recorder.aside == [] and not any(f.split for f in recorder.failed_batches)
+        assert {(first, last) for _, first, last in recorder.attempts} == {(1, 2)}
+        d.shutdown()
+
+    asyncio.run(scenario())

@@ -14,7 +14,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from loader.core.schema import TableSchema
-from loader.core.updates import Batch, Update
+from loader.core.updates import Batch, Update, arrival
 from loader.loading.sinks.upsert import ORDER_COLUMN, ordered_rows
 from loader.pending.keyed import KeySpec
 from loader.pending.spill.registry import make_spill_policy
@@ -316,3 +316,192 @@ def test_linecutting_bounded_moves_a_joining_slow_key_part_of_the_line_once_it_k
     assert 0 < into < len(queue) - 1
     assert latest.virtual[seqs[into]] > 47.0 - advance >= latest.virtual[seqs[into - 1]]
     assert [latest.virtual[s] for s in seqs] == sorted(latest.virtual[s] for s in seqs)
+
+
+# -- keys held by a quarantined update (a table without order_by) ---------------------------------------------
+
+ARRIVAL_ONLY = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "k", "type": "int64", "nullable": False},
+            {"name": "o", "type": "int64", "nullable": False},
+            {"name": "v", "type": "int64"},
+        ],
+        "key": ["k"],
+    }
+)
+
+
+def newest(updates: tuple[Update, ...]) -> dict[int, int]:
+    """What a load of ``updates`` leaves per key (the upsert's rule, arrival order alone)."""
+    rows = ordered_rows(Batch("t", updates), ARRIVAL_ONLY).to_pylist()
+    out: dict[int, tuple[int, int]] = {}
+    for row in rows:
+        if row["k"] not in out or row[ORDER_COLUMN] >= out[row["k"]][0]:
+            out[row["k"]] = (row[ORDER_COLUMN], row["v"])
+    return {k: v for k, (_, v) in sorted(out.items())}
+
+
+@pytest.mark.parametrize("budget", [1 << 20, 40], ids=["in-memory", "spilled"])
+def test_held_keys_wait_from_the_queue_and_on_arrival_and_join_the_update_that_releases_them(
+    tmp_path: Path, budget: int
+) -> None:
+    store = make_store(tmp_path, budget, KeySpec(("k",), "fifo-uq"))
+    store.append(update(1, [(1, 0, 10), (2, 0, 20)]))
+    store.append(update(2, [(1, 0, 11), (3, 0, 30)]))  # queued before the hold: excluded from its update
+    assert (store.spilled > 0) == (budget == 40)
+    # Update 0 of the table (its values k=1 -> 9, k=4 -> 40) was quarantined: its keys wait.
+    store.hold_keys("t", 0, update(0, [(1, 0, 9), (4, 0, 40)]).rows)
+    assert store.held_counts("t", 0) == (2, 1)
+    store.append(update(3, [(1, 0, 12), (2, 0, 21), (4, 0, 41)]))  # on arrival: k=1 and k=4 held
+    assert store.held_counts("t", 0) == (2, 2)  # the newest of each: 12 (11 superseded) and 41
+    batch = store.take("t")
+    assert newest(batch) == {2: 21, 3: 30}  # the other keys load; held values are not in the batch
+    held = store.held_to_save("t", batch)
+    assert sorted((v.key, v.seq) for v in held) == [((1,), 3), ((4,), 3)]  # durable before it commits
+    store.loaded("t")
+    assert store.held_to_save("t", batch) == []
+    store.append(update(4, [(1, 0, 13)]))
+    # The retry: the entry's values as one update, numbered 5, release the keys when it arrives.
+    store.release_keys_at("t", 0, 5)
+    store.append(update(5, [(1, 0, 9), (4, 0, 40)]))
+    assert store.held_counts("t", 0) is None
+    store.append(update(6, [(4, 0, 42)]))  # after the release: loads as any value
+    assert newest(store.take("t")) == {1: 13, 4: 42}  # the quarantined values first, then the held ones
+
+
+def test_held_values_restored_after_a_restart_are_not_held_twice(tmp_path: Path) -> None:
+    """After a restart the values made durable before come from the entry, and the WAL
+    replays some of them again: the newest per key waits once."""
+    from loader.durability.quarantine import HELD_ARRIVAL, HELD_SEQ
+
+    store = make_store(tmp_path, 1 << 20, KeySpec(("k",), "in-place"))
+    saved = update(3, [(1, 0, 12)]).rows
+    saved = saved.append_column(HELD_ARRIVAL, pa.array([arrival(3, 0)], pa.int64()))
+    saved = saved.append_column(HELD_SEQ, pa.array([3], pa.int64()))
+    store.hold_keys("t", 0, update(0, [(1, 0, 9)]).rows, saved=saved)
+    store.append(update(3, [(1, 0, 12), (2, 0, 20)]))  # replayed: the same value again
+    assert store.held_counts("t", 0) == (1, 1)
+    batch = store.take("t")
+    assert store.held_to_save("t", batch) == []  # durable already
+    assert newest(batch) == {2: 20}
+
+
+held_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3)), min_size=1, max_size=5)),
+        st.tuples(
+            st.sampled_from(
+                [
+                    "take",
+                    "take-one",  # a bisection's part: the head update alone
+                    "fail",
+                    "landed",
+                    "load",
+                    "quarantine",  # the head update alone kept failing: set aside
+                    "retry",
+                ]
+            ),
+            st.just([]),
+        ),
+    ),
+    min_size=10,
+    max_size=50,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    script=held_steps,
+    policy=st.sampled_from(["fifo-uq", "in-place", "linecutting", "linecutting-bounded"]),
+    max_keys=st.sampled_from([None, 1, 3]),
+    budget=st.sampled_from([120, 1 << 20]),
+)
+def test_quarantined_updates_hold_their_keys_so_a_retry_leaves_the_newest_value_of_every_key(
+    script, policy, max_keys, budget
+) -> None:
+    """A table without order_by: an update set aside holds its keys (later values wait, the
+    others load), and its retry, a new update, releases them, so the table ends as if every
+    value had loaded in the order it arrived."""
+    spec = KeySpec(("k",), policy, max_keys)
+    with tempfile.TemporaryDirectory() as directory:
+        store = make_store(Path(directory), budget, spec)
+        sent: list[tuple[int, int, int]] = []
+        table: dict[int, tuple[int, int]] = {}
+        committed = [0]
+        batch: tuple[Update, ...] | None = None
+        landed = False
+        entries: list[tuple[int, pa.Table]] = []
+        seq = 0
+        set_aside = held_values = 0
+
+        def send(rows: pa.Table) -> None:
+            nonlocal seq
+            seq += 1
+            store.append(Update("t", seq, float(seq), rows=rows))
+
+        def take(limit: int | None = None) -> None:
+            nonlocal batch, landed
+            batch = store.take("t", limit, now=seq + 0.5)
+            landed = False
+            store.held_to_save("t", batch)  # (made durable before it commits: nothing to do here)
+
+        def retry() -> None:
+            nonlocal held_values
+            first, rows = entries.pop(0)
+            held_values += (store.held_counts("t", first) or (0, 0))[1]
+            store.release_keys_at("t", first, seq + 1)  # as the desk does, as intake numbers it
+            send(rows)
+
+        for op, rows in script:
+            if op == "send":
+                values = [(k, o, len(sent) + i) for i, (k, o) in enumerate(rows)]
+                sent.extend(values)
+                send(update(0, values).rows)
+            elif op in ("take", "take-one") and batch is None and len(store.cache.queues["t"]):
+                take(1 if op == "take-one" else None)
+            elif op == "fail" and batch is not None:
+                store.put_back("t")
+                batch = None
+            elif op == "landed" and batch is not None:
+                load(table, Batch("t", batch), committed, ordered=False)
+                store.put_back("t")
+                batch = None
+            elif op == "load" and batch is not None:
+                load(table, Batch("t", batch), committed, ordered=False)
+                store.loaded("t")
+                batch = None
+            elif op == "quarantine" and (batch is not None or len(store.cache.queues["t"])):
+                if batch is None or len(batch) > 1:  # bisected down to the head update (the rest goes back)
+                    if batch is not None:
+                        store.put_back("t")
+                    take(1)
+                assert batch is not None
+                (q,) = batch
+                if q.seq <= committed[0]:  # (its commit landed: its next attempt is skipped, never set aside)
+                    continue
+                data = q.rows if q.rows is not None else q.spilled.read()  # type: ignore[union-attr]
+                arrivals = q.arrived or tuple(arrival(q.seq, i) for i in range(data.num_rows))
+                order = sorted(range(data.num_rows), key=arrivals.__getitem__)
+                entries.append((q.seq, data.take(pa.array(order, pa.int64()))))
+                store.loaded("t")  # set aside: out of the queue
+                store.hold_keys("t", q.seq, data)
+                batch = None
+                set_aside += 1
+            elif op == "retry" and entries:
+                retry()
+            accounted(store)
+        if batch is not None:
+            load(table, Batch("t", batch), committed, ordered=False)
+            store.loaded("t")
+        while entries or len(store.cache.queues["t"]):
+            if entries:
+                retry()
+            take()
+            assert batch is not None
+            load(table, Batch("t", batch), committed, ordered=False)
+            store.loaded("t")
+        event(f"set aside: {min(set_aside, 2)}; values held until a retry: {min(held_values, 2)}")
+        assert table == newest_of(sent, ordered=False)
+        latest = store._latest["t"]
+        assert not latest.holds and not latest.held_by and not latest.index and not latest.in_flight

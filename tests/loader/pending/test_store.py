@@ -194,3 +194,22 @@ def test_a_failed_batch_put_back_onto_a_full_disk_stays_queued(tmp_path: Path, m
     with pytest.raises(SpillFull):
         s.check_room(size)
     assert [u.seq for u in s.take("t")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_take_stops_at_a_sequence_number_a_bisection_caps_it_at(tmp_path: Path) -> None:
+    """The dispatcher tries a suspect range of the head alone (loader/loading/dispatcher.py):
+    the take stops there, reading a spilled head back; a cap below the head caps nothing."""
+    size = update(1).resident_bytes
+    s = store(tmp_path, budget=3 * size)
+    for seq in range(1, 11):
+        s.append(update(seq))
+    assert s.spilled > 0
+    head = s.take("t", through=4)
+    assert [u.seq for u in head] == [1, 2, 3, 4]
+    assert ids_of(head) == [i for seq in range(1, 5) for i in range(seq * 1000, seq * 1000 + 100)]
+    s.put_back("t")  # failed: back as it was, the cap taken again
+    assert [u.seq for u in s.take("t", limit=2, through=4)] == [1, 2]  # (the policy's limit still applies)
+    s.loaded("t")
+    assert [u.seq for u in s.take("t", through=1)] == list(range(3, 11))  # past: no cap
+    s.loaded("t")
+    assert s.count("t") == 0

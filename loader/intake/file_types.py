@@ -1,0 +1,410 @@
+"""What a landing file's column may hold for each column type, and how it becomes that type.
+
+Why a module of its own: Spark reads a Parquet file by its physical types and fails the
+whole load on a mismatch (``FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH``), while
+pyarrow's cast turns almost anything into almost anything (the string ``"1"`` into an
+integer, a timestamp into its raw number). Intake once checked files with that cast, so it
+acknowledged files that no load could read. Here every pair of a file's type and a table's
+type is decided once, for every reader:
+
+- *loaded as is*: Spark reads the column as the table's type, with the values pyarrow
+  reads (``AS_IS``); the owned copy is loaded untouched;
+- *converted*: an exact conversion (integer widths when every value fits, float16/float32
+  to float64, integers to floats when every value is exact, timestamps of any unit and zone
+  to UTC microseconds when exact, date64 to date32, large, dictionary and binary strings to
+  string); intake then writes the owned copy again as Parquet with the table's exact Arrow
+  schema (loader/intake/landing.py), so the load reads what intake checked;
+- *refused*: every other pair (text to numbers, floats or decimals to integers, dates to
+  timestamps...), named with the column and both types; and any value outside the column
+  type's domain (loader/core/schema.py), named with its row.
+
+CSV and JSON files are text, parsed by pyarrow with the table's types (``text_schema``);
+their owned copy is always that parse as Parquet, so Spark never parses text by rules of
+its own (it failed on ``0x10``, which pyarrow reads as 16).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from loader.core.schema import (
+    ARROW_TYPES,
+    DATE_MAX,
+    DATE_MIN,
+    FLOAT32_MAX,
+    INT_RANGES,
+    TIMESTAMP_MAX,
+    TIMESTAMP_MIN,
+    ColumnType,
+)
+
+#: The column type of each table Arrow type (ARROW_TYPES is one to one).
+COLUMN_TYPES: dict[pa.DataType, ColumnType] = {arrow: kind for kind, arrow in ARROW_TYPES.items()}
+
+_EPOCH = dt.date(1970, 1, 1)
+_DAYS = ((DATE_MIN - _EPOCH).days, (DATE_MAX - _EPOCH).days)
+_MICROS = (
+    (TIMESTAMP_MIN - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1),
+    (TIMESTAMP_MAX - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1),
+)
+#: Integers a float holds exactly, whatever their value: up to 2**(mantissa bits + 1).
+_EXACT_INTEGERS = {ColumnType.float32: 2**24, ColumnType.float64: 2**53}
+_F32 = struct.Struct("<f")
+
+
+class Unloadable(ValueError):
+    """A landing file's column that the table cannot take: the column, and the row when one
+    value is to blame (numbered from the file's first row)."""
+
+    def __init__(self, message: str, column: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.column = column
+        self.row = row
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _is_bytes(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind)
+
+
+_SMALL_INTS = (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16())
+
+#: File types Spark's Parquet reader reads as the table's type, value for value as pyarrow
+#: reads them (each pair measured: tests/system/test_type_domain.py); a column of any other
+#: accepted type is converted. Timestamps in nanoseconds are read by the load's frame as
+#: longs and divided (loader/loading/sinks/frame.py), so they too load as they are.
+AS_IS: dict[ColumnType, Callable[[pa.DataType], bool]] = {
+    ColumnType.string: lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t),
+    ColumnType.int32: lambda t: t in _SMALL_INTS,
+    ColumnType.int64: lambda t: t in _SMALL_INTS or t in (pa.int64(), pa.uint32()),
+    ColumnType.float32: lambda t: t == pa.float32(),
+    # (not uint32: Spark reads a UINT_32 column asked for as a double as signed, 2**32-1 as -1.0)
+    ColumnType.float64: lambda t: t in (pa.float32(), pa.float64()) or t in _SMALL_INTS,
+    ColumnType.boolean: lambda t: t == pa.bool_(),
+    ColumnType.date: lambda t: t in (pa.date32(), pa.date64()),
+    ColumnType.timestamp: lambda t: pa.types.is_timestamp(t) and t.unit in ("ms", "us", "ns"),
+}
+
+
+def loads_as_is(file_schema: pa.Schema, table: pa.Schema) -> bool:
+    """Whether Spark reads every column the file shares with the table as the table's type
+    (dictionary encoding is the file's business: Spark decodes it)."""
+    for field in table:
+        if field.name not in file_schema.names:
+            continue  # read as null
+        kind = file_schema.field(field.name).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        if not AS_IS[COLUMN_TYPES[field.type]](kind):
+            return False
+    return True
+
+
+def text_schema(table: pa.Schema, json: bool) -> pa.Schema:
+    """The types a CSV or JSON file's text is parsed to: the table's, but float32 columns
+    as float64 (so that a finite number beyond float32 is told from a written infinity) and,
+    in JSON, dates as text (pyarrow's JSON reader takes a date only as a day number; a JSON
+    row's date is "YYYY-MM-DD")."""
+    fields = []
+    for field in table:
+        kind = COLUMN_TYPES[field.type]
+        if kind is ColumnType.float32:
+            field = field.with_type(pa.float64())
+        elif json and kind is ColumnType.date:
+            field = field.with_type(pa.string())
+        fields.append(field.with_nullable(True))
+    return pa.schema(fields)
+
+
+def conform(chunk: pa.RecordBatch | pa.Table, table: pa.Schema, text: bool, first_row: int = 0) -> pa.Table:
+    """A chunk of a landing file as the table's columns: by name, missing ones null, each
+    converted by the rules of the module docstring; Unloadable otherwise.
+
+    ``text``: the chunk was parsed from CSV or JSON (``text_schema``): floats are decimal
+    numbers rounded to float32 as a JSON row's are, dates are "YYYY-MM-DD".
+    ``first_row``: the chunk's first row in the file, to name a row.
+    """
+    data = pa.Table.from_batches([chunk]) if isinstance(chunk, pa.RecordBatch) else chunk
+    extra = [name for name in data.column_names if name not in table.names]
+    if extra:
+        raise Unloadable(f"unknown column {extra[0]!r}; the table's columns are {table.names}", extra[0])
+    columns = []
+    for field in table:
+        if field.name in data.column_names:
+            values = data.column(field.name)
+            columns.append(_convert(values, field.name, COLUMN_TYPES[field.type], text, first_row))
+        else:
+            columns.append(pa.nulls(data.num_rows, field.type))
+    # The table's schema as it is: a null in a required column is the caller's to name (with
+    # its row), as the cast this replaced refused it without one.
+    return pa.Table.from_arrays(columns, schema=table)
+
+
+def _convert(values: pa.ChunkedArray, name: str, kind: ColumnType, text: bool, first_row: int) -> pa.ChunkedArray:
+    source = values.type
+    if pa.types.is_dictionary(source):
+        source = source.value_type
+        values = pc.cast(values, source)
+    if pa.types.is_null(source):  # a column of nulls only (pandas writes one for an empty object column)
+        return pc.cast(values, ARROW_TYPES[kind])
+    converted = _RULES[kind](_Column(values, source, name, kind, text, first_row))
+    if converted is None:
+        raise Unloadable(_refusal(name, source, kind), name)
+    _check_domain(converted, name, kind, first_row)
+    return converted
+
+
+#: What to write a column of each type as, in the terms of the tools that write Parquet.
+WRITE_AS: dict[ColumnType, str] = {
+    ColumnType.string: "string (Parquet BYTE_ARRAY, UTF8)",
+    ColumnType.int32: "an integer type of at most 32 bits (Parquet INT32)",
+    ColumnType.int64: "an integer type (Parquet INT64)",
+    ColumnType.float32: "float32 (Parquet FLOAT)",
+    ColumnType.float64: "float64 (Parquet DOUBLE)",
+    ColumnType.boolean: "bool (Parquet BOOLEAN)",
+    ColumnType.date: "date32 (Parquet DATE)",
+    ColumnType.timestamp: "a timestamp (Parquet TIMESTAMP, in any unit and zone)",
+}
+
+
+def _refusal(name: str, source: pa.DataType, kind: ColumnType) -> str:
+    """Why a file's column type is not taken, and what to write instead."""
+    numeric = pa.types.is_integer(source) or pa.types.is_floating(source) or pa.types.is_decimal(source)
+    if _is_text(source) or _is_bytes(source):
+        why = "text is not parsed into another type"
+    elif kind is ColumnType.string:
+        why = "only text is taken for a string column (a value is not turned into text)"
+    elif pa.types.is_decimal(source):
+        why = "a decimal is converted neither to an integer nor to a binary float"
+    elif pa.types.is_floating(source) and kind in INT_RANGES:
+        why = "a floating-point number is not converted to an integer (it may not be whole)"
+    elif pa.types.is_timestamp(source) or pa.types.is_date(source):
+        why = "dates and timestamps are converted only to their own kind, never to a number or to each other"
+    elif numeric and kind in (ColumnType.date, ColumnType.timestamp):
+        why = "a number is not converted to a date or a timestamp (its unit and epoch are not known)"
+    elif pa.types.is_boolean(source) or kind is ColumnType.boolean:
+        why = "booleans and numbers are not converted into each other"
+    else:
+        why = "this type is not converted"
+    shown = f"column {name!r} is {source} in the file but {_shown(kind)} in the table"
+    return f"{shown}, and {why}; write it as {WRITE_AS[kind]}"
+
+
+def _shown(kind: ColumnType) -> str:
+    """A column type as the table declares it, with its Arrow type where the names differ."""
+    arrow = str(ARROW_TYPES[kind])
+    return kind.value if arrow == kind.value else f"{kind.value} ({arrow})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """A file's column on its way to its table column's type, with what naming a bad value needs."""
+
+    values: pa.ChunkedArray
+    source: pa.DataType  # (dictionary encoding removed)
+    name: str
+    kind: ColumnType
+    text: bool  # parsed from CSV or JSON
+    first: int  # the file's row of the chunk's first row
+
+    def bad(self, index: int, value: object, why: str) -> Unloadable:
+        """The refusal of the value at ``index`` of the chunk (numbered in the file)."""
+        row = self.first + index
+        return Unloadable(
+            f"row {row}: column {self.name!r} ({self.source} in the file, {_shown(self.kind)} in the table) holds "
+            f"{value!r}, {why}",
+            self.name,
+            row,
+        )
+
+
+def _first(mask: pa.ChunkedArray | pa.Array) -> int | None:
+    """The first index where ``mask`` is true, None where it never is."""
+    index = int(pc.index(mask, True).as_py())
+    return None if index < 0 else index
+
+
+# -- one rule per column type: the converted column, or None for a type it does not take ----------
+def _to_string(column: _Column) -> pa.ChunkedArray | None:
+    if _is_text(column.source):
+        return pc.cast(column.values, pa.string())
+    if not _is_bytes(column.source):
+        return None
+    try:
+        return pc.cast(column.values, pa.string())  # checks that every value is UTF-8
+    except pa.ArrowInvalid:
+        for index, value in enumerate(column.values.to_pylist()):
+            try:
+                if value is not None:
+                    value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise column.bad(index, value[:40], "which is not UTF-8 text; write the column as text") from None
+        raise
+
+
+def _to_integer(column: _Column) -> pa.ChunkedArray | None:
+    if not pa.types.is_integer(column.source):
+        return None
+    try:
+        return pc.cast(column.values, ARROW_TYPES[column.kind])  # safe: refuses a value that does not fit
+    except pa.ArrowInvalid:
+        lo, hi = INT_RANGES[column.kind]
+        for index, value in enumerate(column.values.to_pylist()):
+            if value is not None and not lo <= value <= hi:
+                raise column.bad(index, value, f"which is outside {column.kind.value}'s range {lo}..{hi}") from None
+        raise
+
+
+def _to_float(column: _Column) -> pa.ChunkedArray | None:
+    values, source, target = column.values, column.source, ARROW_TYPES[column.kind]
+    if source == target or (pa.types.is_floating(source) and source.bit_width < target.bit_width):
+        return pc.cast(values, target)  # equal, or a widening: exact
+    if pa.types.is_integer(source):
+        limit = _EXACT_INTEGERS[column.kind]
+        bounds = pc.min_max(values)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None or (-limit <= low and high <= limit):
+            return pc.cast(values, target)
+        for index, value in enumerate(values.to_pylist()):
+            if value is not None and int(_rounded(float(value), column.kind)) != value:
+                raise column.bad(index, value, f"which {column.kind.value} cannot hold exactly; write it as a float")
+        return pc.cast(values, target, safe=False)
+    if source == pa.float64() and column.kind is ColumnType.float32:
+        narrowed = pc.cast(values, target, safe=False)
+        if column.text:  # a decimal number: rounded to the nearest float32, refused if that overflows
+            bad = pc.and_(pc.is_inf(narrowed), pc.invert(pc.is_inf(values)))
+            why = f"which is beyond float32's largest finite value {FLOAT32_MAX!r}"
+        else:  # a binary float64: taken only when float32 holds it exactly
+            bad = pc.and_(pc.not_equal(pc.cast(narrowed, pa.float64()), values), pc.invert(pc.is_nan(values)))
+            why = "which float32 cannot hold exactly; write the column as float32, or declare it float64"
+        index = _first(bad)
+        if index is not None:
+            raise column.bad(index, values[index].as_py(), why)
+        return narrowed
+    return None
+
+
+def _rounded(value: float, kind: ColumnType) -> float:
+    return _F32.unpack(_F32.pack(value))[0] if kind is ColumnType.float32 else value
+
+
+def _to_boolean(column: _Column) -> pa.ChunkedArray | None:
+    return column.values if column.source == pa.bool_() else None
+
+
+def _to_date(column: _Column) -> pa.ChunkedArray | None:
+    values, source = column.values, column.source
+    if source == pa.date32():
+        return values
+    if source == pa.date64():
+        try:
+            return pc.cast(values, pa.date32())  # safe: refuses a time of day
+        except pa.ArrowInvalid:
+            whole = pc.equal(pc.cast(pc.cast(values, pa.date32(), safe=False), pa.date64()), values)
+            index = _first(pc.invert(whole))
+            if index is None:
+                raise
+            raise column.bad(index, values[index].as_py(), "which has a time of day") from None
+    if column.text and _is_text(source):  # a JSON file's "YYYY-MM-DD"
+        try:
+            return pc.cast(values, pa.date32())
+        except pa.ArrowInvalid:
+            for index, value in enumerate(values.to_pylist()):
+                try:
+                    if value is not None:
+                        pc.cast(pa.array([value]), pa.date32())
+                except pa.ArrowInvalid:
+                    raise column.bad(index, value, "which is not a date YYYY-MM-DD") from None
+            raise
+    return None
+
+
+def _to_timestamp(column: _Column) -> pa.ChunkedArray | None:
+    values, source = column.values, column.source
+    if not pa.types.is_timestamp(source):
+        return None
+    # A timestamp without a zone is UTC, as a JSON row's is (pyarrow's cast keeps its value).
+    try:
+        return pc.cast(values, ARROW_TYPES[column.kind])  # safe: refuses what microseconds cannot hold
+    except pa.ArrowInvalid:
+        raw = pc.cast(values, pa.int64())
+        if source.unit == "ns":
+            index = _first(pc.not_equal(pc.multiply(pc.divide(raw, 1000), 1000), raw))
+            why = "nanoseconds, which are not whole microseconds (Delta's timestamps hold microseconds)"
+        else:
+            per_second = {"s": 1, "ms": 1_000, "us": 1_000_000}[source.unit]
+            low, high = (m * per_second // 1_000_000 for m in _MICROS)
+            index = _first(pc.or_(pc.less(raw, low), pc.greater(raw, high)))
+            why = f"a raw value outside the years {TIMESTAMP_MIN.year} to {TIMESTAMP_MAX.year}"
+        if index is None:
+            raise
+        raise column.bad(index, raw[index].as_py(), why) from None
+
+
+_RULES: dict[ColumnType, Callable[[_Column], pa.ChunkedArray | None]] = {
+    ColumnType.string: _to_string,
+    ColumnType.int32: _to_integer,
+    ColumnType.int64: _to_integer,
+    ColumnType.float32: _to_float,
+    ColumnType.float64: _to_float,
+    ColumnType.boolean: _to_boolean,
+    ColumnType.date: _to_date,
+    ColumnType.timestamp: _to_timestamp,
+}
+
+
+def _check_domain(values: pa.ChunkedArray, name: str, kind: ColumnType, first: int) -> None:
+    """Dates and timestamps within years 1 to 9999 (loader/core/schema.py): Arrow holds more,
+    and a value beyond would fail every load of its batch (or read back as another)."""
+    if kind is ColumnType.date:
+        raw, (low, high) = pc.cast(values, pa.int32()), _DAYS
+        shown = f"{DATE_MIN.isoformat()} to {DATE_MAX.isoformat()}"
+    elif kind is ColumnType.timestamp:
+        raw, (low, high) = pc.cast(values, pa.int64()), _MICROS
+        shown = f"{TIMESTAMP_MIN.isoformat()} to {TIMESTAMP_MAX.isoformat()}"
+    else:
+        return
+    index = _first(pc.or_(pc.less(raw, low), pc.greater(raw, high)))
+    if index is not None:
+        value = raw[index].as_py()
+        text = _day(value) if kind is ColumnType.date else _instant(value)
+        raise Unloadable(
+            f"row {first + index}: column {name!r} holds {text}, outside the {kind.value} range {shown} that Spark, "
+            "Delta and their readers hold",
+            name,
+            first + index,
+        )
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """Year, month, day of a day number from 1970-01-01 in the proleptic Gregorian calendar,
+    for any year (Python's date stops at 1 and 9999; the values refused here lie beyond)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _day(days: int) -> str:
+    year, month, day = _civil(days)
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def _instant(micros: int) -> str:
+    days, rest = divmod(micros, 86_400_000_000)
+    seconds, fraction = divmod(rest, 1_000_000)
+    return f"{_day(days)}T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{fraction:06d}Z"
