@@ -24,12 +24,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-from collections.abc import Callable, Sequence
 
 from loader.abc import HeldValue, KeyHolds, QuarantineMetrics
 from loader.core.durable_files import remove_files

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 import pyarrow.parquet as pq
+import pytest
 
 from loader.core.updates import Update, WalRecord
 from loader.durability.catalog import Catalog

@@ -35,7 +35,6 @@ from loader.ops.metrics import Metrics
 from testing.delta_alter import commit_metadata, invariant, protocol_with
 from testing.prom import sample_value
 
-
 IDENTITY = {"delta.identity.start": 1, "delta.identity.step": 1, "delta.identity.highWaterMark": 2}
 
 
