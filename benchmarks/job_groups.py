@@ -3,23 +3,13 @@
     python -m benchmarks.job_groups            # Spark group jobs k = 1..32, simulator at 50/200/1,000 tables
     python -m benchmarks.job_groups --quick    # fewer runs and sizes, prints only
 
-1. Cost. ``DeltaRsSink.load_group`` of k tables (one update of 100 rows each, one Spark
-   job, k Delta commits) against k single-table ``DeltaRsSink.load`` calls of the same
-   batches, alternating, Spark ``local[2]`` in this process, after a warm-up of each.
-   A least-squares line through the group durations gives the model's shared overhead O
-   (intercept) and the cost a table adds to a job (slope): schedulers/job_groups.py.
-2. Freshness. The simulator (the policies the service runs) on the issue's workloads:
-   50 and 200 tables at Poisson 0.5 updates/s each, 1,000 tables at 0.1/s, 2 workers,
-   with the cost measured in (1): single-table jobs, and multi-table jobs under both
-   rules. Staleness / LOW is the ratio to an ideal loader: LOW is exactly the staleness
-   integral of a loader that makes every update visible the moment it arrives.
-3. ``loader simulate`` end to end on 1,000,000 updates over 1,000 tables (trace parsing,
-   simulation, schedule written), single-table and grouped.
+A least-squares line through the measured group durations gives the cost model's shared
+overhead O and per-table cost (schedulers/job_groups.py); the simulator then runs the
+service's policies at that cost. templates/job-groups.md says what each part measures.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -30,37 +20,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from loader.core.schema import TableSchema
-from loader.core.updates import Batch, Update
+from benchmarks.harness import spark
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.markdown import Template
+from benchmarks.harness.results import int_keys
+from benchmarks.harness.rows import SCHEMA
+from loader.core.updates import Batch
 from schedulers.generators import many_feeds
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
 from schedulers.traces import write_trace
-from testing.report import (
-    RESULTS_DIR,
-    command_line,
-    load_average,
-    log,
-    machine_info,
-    machine_markdown,
-    md_table,
-    write_json,
-    write_section,
-)
+from testing.report import log, machine_markdown
 
-MODULE = "benchmarks.job_groups"
-SECTION = "job-groups"
-SCHEMA = TableSchema.model_validate(
-    {
-        "columns": [
-            {"name": "id", "type": "int64", "nullable": False},
-            {"name": "v", "type": "float64"},
-            {"name": "s", "type": "string"},
-        ]
-    }
-)
 ROWS = 100
 WORKLOADS = ((50, 0.5), (200, 0.5), (1000, 0.1))
+T = Template("job-groups")
 
 
 def _rows(seed: int) -> pa.Table:
@@ -76,12 +50,10 @@ def _rows(seed: int) -> pa.Table:
 
 def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
     from loader.loading.sinks.delta_rs import DeltaRsSink
-    from loader.loading.spark import build_spark_session
 
-    spark = build_spark_session("local[2]", fair_pools=1)
     out: dict[str, Any] = {"sizes": sizes, "runs": runs, "group": {}, "single": {}}
-    with tempfile.TemporaryDirectory() as directory:
-        sink = DeltaRsSink(Path(directory), spark)
+    with spark.session(fair_pools=1) as session, tempfile.TemporaryDirectory() as directory:
+        sink = DeltaRsSink(Path(directory), session)
         names = [f"t{i}" for i in range(max(sizes))]
         for name in names:
             sink.ensure_table(name, SCHEMA)
@@ -90,31 +62,24 @@ def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
         def batches(k: int) -> list[Batch]:
             nonlocal seq
             seq += 1
-            return [Batch(n, (Update(n, seq, float(seq), _rows(seq * 1000)),)) for n in names[:k]]
+            return [spark.one_update(n, seq, _rows(seq * 1000)) for n in names[:k]]
+
+        def singly(work: list[Batch]) -> None:
+            for b in work:
+                sink.load(b, SCHEMA)
 
         for k in (1, max(sizes)):  # warm-up: Spark's first jobs, Python workers
             sink.load_group(batches(k), [SCHEMA] * k)
-            for b in batches(1):
-                sink.load(b, SCHEMA)
+            singly(batches(1))
         for k in sizes:
-            group_times, single_times = [], []
+            out["group"][k], out["single"][k] = [], []
             for run in range(runs):
                 log(f"cost: {k} tables, run {run + 1}/{runs}")
-                work = batches(k)
-                began = time.perf_counter()
-                outcomes = sink.load_group(work, [SCHEMA] * k)
-                group_times.append(time.perf_counter() - began)
-                failed = [o for o in outcomes if isinstance(o, BaseException)]
-                if failed:
+                outcomes, seconds = spark.timed(sink.load_group, batches(k), [SCHEMA] * k)
+                out["group"][k].append(seconds)
+                if failed := [o for o in outcomes if isinstance(o, BaseException)]:
                     raise RuntimeError(f"a group load failed: {failed[0]}")
-                work = batches(k)
-                began = time.perf_counter()
-                for b in work:
-                    sink.load(b, SCHEMA)
-                single_times.append(time.perf_counter() - began)
-            out["group"][k] = group_times
-            out["single"][k] = single_times
-    spark.stop()
+                out["single"][k].append(spark.timed(singly, batches(k))[1])
     xs = [k for k in sizes for _ in out["group"][k]]
     ys = [t for k in sizes for t in out["group"][k]]
     slope, intercept = statistics.linear_regression(xs, ys)
@@ -190,82 +155,44 @@ def simulate_cli(runs: int) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer sizes and runs, 60 s traces, no BENCHMARKS.md")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    meta: dict[str, Any] = {
-        "command": command_line(MODULE, argv),
-        "quick": args.quick,
-        "machine": machine_info("loader"),
+def measure(run: Run) -> dict[str, Any]:
+    quick = run.args.quick
+    cost = measure_cost([1, 4] if quick else [1, 2, 4, 8, 16, 32], 2 if quick else 5)
+    return {
+        "cost": cost,
+        "freshness": freshness(cost, 60.0 if quick else 600.0),
+        "cli": simulate_cli(1 if quick else 3),
     }
-    sizes = [1, 4] if args.quick else [1, 2, 4, 8, 16, 32]
-    runs = 2 if args.quick else 5
-    cost = measure_cost(sizes, runs)
-    fresh = freshness(cost, 60.0 if args.quick else 600.0)
-    cli = simulate_cli(1 if args.quick else 3)
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
 
+
+def render(saved: dict[str, Any]) -> str:
+    cost, fresh, cli = saved["cost"], saved["freshness"], saved["cli"]
+    group, single = int_keys(cost["group"]), int_keys(cost["single"])
     cost_rows = []
-    for k in sizes:
-        g, s = statistics.median(cost["group"][k]), statistics.median(cost["single"][k])
+    for k in cost["sizes"]:
+        g, s = statistics.median(group[k]), statistics.median(single[k])
         cost_rows.append([k, f"{g:.3f}", f"{g / k * 1000:.0f}", f"{s:.3f}", f"{s / k * 1000:.0f}", f"{s / g:.1f}x"])
-    fit = cost["fit"]
-    shared = fresh[0]["job_overhead"]
-    fresh_rows = [
-        [
-            r["tables"],
-            r["policy"],
-            r["jobs"],
-            f"{r['mean_staleness']:.2f}",
-            f"{r['ideal_staleness']:.2f}",
-            f"{r['ratio']:.2f}",
-            f"{r['max_stretch']:.1f}",
-            f"{r['tables_per_job']:.1f}",
-        ]
-        for r in fresh
-    ]
     cli_rows = [
         [label, f"{statistics.median(cli[label]):.2f}", ", ".join(f"{t:.2f}" for t in cli[label])]
         for label in ("single-table", "grouped (32, rate)")
     ]
-    markdown = (
-        "## Multi-table jobs (`benchmarks/job_groups.py`)\n\n"
-        + machine_markdown(meta, "loader")
-        + f"\n### 1. What a group job costs\n\nOne update of {ROWS} rows per table, 3 columns; "
-        f"median of {runs} runs per size, group and single-table alternating, Spark `local[2]`, delta-rs writer.\n\n"
-        + md_table(
-            ["tables", "group job s", "ms per table", "k single loads s", "ms per table", "speed-up"],
-            cost_rows,
-            "rrrrrr",
-        )
-        + f"\nLeast squares through the group durations: intercept {fit['job_overhead']:.3f} s, "
-        f"{fit['per_table'] * 1000:.1f} ms per table added (its Parquet file, its Delta commit). A single-table load "
-        f"took {cost['single_median']:.3f} s, so a table shares O = {shared:.3f} s of it when it joins a group "
-        "(the cost model of schedulers/job_groups.py; the service measures O online, "
-        "`loader_job_overhead_seconds`).\n\n"
-        "### 2. What grouping buys (simulator, the cost above)\n\n"
-        f"Poisson arrivals, {'60' if args.quick else '600'} s, 2 workers; each table's overhead = the measured "
-        "single-table load, O = the fitted intercept; staleness in seconds averaged over tables and time; "
-        "ideal = every update visible on arrival (LOW); ratio = mean / ideal.\n\n"
-        + md_table(
-            ["tables", "policy", "jobs", "mean staleness s", "ideal s", "ratio", "max stretch", "tables/job"],
-            fresh_rows,
-            "rllrrrrr",
-        )
-        + f"\n### 3. `loader simulate` end to end, {cli['updates']:,} updates over 1,000 tables\n\n"
-        "Trace parsing, simulation (myopic, 2 workers) and the schedule written, as a subprocess; target < 10 s.\n\n"
-        + md_table(["jobs", "median s", "runs s"], cli_rows, "lrl")
-        + "\n"
+    return T(
+        "section",
+        machine=machine_markdown(saved["meta"], "loader"),
+        rows=ROWS,
+        cost=cost,
+        fit=cost["fit"],
+        per_table_ms=cost["fit"]["per_table"] * 1000,
+        shared=fresh[0]["job_overhead"],
+        seconds="60" if saved["meta"]["quick"] else "600",
+        cli=cli,
+        cost_table=T.table("cost", cost_rows, "rrrrrr"),
+        fresh_table=T.table("freshness", fresh, "rllrrrrr"),
+        cli_table=T.table("cli", cli_rows, "lrl"),
     )
-    print(markdown)
-    if not args.quick:
-        write_json(RESULTS_DIR / "job_groups.json", {"meta": meta, "cost": cost, "freshness": fresh, "cli": cli})
-        write_section(SECTION, markdown)
-    return 0
 
+
+BENCHMARK = Benchmark("benchmarks.job_groups", "job-groups", __doc__, measure, render)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

@@ -3,53 +3,23 @@
     python -m benchmarks.keys            # every figure, 5 seeds each, BENCHMARKS.md section "keys"
     python -m benchmarks.keys --quick    # 2 seeds, fewer updates, prints only
 
-The pure update queues (schedulers/keys/queue.py, the objects the live pending store
-runs) through schedulers/keys/simulator.py, on the workloads of the paper
-(../shared/seeds/001_*): one key at a time at cost C_t = 1, Poisson arrivals.
-
-1. Figure 7: append queue (FIFO-AQ) vs update queues (FIFO-UQ, IN-PLACE) by load factor,
-   one key and ten keys at one rate.
-2. Figure 9: IN-PLACE / LINECUTTING queue staleness at load 5, ten keys, the number of
-   slow updaters (10x slower) from 0 to 10; the same for our LINECUTTING-BOUNDED
-   (schedulers/keys/queue.py), beside the fluid model's optimum it is derived from.
-3. Figure 9's setting at other loads (the paper: "similar").
-4. Zipf-distributed key rates (theta 0, 0.5, 0.9), ten and a hundred keys, load 5.
-5. The loader's setting: a batch carries up to ``max_keys`` keys at a fixed cost per job
-   (a Spark job's) plus a small cost per key.
-
-Staleness is each key's time-average over the run, in units of C_t, averaged over keys;
-figures are medians over seeds.
+The pure update queues (schedulers/keys/queue.py, the objects the live pending store runs)
+through schedulers/keys/simulator.py, on the paper's workloads (Figures 7 and 9, other loads,
+Zipf key rates) and in the loader's setting (batches with a fixed cost); templates/keys.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.markdown import Template, table
 from schedulers.keys.simulator import KEYED_POLICIES, simulate_keys
 from schedulers.keys.workloads import key_rates, keyed_workload
-from testing.report import (
-    RESULTS_DIR,
-    command_line,
-    load_average,
-    log,
-    machine_info,
-    machine_markdown,
-    md_table,
-    write_json,
-    write_section,
-)
-
-MODULE = "benchmarks.keys"
-SECTION = "keys"
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
+from testing.report import log, machine_markdown
 
 
 def figure7(seeds: int, updates: int) -> list[dict[str, Any]]:
@@ -62,8 +32,8 @@ def figure7(seeds: int, updates: int) -> list[dict[str, Any]]:
                     simulate_keys(keyed_workload("uniform", keys=keys, load=load, updates=updates, seed=s), policy)
                     for s in range(seeds)
                 ]
-                row[policy] = _median([r.application.mean for r in runs])
-                row[f"{policy} queue"] = _median([r.queue.mean for r in runs])
+                row[policy] = statistics.median([r.application.mean for r in runs])
+                row[f"{policy} queue"] = statistics.median([r.queue.mean for r in runs])
             rows.append(row)
     return rows
 
@@ -133,12 +103,12 @@ def figure9(seeds: int, updates: int) -> list[dict[str, Any]]:
             "fluid_ratio": in_place / best if best else 1.0,
         }
         for p in CUTTERS:
-            row[f"queue_ratio {p}"] = _median(ratios[p])
-            row[f"application_ratio {p}"] = _median(app_ratios[p])
-            row[f"cut_share {p}"] = _median(cuts[p])
+            row[f"queue_ratio {p}"] = statistics.median(ratios[p])
+            row[f"application_ratio {p}"] = statistics.median(app_ratios[p])
+            row[f"cut_share {p}"] = statistics.median(cuts[p])
         for p in ("in-place", *CUTTERS):
-            row[f"fast {p}"] = _median(fast[p]) if fast[p] else None
-            row[f"slow {p}"] = _median(slow_keys[p]) if slow_keys[p] else None
+            row[f"fast {p}"] = statistics.median(fast[p]) if fast[p] else None
+            row[f"slow {p}"] = statistics.median(slow_keys[p]) if slow_keys[p] else None
         rows.append(row)
     return rows
 
@@ -154,7 +124,7 @@ def other_loads(seeds: int, updates: int) -> list[dict[str, Any]]:
                 a = simulate_keys(w, "in-place")
                 for p in CUTTERS:
                     ratios[p].append(a.queue.mean / simulate_keys(w, p).queue.mean)
-            rows.append({"load": load, "slow": slow, **{p: _median(ratios[p]) for p in CUTTERS}})
+            rows.append({"load": load, "slow": slow, **{p: statistics.median(ratios[p]) for p in CUTTERS}})
     return rows
 
 
@@ -170,8 +140,8 @@ def zipf(seeds: int, updates: int) -> list[dict[str, Any]]:
                     )
                     for s in range(seeds)
                 ]
-                row[policy] = _median([r.application.mean for r in runs])
-                row[f"{policy} p99"] = _median([r.application.p99 for r in runs])
+                row[policy] = statistics.median([r.application.mean for r in runs])
+                row[f"{policy} p99"] = statistics.median([r.application.p99 for r in runs])
             rows.append(row)
     return rows
 
@@ -191,8 +161,8 @@ def batched(seeds: int, updates: int) -> list[dict[str, Any]]:
                 )
                 for s in range(seeds)
             ]
-            row[policy] = _median([r.application.mean for r in runs])
-            row[f"{policy} batches"] = _median([float(r.batches) for r in runs])
+            row[policy] = statistics.median([r.application.mean for r in runs])
+            row[f"{policy} batches"] = statistics.median([float(r.batches) for r in runs])
         rows.append(row)
     return rows
 
@@ -203,185 +173,58 @@ def _f(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 seeds, 5,000 updates per run, no BENCHMARKS.md")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    seeds, updates = (2, 5_000) if args.quick else (5, 20_000)
-    meta: dict[str, Any] = {"command": command_line(MODULE, argv), "quick": args.quick, "machine": machine_info()}
-    log("figure 7")
-    f7 = figure7(seeds, updates)
-    log("figure 9")
-    f9 = figure9(seeds, updates)
-    log("figure 9, other loads")
-    fl = other_loads(seeds, updates)
-    log("zipf")
-    zf = zipf(seeds, updates)
+T = Template("keys", {"kf": _f})
+
+
+def measure(run: Run) -> dict[str, Any]:
+    seeds, updates = (2, 5_000) if run.args.quick else (5, 20_000)
+    out = {}
+    for name, figure in (("figure7", figure7), ("figure9", figure9), ("other_loads", other_loads), ("zipf", zipf)):
+        log(name)
+        out[name] = figure(seeds, updates)
     log("batched")
-    bt = batched(seeds, updates)
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
+    return {**out, "batched": batched(seeds, updates)}
+
+
+def render(saved: dict[str, Any]) -> str:
+    f7, f9, fl, zf, bt = (saved[k] for k in ("figure7", "figure9", "other_loads", "zipf", "batched"))
+    seeds, updates = (2, 5_000) if saved["meta"]["quick"] else (5, 20_000)
     lc, lcb = CUTTERS
-    best9 = max(f9, key=lambda r: r[f"queue_ratio {lc}"])
-    best9b = max(f9, key=lambda r: r[f"queue_ratio {lcb}"])
-    worst9 = min(f9, key=lambda r: r[f"queue_ratio {lc}"])
-    worst9b = min(f9, key=lambda r: r[f"queue_ratio {lcb}"])
-    best_fluid = max(f9, key=lambda r: r["fluid_ratio"])
-    worst_loads = min(fl, key=lambda r: r[lc])
-    worst_loads_b = min(fl, key=lambda r: r[lcb])
     zipf_means = "; ".join(
         f"{r['keys']} keys, theta {r['theta']:g}: {r['in-place'] / r[lcb]:.3f}" for r in zf if r[lcb]
     )
     small = [r for r in bt if r["max_keys"] is not None and r["max_keys"] < 200]
-    batch_ratios = ", ".join(f"{r['in-place'] / r[lcb]:.2f} at {r['max_keys']} keys" for r in small)
-    batch_ratios_lc = ", ".join(f"{r['in-place'] / r[lc]:.2f} at {r['max_keys']} keys" for r in small)
-    markdown = (
-        "## Latest tables' key policies (`benchmarks/keys.py`, simulator)\n\n"
-        + machine_markdown(meta)
-        + f"\nUpStream's setting: one key loaded at a time at cost C_t = 1, Poisson arrivals, {updates:,} per run; "
-        f"staleness = each key's time-average over the run in units of C_t, mean over keys; median of {seeds} seeds. "
-        "Arrivals stop at the horizon and staleness is integrated up to it, so an append queue that falls behind "
-        "shows a staleness that grows with the run's length.\n\n"
-        "### 1. Append queue vs update queues, uniform key rates (the paper's Figure 7)\n\n"
-        'Application staleness (queue staleness in brackets). The paper: update queues "significantly improve '
-        'average staleness" over the append queue, and IN-PLACE is optimal when keys update at one rate '
-        "(section 5.2).\n\n"
-        + md_table(
-            ["keys", "load", "FIFO-AQ", "FIFO-UQ", "IN-PLACE", "IN-PLACE / FIFO-UQ"],
-            [
-                [
-                    r["keys"],
-                    f"{r['load']:g}",
-                    f"{_f(r['fifo-aq'])} ({_f(r['fifo-aq queue'])})",
-                    f"{_f(r['fifo-uq'])} ({_f(r['fifo-uq queue'])})",
-                    f"{_f(r['in-place'])} ({_f(r['in-place queue'])})",
-                    f"{r['in-place'] / r['fifo-uq']:.2f}" if r["fifo-uq"] else "—",
-                ]
-                for r in f7
-            ],
-            "rrrrrr",
-        )
-        + "\n\n### 2. LINECUTTING vs IN-PLACE, two classes of updaters (the paper's Figure 9)\n\n"
-        "Ten keys at load 5; slow keys update 10x less often than fast ones. LC: LINECUTTING as the paper states "
-        "it (section 5.3); LC-B: our LINECUTTING-BOUNDED (schedulers/keys/queue.py: a key joining the queue is "
-        "placed as if it had joined A = W_f + I - sqrt(I^2 + W_f^2) earlier, I its update interval and W_f the "
-        "measured wait of the keys that update faster than they are served; A is below both W_f and I, so a slow "
-        "key cuts nearly a round and never more, a fast key hardly moves). Ratios are IN-PLACE / policy, > 1: the "
-        'policy is fresher; "fluid optimum" is the same ratio for the best waits of the fluid model A is '
-        "derived from (not a bound on a real queue, a reference for the shape). Queue staleness of the fast and "
-        'the slow keys beside it; "cutting" is the share of arrivals placed ahead of at least one waiting key; '
-        "\"slow load\" is the slow keys' own arrival rate against the loader's rate. The paper reports ratio 1 at "
-        "0 and 10 slow updaters, rising to its highest at 8 and dropping at 9.\n\n"
-        + md_table(
-            [
-                "slow keys",
-                "queue ratio: LC",
-                "queue ratio: LC-B",
-                "fluid optimum",
-                "app. ratio: LC",
-                "app. ratio: LC-B",
-                "fast: IN-PLACE",
-                "fast: LC",
-                "fast: LC-B",
-                "slow: IN-PLACE",
-                "slow: LC",
-                "slow: LC-B",
-                "cutting: LC",
-                "cutting: LC-B",
-                "slow load",
-            ],
-            [
-                [
-                    r["slow"],
-                    f"{r[f'queue_ratio {lc}']:.3f}",
-                    f"{r[f'queue_ratio {lcb}']:.3f}",
-                    f"{r['fluid_ratio']:.3f}",
-                    f"{r[f'application_ratio {lc}']:.3f}",
-                    f"{r[f'application_ratio {lcb}']:.3f}",
-                    *[_f(r[f"fast {p}"]) for p in ("in-place", *CUTTERS)],
-                    *[_f(r[f"slow {p}"]) for p in ("in-place", *CUTTERS)],
-                    f"{r[f'cut_share {lc}']:.0%}",
-                    f"{r[f'cut_share {lcb}']:.0%}",
-                    f"{r['slow_load']:.2f}",
-                ]
-                for r in f9
-            ],
-            "r" * 15,
-        )
-        + f"\n\nThe paper's rule gains most at {best9['slow']} slow keys (ratio {best9[f'queue_ratio {lc}']:.3f}) "
-        f"and loses most at {worst9['slow']} ({worst9[f'queue_ratio {lc}']:.3f}): once the slow keys' own arrivals "
-        "approach the loader's rate (slow load near 1), every slow arrival finds a short queue, cuts, and the fast "
-        "keys wait behind a stream of cutters. Its test is per key and does not count the other slow keys, which "
-        "cut too; and a cut goes to the very front, ahead of keys that may have waited a whole round. "
-        f"LINECUTTING-BOUNDED gains most at {best9b['slow']} slow keys (ratio {best9b[f'queue_ratio {lcb}']:.3f}) "
-        f"and its lowest ratio is {worst9b[f'queue_ratio {lcb}']:.3f} (at {worst9b['slow']}): the fast keys wait "
-        "a little longer than under IN-PLACE, the slow keys much less, and as no key cuts more than a round or "
-        "more than its own update interval, the fast keys cannot starve. Its curve has the paper's shape (about 1 at "
-        "both ends, rising with the slow keys, highest in the upper middle, dropping towards 10), peaking at "
-        f"{best9b['slow']} where the paper's peaks at 8 and the fluid optimum at {best_fluid['slow']} "
-        f"({best_fluid['fluid_ratio']:.3f}). At 0 and 10 slow keys every key has one rate, and the estimates' "
-        "noise alone reorders keys a little, where IN-PLACE is optimal (section 5.2). The paper's own LINECUTTING "
-        "may have peaked later than ours because its slow keys carried less of the load (it does not say how its "
-        "load factor splits between the classes); the rule is kept as the paper states it, as `linecutting`.\n\n"
-        "### 3. Figure 9's setting at other loads\n\n"
-        'Queue staleness ratio IN-PLACE / policy, ten keys, slow keys 10x slower. The paper: "we repeated this '
-        'experiment for other load levels as well, and obtained a similar result".\n\n'
-        + md_table(
-            ["load", "slow keys", "LC", "LC-B"],
-            [[f"{r['load']:g}", r["slow"], f"{r[lc]:.3f}", f"{r[lcb]:.3f}"] for r in fl],
-            "rrrr",
-        )
-        + f"\n\nBelow load 1 the queue is short, so by the paper's test nearly every key is slow and cuts, and "
-        "LINECUTTING serves the newest key first: the worst ratio here is "
-        f"{worst_loads[lc]:.3f} (load {worst_loads['load']:g}, {worst_loads['slow']} slow keys). "
-        "LINECUTTING-BOUNDED moves a key ahead by less than the measured wait of the fast keys, short in a short "
-        f"queue, so its order stays close to IN-PLACE's; its lowest ratio is {worst_loads_b[lcb]:.3f} "
-        f"(load {worst_loads_b['load']:g}, {worst_loads_b['slow']} slow keys).\n\n"
-        "### 4. Zipf key rates, load 5\n\nApplication staleness, mean over keys (p99 over keys in brackets).\n\n"
-        + md_table(
-            ["keys", "theta", *[p.upper() for p in KEYED_POLICIES]],
-            [
-                [r["keys"], f"{r['theta']:g}", *[f"{_f(r[p])} ({_f(r[f'{p} p99'])})" for p in KEYED_POLICIES]]
-                for r in zf
-            ],
-            "r" * (2 + len(KEYED_POLICIES)),
-        )
-        + f"\n\nLINECUTTING-BOUNDED against IN-PLACE, mean over keys: {zipf_means}. It trades the fast keys' "
-        "staleness for the slow keys' (the mean over keys is what it minimises), so its p99 over keys is the "
-        "higher where rates are skewed; with one rate (theta 0) it stays within the estimates' noise of IN-PLACE. "
-        "LINECUTTING loses most with a hundred keys at theta 0.9, where many keys pass the paper's test at once."
-        + "\n\n### 5. The loader's setting: batches with a fixed cost\n\n"
-        "1,000 keys, Zipf 0.9, load 0.8 (arrival rate x the cost of one key); a batch costs 50 C_t (a Spark job's "
-        "fixed cost) plus 1 C_t per key and carries at most `max_keys_per_batch` keys. Application staleness "
-        "(batches in brackets).\n\n"
-        + md_table(
-            ["max keys per batch", *[p.upper() for p in KEYED_POLICIES]],
-            [
-                [
-                    "unlimited" if r["max_keys"] is None else r["max_keys"],
-                    *[f"{_f(r[p])} ({r[f'{p} batches']:,.0f})" for p in KEYED_POLICIES],
-                ]
-                for r in bt
-            ],
-            "l" + "r" * len(KEYED_POLICIES),
-        )
-        + "\n\nWith no bound, or 200 keys, a batch takes every waiting key and order does not matter. With "
-        f"smaller batches, IN-PLACE / LINECUTTING-BOUNDED: {batch_ratios}; IN-PLACE / LINECUTTING: "
-        f"{batch_ratios_lc}. W_f is the measured wait of the fast keys, not the paper's c n: with batches n drops "
-        "by a batch at each take and c (a batch's duration over its keys) is high while batches are small; with "
-        "c n in W_f's place LINECUTTING-BOUNDED lost up to a fifth to IN-PLACE here over a run's first 5,000 "
-        "arrivals (not shown).\n"
+    f7 = [dict(r, ratio=f"{r['in-place'] / r['fifo-uq']:.2f}" if r["fifo-uq"] else "—") for r in f7]
+    upper = [p.upper() for p in KEYED_POLICIES]
+    zipf_cells = ["{keys}", "{theta:g}", *(lambda r, p=p: f"{_f(r[p])} ({_f(r[f'{p} p99'])})" for p in KEYED_POLICIES)]
+    batch_cells = [
+        lambda r: "unlimited" if r["max_keys"] is None else r["max_keys"],
+        *(lambda r, p=p: f"{_f(r[p])} ({r[f'{p} batches']:,.0f})" for p in KEYED_POLICIES),
+    ]
+    return T(
+        "section",
+        machine=machine_markdown(saved["meta"]),
+        updates=updates,
+        seeds=seeds,
+        figure7=T.table("figure7", f7, "rrrrrr"),
+        figure9=T.table("figure9", f9, "r" * 15),
+        best=max(f9, key=lambda r: r[f"queue_ratio {lc}"]),
+        best_b=max(f9, key=lambda r: r[f"queue_ratio {lcb}"]),
+        worst=min(f9, key=lambda r: r[f"queue_ratio {lc}"]),
+        worst_b=min(f9, key=lambda r: r[f"queue_ratio {lcb}"]),
+        fluid=max(f9, key=lambda r: r["fluid_ratio"]),
+        loads=T.table("loads", fl, "rrrr"),
+        low=min(fl, key=lambda r: r[lc]),
+        low_b=min(fl, key=lambda r: r[lcb]),
+        zipf=table(["keys", "theta", *upper], zipf_cells, zf, "r" * (2 + len(KEYED_POLICIES))),
+        zipf_means=zipf_means,
+        batched=table(["max keys per batch", *upper], batch_cells, bt, "l" + "r" * len(KEYED_POLICIES)),
+        batch_ratios=", ".join(f"{r['in-place'] / r[lcb]:.2f} at {r['max_keys']} keys" for r in small),
+        batch_ratios_lc=", ".join(f"{r['in-place'] / r[lc]:.2f} at {r['max_keys']} keys" for r in small),
     )
-    print(markdown)
-    if not args.quick:
-        write_json(
-            RESULTS_DIR / "keys.json",
-            {"meta": meta, "figure7": f7, "figure9": f9, "other_loads": fl, "zipf": zf, "batched": bt},
-        )
-        write_section(SECTION, markdown)
-    return 0
 
+
+BENCHMARK = Benchmark("benchmarks.keys", "keys", __doc__, measure, render, package="schedulers")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

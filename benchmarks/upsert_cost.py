@@ -5,42 +5,17 @@ append of the same batch, into tables of N keys laid out in several ways.
     python -m benchmarks.upsert_cost            # BENCHMARKS.md section "upsert-cost"
     python -m benchmarks.upsert_cost --quick    # 2 small sizes, 3 runs, prints only
 
-``DeltaRsSink`` (the embedded writer) in this process, Spark ``local[2]``. Each run loads
-one batch of 100 rows (half of them keys the table holds, one key twice) into each latest
-table of ``N`` keys and into an append table of ``N`` rows, in an order that rotates from
-run to run, after a warm-up of each; the held keys are either spread at random over the
-key range or one contiguous range ("clustered"). Every latest table is restored to its
-layout after each load (``DeltaTable.restore``, untimed), so every run meets the layout
-being measured. The layouts:
-
-- one file, sorted by key (the table as one big load leaves it);
-- 16 files of shuffled keys (every file spans the whole key range);
-- the same 16 files Z-ordered by the key (``optimize.z_order(["id"])`` into about 16 files
-  of disjoint key ranges; at 10,000 keys deltalake writes no file under 1,024 rows);
-- what-if, not the product's table: partitioned by a key-range bucket that the rows carry
-  and the key includes (``key = ["bucket", "id"]``), so the MERGE's match condition names
-  the partition column;
-- what-if, the sink before its MERGE passed ``streamed_exec=False``: a copy of the
-  Z-ordered table loaded by the same sink code with only the MERGE's flag flipped back to
-  deltalake's default, ``streamed_exec=True`` (``StreamedSink``), under which deltalake
-  derives no file pruning from the batch and reads every file.
-
-Every other variant is loaded the product's way, ``DeltaRsSink.load`` (``commit_upsert``): its
-MERGE runs with ``streamed_exec=False``, so deltalake skips the files whose key range lies
-outside the batch's (lowest to highest key), and the partitions of none of its values;
-that helps the Z-ordered and partitioned layouts when the held keys cluster, never one
-file or files that each span the key range, and random held keys still touch (and the
-MERGE rewrites) nearly every file. deltalake 1.6's ``num_target_files_scanned`` and
-``num_target_files_skipped_during_scan`` do not count the files read (at 1M rows both
-report 0 scanned, streamed or not), so what is read shows in ``scan_time_ms`` alone.
-
-Before the runs a probe checks whether deltalake's MERGE writes deletion vectors into a
-table with ``delta.enableDeletionVectors = true``.
+``DeltaRsSink`` (the embedded writer) in this process, Spark ``local[2]``: each run loads one
+batch into a latest table of each layout (one file; 16 shuffled files; the same Z-ordered; and
+two what-ifs: partitioned by a key-range bucket, and the MERGE streamed as the sink did before)
+and into an append table, in an order rotating from run to run; every latest table is restored
+to its layout after each load (untimed). templates/upsert-cost.md says the rest. deltalake 1.6's
+``num_target_files_scanned`` counts no file read (0 at 1M rows, streamed or not), so what is read
+shows in ``scan_time_ms`` alone. A probe first checks whether MERGE writes deletion vectors.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -55,24 +30,14 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
+from benchmarks.harness import spark
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.markdown import Lookup, Template, table
+from benchmarks.harness.results import int_keys
 from loader.core.schema import TableSchema
-from loader.core.updates import Batch, Update
 from loader.loading.sinks.delta_rs import DeltaRsSink
-from testing.report import (
-    RESULTS_DIR,
-    LoadMonitor,
-    command_line,
-    load_average,
-    log,
-    machine_info,
-    machine_markdown,
-    md_table,
-    write_json,
-    write_section,
-)
+from testing.report import log, machine_markdown
 
-MODULE = "benchmarks.upsert_cost"
-SECTION = "upsert-cost"
 COLUMNS = [
     {"name": "id", "type": "int64", "nullable": False},
     {"name": "v", "type": "float64"},
@@ -120,6 +85,7 @@ TABLE_OF = {
     "streamed": "streamed",
     "partitioned": "part",
 }
+T = Template("upsert-cost")
 KEPT_METRICS = (
     "num_target_files_removed",
     "num_target_files_added",
@@ -151,14 +117,6 @@ def _rows(rng: random.Random, held: int, seq: int, kind: str) -> pa.Table:
     return pa.table({"id": ids, "v": [rng.random() for _ in ids], "ts": [seq] * len(ids)}, schema=APPEND.arrow())
 
 
-def _files(path: Path) -> int:
-    return len(DeltaTable(str(path)).file_uris())
-
-
-def _bytes(path: Path) -> int:
-    return sum(pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).column("size_bytes").to_pylist())
-
-
 def build_tables(sink: Any, size: int) -> dict[str, dict[str, Any]]:
     """The tables of one size: name, schema, the version holding the layout, files."""
     ids = np.arange(size, dtype=np.int64)
@@ -176,7 +134,8 @@ def build_tables(sink: Any, size: int) -> dict[str, dict[str, Any]]:
                 write_deltalake(path, _base(part), mode="append")
         tables[key] = {"name": name, "schema": schema}
     began = time.perf_counter()
-    one_bytes = _bytes(sink.table_path(tables["one"]["name"]))
+    one = DeltaTable(str(sink.table_path(tables["one"]["name"])))
+    one_bytes = sum(pa.table(one.get_add_actions(flatten=True)).column("size_bytes").to_pylist())
     _z_order(sink.table_path(tables["zorder"]["name"]), size, one_bytes // FILES)
     log(f"{size:,}: Z-order took {time.perf_counter() - began:.1f} s")
     name = f"part_{size}"
@@ -188,9 +147,8 @@ def build_tables(sink: Any, size: int) -> dict[str, dict[str, Any]]:
     shutil.copytree(sink.table_path(tables["zorder"]["name"]), sink.table_path(name))
     tables["streamed"] = {"name": name, "schema": LATEST}
     for info in tables.values():
-        path = sink.table_path(info["name"])
-        info["version"] = DeltaTable(str(path)).version()
-        info["files"] = _files(path)
+        delta = DeltaTable(str(sink.table_path(info["name"])))
+        info["version"], info["files"] = delta.version(), len(delta.file_uris())
     return tables
 
 
@@ -245,7 +203,7 @@ def probe_deletion_vectors(sink: Any, size: int = 10_000) -> dict[str, Any]:
     sink.ensure_table(name, LATEST)
     write_deltalake(str(path), _base(np.arange(size, dtype=np.int64)), mode="append")
     rows = _rows(random.Random(7), size, 1, "random")
-    sink.load(Batch(name, (Update(name, 1, 1.0, rows),)), LATEST)
+    sink.load(spark.one_update(name, 1, rows), LATEST)
     delta = DeltaTable(str(path))
     protocol = delta.protocol()
     commit = path / "_delta_log" / f"{delta.version():020d}.json"
@@ -268,15 +226,13 @@ def probe_deletion_vectors(sink: Any, size: int = 10_000) -> dict[str, Any]:
     }
 
 
-def measure(sizes: tuple[int, ...], runs: int) -> dict[str, Any]:
-    from loader.loading.spark import build_spark_session
-
-    spark = build_spark_session("local[2]", fair_pools=1)
+def measure_sizes(sizes: tuple[int, ...], runs: int) -> dict[str, Any]:
     rng = random.Random(16)
     out: dict[str, Any] = {"sizes": list(sizes), "runs": {}, "files": FILES, "layouts": {}, "times": {}, "merge": {}}
-    with tempfile.TemporaryDirectory() as directory:
-        sink = DeltaRsSink(Path(directory) / "warehouse", spark)
-        streamed = StreamedSink(sink.warehouse, spark)  # the same tables, only the what-if's loaded by it
+    out["deltalake_version"] = _deltalake_version()
+    with spark.session(fair_pools=1) as session, tempfile.TemporaryDirectory() as directory:
+        sink = DeltaRsSink(Path(directory) / "warehouse", session)
+        streamed = StreamedSink(sink.warehouse, session)  # the same tables, only the what-if's loaded by it
         out["deletion_vectors"] = probe_deletion_vectors(sink)
         for size in sizes:
             began = time.perf_counter()
@@ -297,12 +253,9 @@ def measure(sizes: tuple[int, ...], runs: int) -> dict[str, Any]:
                         info = tables[TABLE_OF[variant]]
                         name, schema = info["name"], info["schema"]
                         data = _bucketed(rows, info["width"]) if schema is BUCKETED else rows
-                        batch = Batch(name, (Update(name, seq, float(seq), data),))
                         loader = streamed if variant == "streamed" else sink
-                        started = time.perf_counter()
-                        skipped = loader.load(batch, schema).skipped
-                        elapsed = time.perf_counter() - started
-                        if skipped:
+                        loaded, elapsed = spark.timed(loader.load, spark.one_update(name, seq, data), schema)
+                        if loaded.skipped:
                             raise RuntimeError(f"the load of {name} (sequence {seq}) was skipped")
                         if variant == "append":
                             if run >= 0:
@@ -320,11 +273,9 @@ def measure(sizes: tuple[int, ...], runs: int) -> dict[str, Any]:
                 log(f"{size:,} keys held: run {run + 1}/{n_runs}")
             out["times"][size] = times
             out["merge"][size] = merge
-    spark.stop()
     return out
 
 
-# -- report ------------------------------------------------------------------------------
 def _ratio(result: dict[str, Any], size: int, kind: str, top: str, bottom: str) -> float:
     """Median over runs of the run's ``top`` time over its ``bottom`` time (same run, same batch)."""
     times = result["times"][size][kind]
@@ -347,7 +298,8 @@ def _rows_text(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e3 else f"{n:.0f}"
 
 
-def report(result: dict[str, Any], meta: dict[str, Any]) -> str:
+def render(saved: dict[str, Any]) -> str:
+    result = {k: int_keys(v) if k in ("layouts", "times", "merge", "runs") else v for k, v in saved.items()}
     sizes = result["sizes"]
     seconds, ratios, rewrites = [], [], []
     for size in sizes:
@@ -363,11 +315,10 @@ def report(result: dict[str, Any], meta: dict[str, Any]) -> str:
             )
             cells = []
             for v in LAYOUTS:
-                files = layouts[TABLE_OF[v]]["files"]
                 removed = _median_metric(result, size, kind, v, "num_target_files_removed")
                 copied = _median_metric(result, size, kind, v, "num_target_rows_copied")
                 scan = _median_metric(result, size, kind, v, "scan_time_ms")
-                cells.append(f"{removed:.0f} of {files}, {_rows_text(copied)}, {scan:.0f} ms")
+                cells.append(f"{removed:.0f} of {layouts[TABLE_OF[v]]['files']}, {_rows_text(copied)}, {scan:.0f} ms")
             rewrites.append(head + cells)
     big = max(sizes)
     files = {v: result["layouts"][big][TABLE_OF[v]]["files"] for v in LAYOUTS}
@@ -378,99 +329,37 @@ def report(result: dict[str, Any], meta: dict[str, Any]) -> str:
     def m(kind: str, v: str, metric: str) -> float:
         return _median_metric(result, big, kind, v, metric)
 
-    def copied(kind: str, v: str) -> str:
-        return _rows_text(m(kind, v, "num_target_rows_copied"))
-
-    def touched(kind: str, v: str) -> str:
-        return f"{m(kind, v, 'num_target_files_removed'):.0f} of {files[v]}"
-
-    def scan(kind: str, v: str) -> str:
-        return f"{m(kind, v, 'scan_time_ms'):.0f} ms"
-
     best = min(((kind, v) for kind in KINDS for v in PRODUCT[1:]), key=lambda kv: _ratio(result, big, *kv, "one"))
-    dv = result["deletion_vectors"]
     runs = result["runs"]
-    small_runs = sorted({n for s, n in runs.items() if s != big}) or [runs[big]]
-    intro = (
-        f"One batch of {ROWS} rows (half new keys, half keys the table holds, one key twice) into tables holding "
-        "N rows/keys; `DeltaRsSink`, Spark `local[2]` in process. The upsert is the sink's own load: a Spark job "
-        "keeping the newest value per key, then deltalake's MERGE with `streamed_exec=False` (`commit_upsert`), "
-        "under which deltalake reads only the files the batch's keys can fall in: those whose key range overlaps "
-        "the batch's lowest to highest key (the batch's new keys lie above the held ones, as keys handed out in "
-        "order would), or, in a partitioned table, the partitions of the batch's values. The batch's held "
-        "keys are `random` (spread over the key range) or `clustered` (one contiguous range). Layouts: **one file** "
-        f"sorted by key (as one big load leaves it); **{FILES} files, unsorted** (keys shuffled: each file spans the "
-        'whole key range); the same files **Z-ordered** by key (`DeltaTable.optimize.z_order(["id"])`, target file '
-        f"size chosen for about {FILES} files: files of disjoint key ranges, as many as the last table shows). "
-        "Two what-ifs that are *not* the product: **Z-ordered, streamed (before)**: a copy of the Z-ordered table "
-        "loaded by the same sink code with only the MERGE's flag flipped back to `streamed_exec=True` "
-        "(deltalake's default, which the sink passed before this change), under which deltalake derives no file "
-        f"pruning from the batch and reads every file; and **{FILES} partitions** by a key-range bucket column that "
-        'the rows would carry and the key would include (`key = ["bucket", "id"]`, `partition_by = ["bucket"]`): '
-        "the loader derives no columns, so a latest table keyed by `id` alone cannot be partitioned by its key. "
-        "All variants of a run load the same batch, in an order rotating from run to run; each latest table is "
-        f"restored to its layout after each load (untimed). Median of {'/'.join(map(str, small_runs))} runs after "
-        f"a warm-up ({runs[big]} at {big:,}), worst in parentheses; ratios are medians of per-run ratios.\n\n"
-    )
-    findings = (
-        f"**What the layout does (at {big:,} keys).** The MERGE reads the files the batch's keys can fall in, "
-        "then rewrites each file holding a matched key, copying that file's other rows, into new files (up to "
-        f"`delta.targetFileSize`, 100 MB by default). One file: the upsert costs {r('random', 'one', 'append')} an "
-        f"append ({r('clustered', 'one', 'append')} with clustered keys) and copies {copied('random', 'one')} rows "
-        "each time; no pruning can spare its one file. Random held keys span the key range and touch nearly every "
-        f"file of any layout ({touched('random', 'unsorted')} unsorted, {touched('random', 'zorder')} Z-ordered, "
-        f"{touched('random', 'partitioned')} partitions), so the MERGE still reads and rewrites nearly the whole "
-        f"table: unsorted {r('random', 'unsorted')}, Z-ordered {r('random', 'zorder')}, partitioned "
-        f"{r('random', 'partitioned')} the one-file time, and `streamed_exec=False` buys nothing there (Z-ordered "
-        f"{r('random', 'zorder', 'streamed')} its streamed time). Clustered held keys are what Z-order and the "
-        f"change are for: the MERGE rewrites {touched('clustered', 'zorder')} files, copying "
-        f"{copied('clustered', 'zorder')} rows, and reads only the files from the batch's lowest key to its highest "
-        f"(its new keys lie above the held ones): scan {scan('clustered', 'zorder')} against "
-        f"{scan('clustered', 'streamed')} streamed, which reads every file. The load costs "
-        f"{r('clustered', 'zorder')} the one-file time, **{r('clustered', 'zorder', 'streamed')} of what it cost "
-        f"streamed** (the sink before this change: {r('clustered', 'streamed')} the one-file time). Unsorted files "
-        f"each span the whole range, so nothing is pruned ({touched('clustered', 'unsorted')} rewritten, "
-        f"{r('clustered', 'unsorted')}, scan {scan('clustered', 'unsorted')}). Partitioned (what-if): deltalake "
-        "prunes partitions by the batch's bucket values, not their range, so it reads only the held keys' "
-        f"partition (the new keys' bucket holds no files yet): {touched('clustered', 'partitioned')} rewritten, "
-        f"{r('clustered', 'partitioned')}, scan {scan('clustered', 'partitioned')} (with random keys it writes one "
-        "file per touched partition). "
-        f"The largest saving measured here: {LABELS[best[1]]} with {best[0]} held keys, {r(*best)} the one-file "
-        "time. A many-files layout does not last under loads: a MERGE writes the files it touched into new files "
-        f"up to the target size (random keys into the {FILES} unsorted files: "
-        f"{m('random', 'unsorted', 'num_target_files_removed'):.0f} files out, "
-        f"{m('random', 'unsorted', 'num_target_files_added'):.0f} in), so after one random-key batch the table is "
-        "(nearly) one file again until it is optimized again; here it is restored after each load.\n\n"
-    )
-    deletion_vectors = (
-        f"**Deletion vectors.** deltalake {_deltalake_version()} does not write them on MERGE: a table created "
-        f"with `delta.enableDeletionVectors = true` gets protocol ({dv['min_reader_version']}, "
-        f"{dv['min_writer_version']}) with reader features {', '.join(dv['reader_features'])}; a {ROWS}-row "
-        f"upsert through `DeltaRsSink` into {dv['size']:,} keys then committed a {dv['operation']} that removed "
-        f"{dv['files_removed']} file and added {dv['files_added']}, copying {dv['rows_copied']:,} unchanged rows; "
-        f"{dv['actions_with_deletion_vector']} of its add/remove actions carry a `deletionVector`, and "
-        f"`DeltaTable.deletion_vectors()` lists {dv['files_with_deletion_vectors']} files. (Delta Spark's MERGE "
-        "can write them; the native writer's jars are not installed here, so that path is not measured.)\n"
-    )
     ratio_heads = [
         "Z-ordered / Z-ordered streamed" if v == "streamed" else f"{LABELS[v]} / one file" for v in LAYOUTS[1:]
     ]
-    return (
-        "## A latest table's load: upsert against append, by table layout (`benchmarks/upsert_cost.py`)\n\n"
-        + machine_markdown(meta, "loader")
-        + "\n"
-        + intro
-        + "Seconds per load, median (worst):\n\n"
-        + md_table(["N held", "held keys", *(LABELS[v] for v in VARIANTS)], seconds, "rl" + "r" * len(VARIANTS))
-        + "\n\nRatios (same run, same batch): the one-file upsert over the append, each other layout over one file, "
-        "and the product's Z-ordered load over the same load merged streamed (what the change bought):\n\n"
-        + md_table(["N held", "held keys", "one file / append", *ratio_heads], ratios, "rl" + "r" * len(LAYOUTS))
-        + "\n\nWhat each MERGE did (medians): files rewritten of the files the table holds, rows copied unchanged "
-        "into new files, deltalake's scan time:\n\n"
-        + md_table(["N held", "held keys", *(LABELS[v] for v in LAYOUTS)], rewrites, "rl" + "r" * len(LAYOUTS))
-        + "\n\n"
-        + findings
-        + deletion_vectors
+    align = "rl" + "r" * len(LAYOUTS)
+    return T(
+        "section",
+        machine=machine_markdown(saved["meta"], "loader"),
+        rows=ROWS,
+        files=FILES,
+        big=big,
+        small_runs="/".join(map(str, sorted({n for s, n in runs.items() if s != big}) or [runs[big]])),
+        big_runs=runs[big],
+        seconds=table(
+            ["N held", "held keys", *(LABELS[v] for v in VARIANTS)], None, seconds, "rl" + "r" * len(VARIANTS)
+        ),
+        ratios=table(["N held", "held keys", "one file / append", *ratio_heads], None, ratios, align),
+        rewrites=table(["N held", "held keys", *(LABELS[v] for v in LAYOUTS)], None, rewrites, align),
+        r=Lookup(r),
+        copied=Lookup(lambda kind, v: _rows_text(m(kind, v, "num_target_rows_copied"))),
+        touched=Lookup(lambda kind, v: f"{m(kind, v, 'num_target_files_removed'):.0f} of {files[v]}"),
+        scan=Lookup(lambda kind, v: f"{m(kind, v, 'scan_time_ms'):.0f} ms"),
+        best_label=LABELS[best[1]],
+        best_kind=best[0],
+        best_ratio=r(*best),
+        out=m("random", "unsorted", "num_target_files_removed"),
+        added=m("random", "unsorted", "num_target_files_added"),
+        version=result.get("deltalake_version") or _deltalake_version(),  # (results before it was saved: installed)
+        dv=result["deletion_vectors"],
+        features=", ".join(result["deletion_vectors"]["reader_features"]),
     )
 
 
@@ -480,30 +369,11 @@ def _deltalake_version() -> str:
     return str(deltalake.__version__)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 runs, two small sizes, no BENCHMARKS.md")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    meta: dict[str, Any] = {
-        "command": command_line(MODULE, argv),
-        "quick": args.quick,
-        "machine": machine_info("loader"),
-    }
-    sizes = QUICK_SIZES if args.quick else SIZES
-    runs = 3 if args.quick else 9
-    with LoadMonitor() as monitor:
-        result = measure(sizes, runs)
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
-    meta["loadavg_peak"] = monitor.peak
-    markdown = report(result, meta)
-    print(markdown)
-    if not args.quick:
-        write_json(RESULTS_DIR / "upsert_cost.json", {"meta": meta, **result})
-        write_section(SECTION, markdown)
-    return 0
+def measure(run: Run) -> dict[str, Any]:
+    return measure_sizes(QUICK_SIZES if run.args.quick else SIZES, 3 if run.args.quick else 9)
 
+
+BENCHMARK = Benchmark("benchmarks.upsert_cost", "upsert-cost", __doc__, measure, render)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

@@ -30,32 +30,19 @@ span of ``--sample`` S tuples; the figures are medians over the repeats (plans i
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import statistics
 import time
 from typing import Any
 
-from schedulers.views.engine import EngineSettings, MJoinEngine
+from benchmarks.harness import views
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.markdown import Template
 from schedulers.views.pipelines import Orders
-from schedulers.views.reoptimizer import ReoptimizerSettings
 from schedulers.views.workloads import ORDERS_RS_CACHE, ORDERS_ST_CACHE, S, Workload, three_way_burst
-from testing.report import (
-    RESULTS_DIR,
-    command_line,
-    load_average,
-    log,
-    machine_info,
-    machine_markdown,
-    md_table,
-    write_json,
-    write_section,
-)
+from testing.report import RESULTS_DIR, machine_markdown
 
-MODULE = "benchmarks.view_adaptivity"
-SECTION = "view-adaptivity"
 PLOT = RESULTS_DIR / "view_adaptivity.png"
-INTERVAL = 10_000
 NO_INDEX = ("s.a", "s.b")
 #: name -> (orders, mode, forced caches, section 6's m)
 PLANS: dict[str, tuple[Orders, str, tuple[str, ...], int]] = {
@@ -66,40 +53,12 @@ PLANS: dict[str, tuple[Orders, str, tuple[str, ...], int]] = {
     "M": (ORDERS_RS_CACHE, "mjoin", (), 0),
 }
 STATIC = ("T⋈(R⋈S)", "R⋈(T⋈S)")
-#: What the full run's figures say (rewrite after a full run that changes them).
-READING = (
-    "\nReading. The switch the paper shows happens here: the static plans trade places at the burst (T⋈(R⋈S) "
-    "from 1.00 to 0.54 of the best static plan, R⋈(T⋈S) from 0.51 to 1.00), and A-Caching follows, settling "
-    "on T⋈(R⋈S)'s cache 600 ΔS tuples into the run and on section 6's r:[s t]* within the first 100 ΔS "
-    "tuples of the burst (the first sample), in every run. Restricted to the prefix invariant (P) it cannot: "
-    "its only candidate stops paying in the burst, and re-selecting it at each interval and dropping it "
-    "(refinement a) leaves it at 0.50 of the best static plan, below the MJoin (0.55). Not reproduced: the "
-    'paper\'s "very low run-time overhead for adaptivity". A runs at 0.74 of the static plan it chose in '
-    "both phases: profiled updates (p = 0.05) skip the caches and pay the joins a nested loop costs here, the "
-    "re-profiling every I = 10,000 tuples hashes each probe tuple of the unused candidate into Bloom filters, "
-    "and the globally-consistent cache is kept in a pipeline order made for the other plan (ΔS joins R before "
-    "T, with evictions). With hash indexes no cache pays and A ends with none, 0.73-0.75 of the MJoin: the "
-    "same overhead, which is where the paper's engine (tuples copied per join) and this one (a probe as cheap "
-    "as a join) part.\n"
-)
+T = Template("view-adaptivity")
 
 
 def run_plan(workload: Workload, name: str, sample: int, no_index: tuple[str, ...]) -> dict[str, Any]:
     orders, mode, caches, global_caches = PLANS[name]
-    engine = MJoinEngine(
-        workload.spec,
-        workload.graph(),
-        workload.shapes,
-        orders,
-        EngineSettings(
-            mode=mode,  # type: ignore[arg-type]
-            caches=caches,
-            no_index=no_index,
-            global_caches=global_caches,
-            reoptimizer=ReoptimizerSettings(interval=INTERVAL),
-        ),
-        timer=time.perf_counter,
-    )
+    engine = views.engine(workload, orders, mode, caches, no_index, global_caches)
     aliases = workload.spec.aliases
     timeline: list[dict[str, Any]] = []
     s_tuples = 0
@@ -129,13 +88,12 @@ def run_plan(workload: Workload, name: str, sample: int, no_index: tuple[str, ..
     }
 
 
-def measure(values: int, burst_at: int, repeats: int, sample: int, no_index: tuple[str, ...]) -> dict[str, Any]:
+def measure_plans(values: int, burst_at: int, repeats: int, sample: int, no_index: tuple[str, ...]) -> dict[str, Any]:
     workload = three_way_burst(values=values, burst_at=burst_at)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PLANS}
-    for k in range(repeats):
-        for name in PLANS:  # interleaved: a noisy minute hits every plan alike
-            log(f"repeat {k + 1}/{repeats}: {name} ({'no index on S' if no_index else 'hash indexes'})")
-            runs[name].append(run_plan(workload, name, sample, no_index))
+    label = "no index on S" if no_index else "hash indexes"
+    runs = views.interleaved(
+        repeats, {name: functools.partial(run_plan, workload, name, sample, no_index) for name in PLANS}, label
+    )
     return {"values": values, "burst_at": burst_at, "sample": sample, "no_index": list(no_index), "runs": runs}
 
 
@@ -216,102 +174,61 @@ def phase_table(result: dict[str, Any]) -> str:
     spans = phases(result)
     rates = {name: {k: phase_rate(runs, *span) for k, span in spans.items()} for name, runs in result["runs"].items()}
     best = {k: max(rates[name][k] for name in STATIC) for k in spans}
-    rows = []
-    for name, runs in result["runs"].items():
-        rows.append(
-            [
-                name,
-                f"{rates[name]['before']:,.0f}",
-                f"{rates[name]['before'] / best['before']:.2f}",
-                plan_at(runs[0], result["burst_at"]),
-                f"{rates[name]['during']:,.0f}",
-                f"{rates[name]['during'] / best['during']:.2f}",
-                plan_at(runs[0], result["values"]),
-            ]
-        )
-    return md_table(
-        ["plan", "before: tuples/s", "/ best static", "plan at burst", "during: tuples/s", "/ best static", "at end"],
-        rows,
-        "lrrlrrl",
-    )
+    rows = [
+        (name, rates[name], plan_at(runs[0], result["burst_at"]), plan_at(runs[0], result["values"]))
+        for name, runs in result["runs"].items()
+    ]
+    rows = [(n, r, r["before"] / best["before"], at, r["during"] / best["during"], end) for n, r, at, end in rows]
+    return T.table("phases", rows, "lrrlrrl")
 
 
-def markdown(meta: dict[str, Any], main: dict[str, Any], indexed: dict[str, Any] | None) -> str:
-    out = [f"## A join view's caches adapting to a burst: Fig. 12 (`{MODULE.replace('.', '/')}.py`)\n"]
-    out.append(machine_markdown(meta))
+def render(saved: dict[str, Any]) -> str:
+    meta, main, indexed = saved["meta"], saved["main"], saved.get("indexed")
     burst, end = main["burst_at"], main["values"]
-    out.append(
-        f"\nSection 7.4's run on this executor: R(A) ⋈ S(A,B) ⋈ T(B), {end:,} values ({end:,} ΔS tuples), a "
-        f"burst of ΔR at 20x from the {burst:,}th ΔS tuple on; I = {INTERVAL:,} tuples, W = 10; S joined "
-        "without an index (the module docstring says why). Medians of "
-        f"{meta['repeats']} interleaved repeats; steady phases: ΔS tuples {burst // 2:,}–{burst:,} (before) and "
-        f"{(burst + end) // 2:,}–{end:,} (during). Plot: `benchmarks/results/view_adaptivity.png`.\n\n"
-    )
-    out.append(phase_table(main))
     runs = main["runs"]["A"]
 
     def when(found: list[int | None], what: str) -> str:
         got = [s for s in found if s is not None]
         if not got:
-            return f"never settled on {what}"
-        return f"settled on {what} {statistics.median(got):,.0f} ΔS tuples in (in {len(got)} of {len(found)} runs)"
+            return T.line("never", what=what)
+        return T.line("settled", what=what, median=statistics.median(got), got=len(got), runs=len(found))
 
-    before = when([converged(r, 0, burst, "t:[s r]") for r in runs], "T⋈(R⋈S)'s cache `t:[s r]`")
-    during = when([converged(r, burst, end, "r:[s t]*") for r in runs], "section 6's `r:[s t]*`")
-    out.append(
-        f"\n\nA-Caching: before the burst it {before}; after the burst began it {during}. Re-optimizations "
-        f"per run: {statistics.median(r['reoptimizations'] for r in runs):.0f}; candidates: "
-        f"{', '.join(runs[0]['candidates'])}.\n"
+    return T(
+        "section",
+        machine=machine_markdown(meta),
+        end=end,
+        burst=burst,
+        interval=views.INTERVAL,
+        repeats=meta["repeats"],
+        half=burst // 2,
+        middle=(burst + end) // 2,
+        table=phase_table(main),
+        before=when([converged(r, 0, burst, "t:[s r]") for r in runs], "T⋈(R⋈S)'s cache `t:[s r]`"),
+        during=when([converged(r, burst, end, "r:[s t]*") for r in runs], "section 6's `r:[s t]*`"),
+        reoptimizations=statistics.median(r["reoptimizations"] for r in runs),
+        candidates=", ".join(runs[0]["candidates"]),
+        indexed="" if indexed is None else T("indexed", table=phase_table(indexed)),
     )
-    if indexed is not None:
-        out.append("\nThe same with S's hash indexes (joins as cheap as cache probes in this executor):\n\n")
-        out.append(phase_table(indexed))
-        out.append("\n")
-    out.append(
-        "\nPaper (Fig. 12, text of section 7.4): before the burst the adaptive plan converges to T⋈(R⋈S) and runs "
-        'almost as fast as it ("very low run-time overhead for adaptivity"); during the burst T⋈(R⋈S) performs '
-        "poorly, R⋈(T⋈S) is the high performer, and the adaptive plan converges quickly to it through the "
-        "globally-consistent (T⋈S)⋈R cache in ΔR's pipeline. The paper's burst starts at 100,000 ΔS tuples.\n"
-    )
-    out.append(READING)
-    return "".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 repeat, a short stream, no BENCHMARKS.md")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--indexed", action="store_true", help="also run with S's hash indexes")
-    parser.add_argument("--render", action="store_true", help="rewrite the section from the last full run's JSON")
-    args = parser.parse_args(argv)
-    if args.render:
-        saved = json.loads((RESULTS_DIR / "view_adaptivity.json").read_text())
-        text = markdown(saved["meta"], saved["main"], saved.get("indexed"))
-        plot(saved["main"])
-        write_section(SECTION, text)
-        print(text)
-        return 0
-    repeats = 1 if args.quick else args.repeats
-    values, burst_at, sample = (1500, 700, 50) if args.quick else (6000, 2500, 100)
-    started = time.perf_counter()
-    meta: dict[str, Any] = {
-        "command": command_line(MODULE, argv),
-        "quick": args.quick,
-        "repeats": repeats,
-        "machine": machine_info(),
-    }
-    main_run = measure(values, burst_at, repeats, sample, NO_INDEX)
-    indexed = measure(values, burst_at, repeats, sample, ()) if args.indexed else None
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
-    text = markdown(meta, main_run, indexed)
-    print(text)
-    if not args.quick:
-        write_json(RESULTS_DIR / "view_adaptivity.json", {"meta": meta, "main": main_run, "indexed": indexed})
-        plot(main_run)
-        write_section(SECTION, text)
-    return 0
+def measure(run: Run) -> dict[str, Any]:
+    repeats = run.args.repeats
+    values, burst_at, sample = (1500, 700, 50) if run.args.quick else (6000, 2500, 100)
+    main = measure_plans(values, burst_at, repeats, sample, NO_INDEX)
+    return {"main": main, "indexed": measure_plans(values, burst_at, repeats, sample, ()) if run.args.indexed else None}
 
+
+BENCHMARK = Benchmark(
+    "benchmarks.view_adaptivity",
+    "view-adaptivity",
+    __doc__,
+    measure,
+    render,
+    package="schedulers",
+    repeats=(1, 3),
+    options=lambda parser: parser.add_argument("--indexed", action="store_true", help="also with S's hash indexes"),
+    finish=lambda results: results["meta"]["quick"] or plot(results["main"]),  # a quick run replaces no plot
+)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

@@ -4,21 +4,9 @@ rebuilding it on a fixed interval (issue 17, item 5, last point).
     python -m benchmarks.view_freshness           # 3 repeats of the cost measurements; BENCHMARKS.md
     python -m benchmarks.view_freshness --quick   # 1 repeat, a smaller warehouse, prints only
 
-Two steps, so the comparison runs on measured costs and is exact about time:
-
-1. **Costs, measured** on this machine over real Delta tables (deltalake, no Spark): the
-   view ``sales ⋈ customers`` (an append table of ``--sales`` rows, a latest table of
-   ``--customers`` keys). The incremental view load (``loader/loading/views/maintainer.py``:
-   read the input commits from the Delta log, the MJoin executor, one MERGE) for 1 to 32
-   waiting input commits of 200 rows, fitted as ``overhead + per_commit * commits``; and the
-   rebuild a batch job would do: read both tables, join them (pyarrow's hash join) and
-   overwrite the view table. Medians of ``--repeats``.
-2. **Freshness, simulated** (``schedulers/simulator.py``) over an hour of feeds: sales every
-   ~1 s, customers every ~10 s, both loaded by Spark-sized jobs (0.2 s fixed) on 2 workers.
-   The view is either a unit the policy schedules (``view_of``) at the measured incremental
-   cost, or rebuilt every T seconds at the measured rebuild cost on a worker of its own
-   (which favours the rebuild: it never waits for a worker). A view's staleness is its lag
-   behind its inputs' commits (docs/join-views.md), the same measure in both.
+Costs measured over real Delta tables (the incremental view load for 1 to 32 waiting input
+commits, fitted as ``overhead + per_commit * commits``, and a batch rebuild), then freshness
+simulated over an hour of feeds at those costs: templates/view-freshness.md says how.
 """
 
 from __future__ import annotations
@@ -34,6 +22,8 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.markdown import Template
 from loader.core.schema import TableSchema
 from loader.core.views import ViewConfig, resolve
 from loader.durability.transactions import load_commit
@@ -43,20 +33,8 @@ from schedulers.generators import jittered_feeds
 from schedulers.model import TableSpec, Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
-from testing.report import (
-    RESULTS_DIR,
-    command_line,
-    load_average,
-    log,
-    machine_info,
-    machine_markdown,
-    md_table,
-    write_json,
-    write_section,
-)
+from testing.report import log, machine_markdown
 
-MODULE = "benchmarks.view_freshness"
-SECTION = "view-freshness"
 SALES = TableSchema.model_validate(
     {
         "columns": [
@@ -85,6 +63,7 @@ WAITING = (1, 4, 16, 32)
 POLICIES = ("myopic", "max-benefit", "fifo")
 INTERVALS = (1.0, 2.0, 10.0, 60.0, 900.0)
 HOUR = 3600.0
+T = Template("view-freshness")
 
 
 # -- 1. costs ----------------------------------------------------------------------------------
@@ -227,120 +206,57 @@ def freshness(costs: dict[str, Any], seed: int, seconds: float) -> dict[str, Any
     return out
 
 
-# -- report ------------------------------------------------------------------------------------
-def markdown(meta: dict[str, Any], costs: dict[str, Any], fresh: dict[str, Any]) -> str:
-    rows = [
-        [
-            f"incremental, {name}",
-            f"{f['mean_staleness']:.2f}",
-            f"{f['ratio']:.2f}",
-            f"{f['view_loads']:,}",
-            f"{f['worker_seconds_per_hour']:.0f}",
-        ]
-        for name, f in fresh["policies"].items()
+def render(saved: dict[str, Any]) -> str:
+    costs, fresh = saved["costs"], saved["freshness"]
+    rows = [(f"incremental, {name}", f, 2) for name, f in fresh["policies"].items()]
+    rows += [(f"rebuilt every {float(t):.0f} s", f, 1) for t, f in fresh["rebuilds"].items()]
+    loads = [
+        (f"view load absorbing {k} input commits of {COMMIT_ROWS} rows", f"{v:.3f}")
+        for k, v in costs["load_seconds"].items()
     ]
-    rows += [
-        [
-            f"rebuilt every {float(t):.0f} s",
-            f"{f['mean_staleness']:.1f}",
-            f"{f['ratio']:.1f}",
-            f"{f['view_loads']:,}",
-            f"{f['worker_seconds_per_hour']:.0f}",
-        ]
-        for t, f in fresh["rebuilds"].items()
-    ]
-    return "\n".join(
-        [
-            "## A join view's freshness: incremental under the policies vs a fixed-interval rebuild "
-            "(`benchmarks/view_freshness.py`)",
-            "",
-            machine_markdown(meta, package="loader"),
-            " ".join(line.strip() for line in "\n".join((__doc__ or "").split("\n\n")[2:4]).splitlines()),
-            "",
-            "Costs measured (median of the repeats; "
-            f"{costs['sales_rows']:,} sales rows, {costs['customers']:,} customers, a view of "
-            f"{costs['view_rows']:,} rows):",
-            "",
-            md_table(
-                ["what", "seconds"],
-                [
-                    *[
-                        [f"view load absorbing {k} input commits of {COMMIT_ROWS} rows", f"{v:.3f}"]
-                        for k, v in costs["load_seconds"].items()
-                    ],
-                    ["fitted: overhead + per commit", f"{costs['overhead']:.3f} + {costs['per_commit']:.4f}"],
-                    ["rebuild (read both, pyarrow hash join, overwrite)", f"{costs['rebuild_seconds']:.3f}"],
-                ],
-            ),
-            "",
-            "The view's freshness over an hour (its lag behind its inputs' commits; mean staleness in "
-            "seconds, and the ratio to the view's LOW bound):",
-            "",
-            md_table(
-                ["view maintained", "mean staleness (s)", "staleness / LOW", "view loads", "worker s per hour"], rows
-            ),
-            "",
-            reading(costs, fresh),
-        ]
-    )
-
-
-def reading(costs: dict[str, Any], fresh: dict[str, Any]) -> str:
-    """The comparison at about equal compute: the rebuild interval whose worker time per hour
-    is nearest the incremental view's (both from the runs above)."""
+    loads.append(("fitted: overhead + per commit", f"{costs['overhead']:.3f} + {costs['per_commit']:.4f}"))
+    loads.append(("rebuild (read both, pyarrow hash join, overwrite)", f"{costs['rebuild_seconds']:.3f}"))
+    # The comparison at about equal compute: the rebuild interval whose worker time per hour is
+    # nearest the incremental view's.
     name, inc = min(fresh["policies"].items(), key=lambda kv: kv[1]["mean_staleness"])
     interval, rebuilt = min(
-        fresh["rebuilds"].items(),
-        key=lambda kv: abs(kv[1]["worker_seconds_per_hour"] - inc["worker_seconds_per_hour"]),
+        fresh["rebuilds"].items(), key=lambda kv: abs(kv[1]["worker_seconds_per_hour"] - inc["worker_seconds_per_hour"])
     )
     one = costs["load_seconds"]["1"]
-    return (
-        f"Reading. Maintained incrementally ({name}) the view trails its inputs by {inc['mean_staleness']:.2f} s "
-        f"on average for {inc['worker_seconds_per_hour']:.0f} worker seconds an hour (simulated at the fitted "
-        f"cost); rebuilt every {float(interval):.0f} s, for about that compute "
-        f"({rebuilt['worker_seconds_per_hour']:.0f} s), it trails by {rebuilt['mean_staleness']:.1f} s, "
-        f"{rebuilt['mean_staleness'] / inc['mean_staleness']:.1f}x more; at the intervals batch rebuilds usually "
-        f"run at (minutes) it trails by minutes. At this size a rebuild (pyarrow's multi-threaded join, "
-        f"{costs['rebuild_seconds']:.2f} s) costs {costs['rebuild_seconds'] / one:.1f}x one measured incremental "
-        f"load of one commit ({one:.2f} s: the log read, the executor and a MERGE into a table of a million "
-        "rows), and loads absorbing many commits grow faster than linearly (the table above), which the fit "
-        "smooths. A rebuild reads the whole tables and an incremental load what changed, but only one size is "
-        "measured here. Favouring the rebuild: a worker of its own, no row digests or counts (the view table's "
-        "exactly-once MERGE key), and the commits it follows are those of a run without the view. The "
-        "policies' schedules give the same figures here."
+    return T.line(
+        "section",
+        machine=machine_markdown(saved["meta"], package="loader"),
+        costs=costs,
+        costs_table=T.table("costs", loads),
+        freshness_table=T.table("freshness", rows),
+        name=name,
+        inc=inc,
+        interval=float(interval),
+        rebuilt=rebuilt,
+        more=rebuilt["mean_staleness"] / inc["mean_staleness"],
+        rebuild_ratio=costs["rebuild_seconds"] / one,
+        one=one,
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 repeat, a smaller warehouse, prints only")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sales", type=int, default=1_000_000)
-    parser.add_argument("--customers", type=int, default=100_000)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
+def measure(run: Run) -> dict[str, Any]:
+    args = run.args
     if args.quick:
-        args.repeats, args.sales, args.customers = 1, 50_000, 5_000
-    started = time.perf_counter()
-    meta: dict[str, Any] = {
-        "command": command_line(MODULE, argv),
-        "quick": args.quick,
-        "repeats": args.repeats,
-        "machine": machine_info("loader"),
-    }
+        args.sales, args.customers = 50_000, 5_000
     log(f"measuring costs over {args.sales:,} sales rows and {args.customers:,} customers ...")
     costs = measure_costs(args.sales, args.customers, args.repeats, args.seed)
     log(f"costs: {costs['load_seconds']}, rebuild {costs['rebuild_seconds']:.3f} s")
-    fresh = freshness(costs, args.seed, HOUR)
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
-    text = markdown(meta, costs, fresh)
-    print(text)
-    if not args.quick:
-        write_json(RESULTS_DIR / "view_freshness.json", {"meta": meta, "costs": costs, "freshness": fresh})
-        write_section(SECTION, text)
-    return 0
+    return {"costs": costs, "freshness": freshness(costs, args.seed, HOUR)}
 
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sales", type=int, default=1_000_000)
+    parser.add_argument("--customers", type=int, default=100_000)
+
+
+BENCHMARK = Benchmark(
+    "benchmarks.view_freshness", "view-freshness", __doc__, measure, render, repeats=(1, 3), seed=1, options=options
+)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -20,22 +19,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.markdown import Template
+from benchmarks.harness.results import medians, repeat
 from loader.core.updates import Update, WalRecord
 from loader.durability.wal import WriteAheadLog
-from testing.report import (
-    RESULTS_DIR,
-    command_line,
-    load_average,
-    log,
-    machine_info,
-    machine_markdown,
-    md_table,
-    write_json,
-    write_section,
-)
+from testing.report import machine_markdown
 
-MODULE = "benchmarks.wal"
-SECTION = "wal"
 CONCURRENCY = (1, 8, 64)
 ROWS = pa.table(
     {
@@ -44,12 +34,16 @@ ROWS = pa.table(
         "value": pa.array([i / 3 for i in range(8)]),
     }
 )
+T = Template("wal")
 
 
-def run_once(concurrency: int, seconds: float, directory: Path, durability: str) -> dict[str, float]:
+def run_once(concurrency: int, seconds: float, scratch: Path | None, durability: str) -> dict[str, float]:
     groups: list[int] = []
     latencies: list[float] = []
-    with WriteAheadLog(directory, durability=durability, on_fsync=lambda s, r, b: groups.append(r)) as wal:
+    with (
+        tempfile.TemporaryDirectory(dir=scratch) as directory,
+        WriteAheadLog(Path(directory), durability=durability, on_fsync=lambda s, r, b: groups.append(r)) as wal,
+    ):
 
         async def appender(t: int, deadline: float) -> None:
             seq = 0
@@ -77,65 +71,30 @@ def run_once(concurrency: int, seconds: float, directory: Path, durability: str)
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 s runs, 1 repeat, no BENCHMARKS.md")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--dir", type=Path, default=None, help="directory on the disk to measure (default: /tmp)")
-    args = parser.parse_args(argv)
-    seconds = 2.0 if args.quick else 5.0
-    repeats = args.repeats or (1 if args.quick else 3)
-    started = time.perf_counter()
-    meta: dict[str, Any] = {
-        "command": command_line(MODULE, argv),
-        "quick": args.quick,
-        "machine": machine_info("loader"),
-        "seconds": seconds,
-        "repeats": repeats,
-    }
-    rows, raw = [], []
+def measure(run: Run) -> dict[str, Any]:
+    seconds, directory = 2.0 if run.args.quick else 5.0, run.args.dir
+    run.meta.update(seconds=seconds, directory=str(directory) if directory else None)
+    out = []
     for durability in ("fsync", "flush"):
         for concurrency in CONCURRENCY:
-            runs = []
-            for k in range(repeats):
-                log(f"{durability}, {concurrency} appenders, run {k + 1}/{repeats}")
-                with tempfile.TemporaryDirectory(dir=args.dir) as d:
-                    runs.append(run_once(concurrency, seconds, Path(d), durability))
-            med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-            raw.append({"durability": durability, "concurrency": concurrency, "runs": runs, "median": med})
-            rows.append(
-                [
-                    durability,
-                    concurrency,
-                    f"{med['records_per_second']:,.0f}",
-                    f"{med['fsyncs_per_second']:,.0f}",
-                    f"{med['records_per_fsync']:.1f}",
-                    f"{med['p50_ms']:.2f}",
-                    f"{med['p99_ms']:.2f}",
-                    f"{med['bytes_per_record']:.0f}",
-                ]
-            )
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
-    markdown = (
-        "## Write-ahead log alone (`benchmarks/wal.py`)\n\n"
-        + machine_markdown(meta, "loader")
-        + f"\nMedian of {repeats} runs of {seconds:.0f} s each, in a temporary directory"
-        f"{' under ' + str(args.dir) if args.dir else ' (/tmp)'}; one record = one update of 8 small rows. "
-        "Each appender awaits its append before the next, as a request handler does.\n\n"
-        + md_table(
-            ["durability", "appenders", "records/s", "fsyncs/s", "records/fsync", "p50 ms", "p99 ms", "bytes/record"],
-            rows,
-            "lrrrrrrr",
-        )
-        + "\n"
-    )
-    print(markdown)
-    if not args.quick:
-        write_json(RESULTS_DIR / "wal.json", {"meta": meta, "results": raw})
-        write_section(SECTION, markdown)
-    return 0
+            label = f"{durability}, {concurrency} appenders"
+            runs = repeat(run.args.repeats, label, run_once, concurrency, seconds, directory, durability)
+            out.append({"durability": durability, "concurrency": concurrency, "runs": runs, "median": medians(runs)})
+    return {"results": out}
 
+
+def render(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    where = f" under {meta['directory']}" if meta.get("directory") else " (/tmp)"
+    table = T.table("table", results["results"], "lrrrrrrr")
+    return T("section", machine=machine_markdown(meta, "loader"), meta=meta, where=where, table=table)
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, help="directory on the disk to measure (default: /tmp)")
+
+
+BENCHMARK = Benchmark("benchmarks.wal", "wal", __doc__, measure, render, repeats=(1, 3), options=options)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

@@ -156,10 +156,12 @@ REPLAYING_LINES = (SPILL_RESET_LINE, "WAL: cut a torn tail")
 CLEAN_STOP_LINE = "stopped cleanly"
 
 
-def crash_config(workdir: Path, port: int, mode: str = "connect") -> Path:
+def crash_config(workdir: Path, port: int, mode: str = "connect", spark_remote: str = "") -> Path:
     """The service under trial: 2 workers, a tiny memory budget (spills), small WAL segments
     truncated every second (crashes meet rolled and deleted segments), tables compacted
-    every 5 s (kills from outside may land in a compaction)."""
+    every 5 s (kills from outside may land in a compaction). ``spark_remote``: a running
+    Spark Connect server to use (the suite's: each life then skips a JVM start) instead of
+    the service's own, which each kill takes down with it."""
     return write_config(
         workdir / "loader.toml",
         {
@@ -168,7 +170,7 @@ def crash_config(workdir: Path, port: int, mode: str = "connect") -> Path:
             "workers": 2,
             "policy": "myopic",
             "wal": {"segment_bytes": 1 << 18},
-            "spark": {"master": "local[2]", "mode": mode},
+            "spark": {"master": "local[2]", "mode": mode, **({"remote": spark_remote} if spark_remote else {})},
             "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 5, "vacuum_seconds": 0},
             "spill": {"memory_budget_bytes": 65536},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
@@ -432,6 +434,8 @@ class CrashTrial:
         *,
         producers: int = 2,
         mode: str = "connect",
+        spark_remote: str = "",
+        pace: float = 0.02,
         log: Callable[[str], None] | None = None,
     ):
         self.workdir = workdir
@@ -440,8 +444,10 @@ class CrashTrial:
         self.log = log or (lambda message: None)
         self.kinds = KINDS if mode == "connect" else CLASSIC_KINDS
         port = free_port()
-        self.server = ServerProcess(workdir, crash_config(workdir, port, mode), port, TOKEN)
-        self.producers = Producers(self.server.base, TOKEN, seed, producers, landing=workdir / "data" / "landing")
+        self.server = ServerProcess(workdir, crash_config(workdir, port, mode, spark_remote), port, TOKEN)
+        self.producers = Producers(
+            self.server.base, TOKEN, seed, producers, pace=pace, landing=workdir / "data" / "landing"
+        )
         self.lives: list[Life] = []
         self.failures: list[str] = []
         self.reask_mismatches: list[str] = []

@@ -108,15 +108,16 @@ class RoundResult:
         )
 
 
-def poison_config(workdir: Path, port: int) -> Path:
-    """Fast retries (a bisection is a few failed attempts each), two load workers."""
+def poison_config(workdir: Path, port: int, spark_remote: str = "") -> Path:
+    """Fast retries (a bisection is a few failed attempts each), two load workers; over the
+    Spark Connect server at ``spark_remote`` when given, else the service's own."""
     return write_config(
         workdir / "loader.toml",
         {
             "port": port,
             "data_dir": str(workdir / "data"),
             "workers": 2,
-            "spark": {"master": "local[2]"},
+            "spark": {"master": "local[2]", **({"remote": spark_remote} if spark_remote else {})},
             "loading": {"max_attempts": 2, "retry_base_seconds": 0.05, "retry_max_seconds": 0.2},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
@@ -128,12 +129,14 @@ def poison_config(workdir: Path, port: int) -> Path:
 class PoisonTrial:
     """A server, the outside alterations, and seeded rounds against them."""
 
-    def __init__(self, workdir: Path, seed: int, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, workdir: Path, seed: int, log: Callable[[str], None] | None = None, spark_remote: str = ""
+    ) -> None:
         self.workdir = workdir
         self.rng = random.Random(seed)
         self.log = log or (lambda message: None)
         port = free_port()
-        self.server = ServerProcess(workdir, poison_config(workdir, port), port, TOKEN)
+        self.server = ServerProcess(workdir, poison_config(workdir, port, spark_remote), port, TOKEN)
         self.data = workdir / "data"
         self.landing = self.data / "landing"
         self.owned = self.data / "landed" / FEED

@@ -5,8 +5,10 @@ every machine) sees the same cases; ``database=None`` keeps no example store in 
 checkout. Select another registered profile with HYPOTHESIS_PROFILE=<name>.
 """
 
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from hypothesis import settings
@@ -20,6 +22,10 @@ import pytest  # noqa: E402
 
 from testing.log_guard import LogGuard  # noqa: E402
 from testing.service_harness import Harness  # noqa: E402
+
+#: One Spark session and, for the tests that ask, one Spark Connect server per test process
+#: (tests/spark_fixtures.py): both are started on first use only.
+pytest_plugins = ["tests.spark_fixtures"]
 
 
 @pytest.fixture(autouse=True)
@@ -60,13 +66,42 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 #: The longest tests (real servers, crash trials), in this order, before everything else.
 FIRST = ("tests/system/test_crash.py", "tests/system/", "tests/deploy/", "tests/cli/test_foreground.py")
 
+#: The system tier (docs/testing.md): real services, Spark, browsers and Prometheus. A test
+#: is in it by where it lives or by asking for a JVM; ``./scripts/test -m "not system"`` is
+#: the quick tier, the edit loop.
+SYSTEM_PATHS = ("tests/system/", "tests/deploy/", "tests/cli/test_foreground.py", "tests/cli/test_serve.py")
+JVM_FIXTURES = frozenset({"spark", "connect_server", "connect_spark", "shared_service", "tables"})
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first: pytest-xdist (``./scripts/test`` runs two processes) hands
-    tests out in collection order, and a three-minute crash trial collected last ran
-    alone at the end while the other process sat idle (9:16 against 7:00 for the suite)."""
+    """The system tier marked; the longest tests first. ``./scripts/test`` runs two
+    processes with ``--dist worksteal``: each starts on one half of this order, and a process
+    that runs out takes the back half of what the other has not started, so the long tests
+    begin early and the run ends on short ones (a crash trial collected last once ran alone
+    at the end while the other process sat idle)."""
+    for item in items:
+        if item.nodeid.startswith(SYSTEM_PATHS) or JVM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.system)
 
     def rank(item: pytest.Item) -> int:
         return next((k for k, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
 
     items.sort(key=rank)  # stable: the order within each rank stays the collection order
+
+
+#: ``LOADER_TEST_TIMELINE=<dir>``: each test process writes when each test began and ended
+#: there (``<worker>.jsonl``), for ``python -m testing.timeline <dir>`` (docs/testing.md).
+_TIMELINE = os.environ.get("LOADER_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    if not _TIMELINE:
+        yield
+        return
+    began = time.time()
+    yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    record = {"worker": worker, "test": item.nodeid, "start": began, "end": time.time()}
+    with open(Path(_TIMELINE) / f"{worker}.jsonl", "a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")

@@ -84,11 +84,11 @@ def schedule(kills: int, seed: int) -> list[str]:
     return kinds[:kills]
 
 
-def run(kills: int, seed: int, workdir: Path) -> Verdict:
-    trial = CrashTrial(workdir, seed, log=log)
+def run(kills: int, seed: int, workdir: Path, pace: float = 0.02, final_timeout: float = 900.0) -> Verdict:
+    trial = CrashTrial(workdir, seed, pace=pace, log=log)
     try:
         trial.run(schedule(kills, seed))
-        return trial.finish()
+        return trial.finish(final_timeout)
     finally:
         trial.close()
 
@@ -279,6 +279,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kills", type=int, default=LONG_KILLS, help="lives ended by SIGKILL (default 50)")
     parser.add_argument("--seed", type=int, default=1, help="seeds the kinds, counts, delays and producers")
     parser.add_argument("--workdir", type=Path, help="keep the data directory and server logs here")
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.02,
+        help="seconds each producer thread rests between requests (default 0.02); with poison updates "
+        "on 2 busy cores the loader may fall behind a faster feed, and the backlog grows life after life",
+    )
+    parser.add_argument(
+        "--final-timeout", type=float, default=900.0, help="seconds the final start may take to load the backlog"
+    )
     parser.add_argument("--json", type=Path, help="results file (default results/crash_trials[-quick].json)")
     parser.add_argument("--write", action="store_true", help="rewrite RELIABILITY.md even for a short run")
     parser.add_argument("--no-write", action="store_true", help="never rewrite RELIABILITY.md")
@@ -303,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": command_line(MODULE, argv),
             "quick": args.kills < LONG_KILLS,
             "seed": args.seed,
+            "pace": args.pace,
             "machine": machine,
         }
         scratch = None if args.workdir else tempfile.mkdtemp(prefix="crash-trial-")
@@ -310,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         log(f"crash trial: {args.kills} kills, seed {args.seed}, data in {workdir}")
         with LoadMonitor() as monitor:
-            verdict = run(args.kills, args.seed, workdir)
+            verdict = run(args.kills, args.seed, workdir, args.pace, args.final_timeout)
         meta["run_seconds"] = time.perf_counter() - started
         meta["loadavg_end"] = load_average()
         meta["loadavg_peak"] = monitor.peak

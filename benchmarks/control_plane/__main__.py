@@ -5,10 +5,8 @@
     python -m benchmarks.control_plane --skip registration,reads,partitioning   # dispatch again
     python -m benchmarks.control_plane --rerender   # rewrite the report from the saved results
 
-The full run rewrites the ``control-plane`` section of BENCHMARKS.md and
-``benchmarks/results/control_plane.json``; the quick run writes ``control_plane-quick.json``
-and leaves BENCHMARKS.md alone (unless ``--markdown FILE``). Parts left out with ``--skip``
-keep their figures (and the date and load they were measured at) from the results file.
+Parts left out with ``--skip`` keep their figures (and the date and load they were
+measured at) from the results file.
 
 Parts (each module's docstring says exactly what is timed):
 
@@ -23,35 +21,20 @@ Parts (each module's docstring says exactly what is timed):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from benchmarks.control_plane import dispatch, partitioning, reads
-from benchmarks.control_plane import report as report
-from testing.report import (
-    BENCHMARKS_MD,
-    REPO_ROOT,
-    RESULTS_DIR,
-    LoadMonitor,
-    fmt_duration,
-    load_average,
-    log,
-    machine_info,
-    run_meta,
-    source_fingerprint,
-    write_json,
-    write_section,
-)
+from benchmarks.control_plane import dispatch, partitioning, reads, report
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.results import repeat
+from testing.report import REPO_ROOT, LoadMonitor, load_average, log
 
 MODULE = "benchmarks.control_plane"
-SECTION = "control-plane"
 PARTS = ("registration", "dispatch", "reads", "partitioning")
 POLICIES = ("myopic", "max-benefit", "fifo")
 
@@ -76,10 +59,7 @@ def run_registration(sizes: list[int], repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {"repeats": repeats, "config": [], "bulk": []}
     for tables in sizes:
         for mode in ("config", "bulk"):
-            runs = []
-            for k in range(repeats):
-                log(f"registration: {mode}, {tables:,} tables, run {k + 1}/{repeats}")
-                runs.append(_registration_run(mode, tables))
+            runs = repeat(repeats, f"registration: {mode}, {tables:,} tables", _registration_run, mode, tables)
             out[mode].append({"tables": tables, "runs": runs})
     return out
 
@@ -89,13 +69,11 @@ def run_dispatch(sizes: list[int], policies: list[str], decisions: int, repeats:
     for tables in sizes:
         for policy in policies:
             for inline in (True, False):
-                runs = []
-                for _ in range(repeats):
-                    runs.append(
-                        dispatch.measure(
-                            tables, policy, workers=2, warmup=decisions // 5, decisions=decisions, inline=inline
-                        )
-                    )
+                warmup = decisions // 5
+                runs = [
+                    dispatch.measure(tables, policy, workers=2, warmup=warmup, decisions=decisions, inline=inline)
+                    for _ in range(repeats)
+                ]
                 us = [r["us_per_decision"] for r in runs]
                 mode = "inline" if inline else "threads"
                 log(f"dispatch: {tables:,} tables, {policy}, {mode}: {statistics.median(us):.1f} µs/decision")
@@ -130,71 +108,46 @@ def run_partitioning(quick: bool) -> dict[str, Any]:
     return partitioning.measure(tables, 0.01, horizon, 0.2, configurations)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1,000 tables only, fewer repeats")
-    parser.add_argument("--skip", default="", help=f"parts to leave out, comma-separated ({', '.join(PARTS)})")
-    parser.add_argument("--sizes", default=None, help="table counts, comma-separated (default 1000,10000)")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per figure (default 3; quick 1)")
-    parser.add_argument("--markdown", type=Path, default=None, help="file whose section to rewrite")
-    parser.add_argument("--json", type=Path, default=None, help="raw results file")
-    parser.add_argument("--rerender", action="store_true", help="rebuild the report from the saved results")
-    args = parser.parse_args(argv)
-    if args.json is None:
-        args.json = RESULTS_DIR / ("control_plane-quick.json" if args.quick else "control_plane.json")
-    if args.markdown is None and not args.quick:
-        args.markdown = BENCHMARKS_MD
-    if args.rerender:
-        saved = json.loads(args.json.read_text(encoding="utf-8"))
-        return _publish(saved, args)
-    repeats = args.repeats or (1 if args.quick else 3)
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000] if args.quick else [1000, 10_000])
-    skip = {s for s in args.skip.split(",") if s}
-    unknown = skip - set(PARTS)
-    if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
-    began = time.perf_counter()
-    machine = machine_info("loader")
-    machine["api_sha256"] = source_fingerprint("api")
-    results: dict[str, Any] = {}
-    if skip and args.json.exists():  # the parts not run now keep their figures from the last run
-        earlier = json.loads(args.json.read_text(encoding="utf-8"))
-        results.update({part: earlier[part] for part in PARTS if part in skip and part in earlier})
+def measure(run: Run) -> dict[str, Any]:
+    args, quick = run.args, run.args.quick
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000] if quick else [1000, 10_000])
+    run.meta["sizes"] = sizes
+    earlier = run.previous() if args.skip else {}  # the parts not run now keep their figures from the last run
+    results: dict[str, Any] = {part: earlier[part] for part in PARTS if part in args.skip and part in earlier}
     runners = {
-        "registration": lambda: run_registration(sizes, repeats),
+        "registration": lambda: run_registration(sizes, args.repeats),
         "dispatch": lambda: run_dispatch(
-            sizes, ["myopic"] if args.quick else list(POLICIES), 5_000 if args.quick else 20_000, repeats
+            sizes, ["myopic"] if quick else list(POLICIES), 5_000 if quick else 20_000, args.repeats
         ),
-        "reads": lambda: run_reads(sizes, 3 if args.quick else 5),
-        "partitioning": lambda: run_partitioning(args.quick),
+        "reads": lambda: run_reads(sizes, 3 if quick else 5),
+        "partitioning": lambda: run_partitioning(quick),
     }
-    with LoadMonitor() as load:
-        for part, run in runners.items():
-            if part in skip:
-                continue
-            with LoadMonitor(interval=2.0) as during:
-                results[part] = run()
-            results[part]["measured"] = {
-                "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "git_commit": machine["git_commit"],
-                "loadavg_peak": during.peak,
-                "loadavg_end": load_average(),
-            }
-    results["meta"] = run_meta(MODULE, argv, machine, began, load, quick=args.quick, sizes=sizes)
-    log(f"control-plane benchmark took {fmt_duration(time.perf_counter() - began)}")
-    return _publish(results, args)
+    for part, measure_part in runners.items():
+        if part in args.skip:
+            continue
+        with LoadMonitor(interval=2.0) as during:
+            results[part] = measure_part()
+        results[part]["measured"] = {
+            "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "git_commit": run.meta["machine"]["git_commit"],
+            "loadavg_peak": during.peak,
+            "loadavg_end": load_average(),
+        }
+    return results
 
 
-def _publish(results: dict[str, Any], args: argparse.Namespace) -> int:
-    if not args.rerender:
-        write_json(args.json, results)
-        log(f"wrote {args.json}")
-    report.print_console(results)
-    if args.markdown is not None:
-        write_section(SECTION, report.markdown(results), args.markdown)
-        log(f"wrote the {SECTION} section of {args.markdown}")
-    return 0
-
+BENCHMARK = Benchmark(
+    MODULE,
+    "control-plane",
+    __doc__,
+    measure,
+    report.markdown,
+    fingerprints=("api",),
+    quick_saves=True,
+    repeats=(1, 3),
+    parts=PARTS,
+    options=lambda parser: parser.add_argument("--sizes", help="table counts, comma-separated (default 1000,10000)"),
+)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

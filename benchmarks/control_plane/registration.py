@@ -79,12 +79,7 @@ async def _start_and_stop(settings: Any) -> dict[str, float]:
         ready = time.perf_counter() - began
         memory = rss_mb()
         stopping = time.perf_counter()
-    return {
-        "intake_open_s": opened,
-        "ready_s": ready,
-        "stop_s": time.perf_counter() - stopping,
-        "rss_mb": memory,
-    }
+    return {"intake_open_s": opened, "ready_s": ready, "stop_s": time.perf_counter() - stopping, "rss_mb": memory}
 
 
 def run_config(tables: int, workdir: Path) -> dict[str, Any]:

@@ -7,24 +7,14 @@ Streaming, side by side in one run on this machine (issue 14, part 6).
     python -m benchmarks.freshness_at_scale --variants my-variants.json
     python -m benchmarks.freshness_at_scale --rerender         # re-judge saved results
 
-For each workload (N tables, Poisson arrivals at a rate per table, 100 rows per update,
-seeded) and each system (``variants.py``: the peer, the loader before issue 14 from its
-own worktree, the loader with one table per job, the loader with group jobs), one after
-the other: start the system, prime every table, replay the schedule while an outside
-reader polls every table's commit log, drain, read everything back (``cell.py``), then
-compute staleness against the ideal, latency, starvation, commits/s, CPU, the loader's
-own staleness against the reader's, and integrity (``analyze.py``).
-
-The full run writes ``benchmarks/results/freshness_at_scale.json`` after every
-measurement (an interrupted run keeps what it measured) and rewrites the
-``freshness-at-scale`` section of BENCHMARKS.md at the end; ``--quick`` writes
-``freshness_at_scale-quick.json`` and leaves BENCHMARKS.md alone unless ``--markdown``.
+Per workload and system (``variants.py``), one after the other: ``cell.py`` measures,
+``analyze.py`` computes the figures. The results file is written after every measurement
+(an interrupted run keeps what it measured), the section at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import time
 from pathlib import Path
@@ -35,22 +25,10 @@ from benchmarks.freshness_at_scale.analyze import analyze
 from benchmarks.freshness_at_scale.cell import Options, run_cell
 from benchmarks.freshness_at_scale.variants import DEFAULT_VARIANTS, Variant, check_code_dir, load_variants
 from benchmarks.freshness_at_scale.workload import Workload, schedule
-from testing.report import (
-    BENCHMARKS_MD,
-    RESULTS_DIR,
-    LoadMonitor,
-    command_line,
-    fmt_duration,
-    load_average,
-    log,
-    machine_info,
-    source_fingerprint,
-    write_json,
-    write_section,
-)
+from benchmarks.harness.cli import Benchmark, Run
+from testing.report import LoadMonitor, fmt_duration, load_average, log, write_json
 
 MODULE = "benchmarks.freshness_at_scale"
-SECTION = "freshness-at-scale"
 FULL_WORKLOADS = "50:0.5,200:0.5,1000:0.1"
 QUICK_WORKLOADS = "10:0.5"
 #: Warm-up: this many mean inter-arrival times of a table (the cold-start backlog settles).
@@ -72,72 +50,48 @@ def parse_workloads(text: str, duration: float, warmup: float | None, seed: int,
     return workloads
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {MODULE}",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_WORKLOADS} for 20 s per system")
-    parser.add_argument("--workloads", default=None, help=f"TABLES:RATE,... (default {FULL_WORKLOADS})")
-    parser.add_argument("--systems", default=None, help="variant names to run, comma-separated (default: all)")
-    parser.add_argument("--variants", type=Path, default=None, help="JSON list of variants replacing the default")
-    parser.add_argument("--duration", type=float, default=None, help="window seconds (default 120; quick 20)")
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workloads", help=f"TABLES:RATE,... (default {FULL_WORKLOADS}; quick {QUICK_WORKLOADS})")
+    parser.add_argument("--systems", help="variant names to run, comma-separated (default: all)")
+    parser.add_argument("--variants", type=Path, help="JSON list of variants replacing the default")
     parser.add_argument(
-        "--warmup",
-        type=float,
-        default=None,
-        help=f"seconds of arrivals before the window (default {WARMUP_INTERARRIVALS:g}/rate)",
+        "--warmup", type=float, help=f"seconds of arrivals before the window (default {WARMUP_INTERARRIVALS:g}/rate)"
     )
     parser.add_argument("--rows", type=int, default=100, help="rows per update (default 100)")
-    parser.add_argument("--seed", type=int, default=14)
-    parser.add_argument(
-        "--poll", type=float, default=0.05, help="outside reader's poll interval, seconds (default 0.05)"
-    )
+    parser.add_argument("--poll", type=float, default=0.05, help="outside reader's poll interval, seconds")
     parser.add_argument(
         "--starved-factor",
         type=float,
         default=10.0,
         help="a table is starved when an update waits more than this many mean inter-arrival times (default 10)",
     )
-    parser.add_argument(
-        "--drain-timeout", type=float, default=None, help="seconds after the last arrival (default 600; quick 120)"
-    )
     parser.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds for a system to start")
     parser.add_argument("--prime-timeout", type=float, default=1800.0, help="seconds for every table's first update")
-    parser.add_argument(
-        "--keep-dir", type=Path, default=None, help="keep every run's directory (logs, tables) under DIR"
-    )
-    parser.add_argument("--raw", type=Path, default=None, help="also write each run's raw records into this directory")
-    parser.add_argument("--json", type=Path, default=None, help="results file")
-    parser.add_argument("--markdown", type=Path, default=None, help=f"file whose '{SECTION}' section to rewrite")
-    parser.add_argument(
-        "--rerender", action="store_true", help="measure nothing: re-judge --json and rewrite the report"
-    )
-    args = parser.parse_args(argv)
-    if args.duration is None:
-        args.duration = 20.0 if args.quick else 120.0
-    if args.drain_timeout is None:
-        args.drain_timeout = 120.0 if args.quick else 600.0
-    if args.workloads is None:
-        args.workloads = QUICK_WORKLOADS if args.quick else FULL_WORKLOADS
+    parser.add_argument("--keep-dir", type=Path, help="keep every run's directory (logs, tables) under DIR")
+    parser.add_argument("--raw", type=Path, help="also write each run's raw records into this directory")
+
+
+def plan(args: argparse.Namespace) -> tuple[list[Workload], list[Variant]]:
+    """The workloads and the systems to run (SystemExit for a wrong argument)."""
     try:
-        args.workload_list = parse_workloads(args.workloads, args.duration, args.warmup, args.seed, args.rows)
+        workloads = parse_workloads(
+            args.workloads or (QUICK_WORKLOADS if args.quick else FULL_WORKLOADS),
+            args.duration,
+            args.warmup,
+            args.seed,
+            args.rows,
+        )
         variants = load_variants(args.variants) if args.variants else list(DEFAULT_VARIANTS)
+        if args.systems:
+            wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
+            if unknown := [s for s in wanted if s not in {v.name for v in variants}]:
+                raise ValueError(f"unknown systems {unknown}; variants: {', '.join(v.name for v in variants)}")
+            variants = [v for v in variants if v.name in wanted]
+        for variant in variants:
+            check_code_dir(variant)
     except ValueError as exc:
-        parser.error(str(exc))
-    if args.systems:
-        wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
-        unknown = [s for s in wanted if s not in {v.name for v in variants}]
-        if unknown:
-            parser.error(f"unknown systems {unknown}; variants: {', '.join(v.name for v in variants)}")
-        variants = [v for v in variants if v.name in wanted]
-    args.variant_list = variants
-    if args.json is None:
-        args.json = RESULTS_DIR / ("freshness_at_scale-quick.json" if args.quick else "freshness_at_scale.json")
-    if args.markdown is None and not args.quick:
-        args.markdown = BENCHMARKS_MD
-    return args
+        raise SystemExit(str(exc)) from None
+    return workloads, variants
 
 
 def estimate_seconds(workloads: list[Workload], variants: list[Variant]) -> float:
@@ -154,7 +108,7 @@ def estimate_seconds(workloads: list[Workload], variants: list[Variant]) -> floa
     return total
 
 
-def measure(variant: Variant, workload: Workload, options: Options, args: argparse.Namespace) -> dict[str, Any]:
+def measure_cell(variant: Variant, workload: Workload, options: Options, args: argparse.Namespace) -> dict[str, Any]:
     """One system under one workload: its figures, or the error that stopped it."""
     cell: dict[str, Any] = {"variant": variant.name, "loadavg_start": load_average()}
     started = time.perf_counter()
@@ -180,45 +134,15 @@ def measure(variant: Variant, workload: Workload, options: Options, args: argpar
     return cell
 
 
-def finish(results: dict[str, Any], args: argparse.Namespace) -> None:
-    results["targets"] = report.evaluate_targets(results)
-    results["notes"] = report.build_notes(results)
-    write_json(args.json, results)
-    if args.markdown is not None:
-        write_section(SECTION, report.render_markdown(results), args.markdown)
-        log(f"wrote section '{SECTION}' of {args.markdown}")
-    report.print_console(results)
-
-
-def _floats(value: Any) -> Any:
-    """Saved results back to numbers: strict JSON holds inf and nan as strings."""
-    if isinstance(value, dict):
-        return {k: _floats(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_floats(v) for v in value]
-    if value in ("inf", "-inf", "nan"):
-        return float(value)
-    return value
-
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def measure(run: Run) -> dict[str, Any]:
     # SIGTERM unwinds like Ctrl-C, so every system and helper process is stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
-    if args.rerender:
-        finish(_floats(json.loads(args.json.read_text(encoding="utf-8"))), args)
-        return 0
-    for variant in args.variant_list:
-        try:
-            check_code_dir(variant)
-        except ValueError as exc:
-            raise SystemExit(str(exc)) from None
-    began = time.perf_counter()
-    machine = machine_info("loader")
+    args = run.args
+    workloads, variants = plan(args)
     options = Options(
         poll_interval=args.poll,
         drain_timeout=args.drain_timeout,
@@ -228,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
         keep_dir=args.keep_dir,
     )
     results: dict[str, Any] = {
-        "meta": {"command": command_line(MODULE, argv), "quick": args.quick, "machine": machine, "run_seconds": 0.0},
         "options": {
             "poll_interval": args.poll,
             "drain_timeout": args.drain_timeout,
@@ -237,35 +160,42 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "full_command": f"python -m {MODULE}",
         },
-        "variants": [v.to_json() for v in args.variant_list],
+        "variants": [v.to_json() for v in variants],
         "workloads": [],
     }
-    estimate = estimate_seconds(args.workload_list, args.variant_list)
+    began = time.perf_counter()
+    estimate = estimate_seconds(workloads, variants)
     log(
-        f"freshness at scale: {', '.join(w.name for w in args.workload_list)} x "
-        f"{', '.join(v.name for v in args.variant_list)}; roughly {fmt_duration(estimate)} (estimate)"
+        f"freshness at scale: {', '.join(w.name for w in workloads)} x "
+        f"{', '.join(v.name for v in variants)}; roughly {fmt_duration(estimate)} (estimate)"
     )
-    with LoadMonitor() as monitor:
-        for workload in args.workload_list:
-            entry: dict[str, Any] = {
-                "workload": workload.to_json(),
-                "updates": len(schedule(workload)),
-                "cells": [],
-            }
-            results["workloads"].append(entry)
-            for variant in args.variant_list:
-                entry["cells"].append(measure(variant, workload, options, args))
-                results["meta"]["run_seconds"] = time.perf_counter() - began
-                write_json(args.json, results)
-    meta = results["meta"]
-    meta["run_seconds"] = time.perf_counter() - began
-    meta["loadavg_end"] = load_average()
-    meta["loadavg_peak"] = monitor.peak
-    meta["loader_unchanged_during_run"] = source_fingerprint("loader") == machine["loader_sha256"]
-    finish(results, args)
-    log(f"done in {fmt_duration(meta['run_seconds'])}; raw results: {args.json}")
-    return 0
+    for workload in workloads:
+        entry: dict[str, Any] = {"workload": workload.to_json(), "updates": len(schedule(workload)), "cells": []}
+        results["workloads"].append(entry)
+        for variant in variants:
+            entry["cells"].append(measure_cell(variant, workload, options, args))
+            run.meta["run_seconds"] = time.perf_counter() - began
+            run.save(results)  # an interrupted run keeps what it measured
+    return results
 
+
+def judge(results: dict[str, Any]) -> None:
+    results["targets"] = report.evaluate_targets(results)
+    results["notes"] = report.build_notes(results)
+
+
+BENCHMARK = Benchmark(
+    MODULE,
+    "freshness-at-scale",
+    __doc__,
+    measure,
+    report.render_markdown,
+    quick_saves=True,
+    seed=14,
+    counts={"duration": (20.0, 120.0, "window seconds"), "drain_timeout": (120.0, 600.0, "seconds after the arrivals")},
+    options=options,
+    finish=judge,
+)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

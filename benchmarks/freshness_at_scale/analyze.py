@@ -1,19 +1,10 @@
-"""From one cell's raw records to its figures.
+"""From one cell's raw records to its figures (templates/freshness-at-scale.md defines them).
 
-- arrival: the producer's record (202 read, or landing rename done);
-- visible: when the outside reader first saw the commit holding the update (the first
-  commit that did, if a file was committed twice);
-- staleness, ideal, ratio, latency, starved: ``testing.observed_staleness`` over the
-  window, every table counted as current at the first scheduled instant (its priming
-  update visible, nothing pending), for the system and the ideal alike;
-- commits/s: commits that added data, seen inside the window;
-- CPU: the system's process group between the window's ends (Python and JVM apart);
-- integrity: per table, every acknowledged update id must be there with exactly
-  ``rows_per_update`` rows, and nothing else; for Delta also as deltalake reads it;
-- the loader's own staleness: the increase of ``loader_table_staleness_seconds_squared``
-  between the two scrapes, against the outside reader's integral over the same interval
-  (the scrape's instant is recovered exactly from each table's ``staleness`` +
-  ``current_upto`` gauges), both counting from the priming update as the loader does.
+Every table counts as current at the first scheduled instant (its priming update visible,
+nothing pending), for the system and the ideal alike. The loader's own staleness is the
+increase of ``loader_table_staleness_seconds_squared`` between two scrapes, against the
+outside reader's integral over the same interval (the scrape's instant recovered from each
+table's ``staleness`` + ``current_upto`` gauges), both from the priming update as the loader counts.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from benchmarks.freshness_at_scale.workload import rows_arrow, update_body
+from benchmarks.harness import child
 from testing.loadgen import Connection, Stats
 
 
@@ -67,10 +68,8 @@ async def run_http(spec: dict[str, Any]) -> dict[str, Any]:
     locks = [asyncio.Lock() for _ in tables]
     heads = [
         (
-            f"POST /v1/tables/{name}/updates HTTP/1.1\r\n"
-            f"Host: {http['host']}:{http['port']}\r\n"
-            f"Authorization: Bearer {http['token']}\r\n"
-            "Content-Type: application/json\r\n"
+            f"POST /v1/tables/{name}/updates HTTP/1.1\r\nHost: {http['host']}:{http['port']}\r\nAuthorization: Bearer "
+            f"{http['token']}\r\nContent-Type: application/json\r\n"
         )
         for name in tables
     ]
@@ -155,10 +154,7 @@ def main(argv: list[str]) -> int:
     else:
         raise SystemExit(f"unknown mode {spec['mode']!r}: http or files")
     out["cpu_seconds"] = _cpu_seconds() - cpu0
-    target = Path(spec["out"])
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(out), encoding="utf-8")
-    os.replace(tmp, target)
+    child.write(spec["out"], out)
     return 0
 
 

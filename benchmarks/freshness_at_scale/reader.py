@@ -18,7 +18,6 @@ the table holds, the first commit that held it and in how many commits it appear
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import time
@@ -26,6 +25,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import child
 from testing.commit_logs import CommitLogFollower, ObservedCommit, follower, value_counts
 
 #: Seconds of file reading per round while draining.
@@ -154,10 +154,7 @@ def main(argv: list[str]) -> int:
             "cpu_seconds_before_drain": cpu_measuring,
         }
     )
-    target = Path(spec["out"])
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(out), encoding="utf-8")
-    os.replace(tmp, target)
+    child.write(spec["out"], out)
     return 0
 
 

@@ -70,23 +70,14 @@ DEFAULT_VARIANTS: tuple[Variant, ...] = (
         label="Spark Structured Streaming, one query per table, trigger 1 s, Parquet sink, driver heap 4 GB",
         conf={"spark.driver.memory": "4g"},
     ),
-    Variant(
-        "before",
-        "loader",
-        label=f"loader before issue 14 (git {BEFORE_REV}), default settings",
-        code=BEFORE_CODE,
-    ),
+    Variant("before", "loader", label=f"loader before issue 14 (git {BEFORE_REV}), default settings", code=BEFORE_CODE),
     Variant(
         "single",
         "loader",
         label="loader after part 2 (cheaper job), one table per job",
         env={"LOADER_LOADING__MAX_TABLES_PER_JOB": "1"},
     ),
-    Variant(
-        "grouped",
-        "loader",
-        label="loader after parts 3+4 (group jobs), default settings",
-    ),
+    Variant("grouped", "loader", label="loader after parts 3+4 (group jobs), default settings"),
 )
 
 

@@ -2,29 +2,17 @@
 
     python -m benchmarks.isolation.intake_cost SPEC.json     # prints one JSON object on stdout
 
-The HTTP server and the load generator are left out: each way is driven as an ASGI app by
-16 concurrent coroutines sending the benchmark's single-update requests (8 tables, 3 rows),
-and the main thread's CPU time (``time.thread_time``) is divided by the requests. The
-event loop's thread is what caps intake, so this is the number the hot path's changes
-were made against:
-
-- ``bare``: the bare FastAPI endpoint (parse the JSON body, answer 202; the ceiling's app);
-- ``routes``: the service with its submit routes served by FastAPI (``fast_intake=False``);
-- ``fast``: the service as it runs, the submit routes served ahead of FastAPI's middleware
-  (api/fast_intake.py);
-- ``fast, no group delay``: the same with ``wal.group_delay_seconds = 0``.
-
-Each service has its own data directory and a WAL with fsync; loading is off (intake
-only). The ways are interleaved, ``rounds`` times, so the machine's noise falls on all.
+The event loop's thread is what caps intake, so this is the number the hot path's changes
+were made against: each app (bare FastAPI; the service's submit routes through FastAPI; as
+it runs, ahead of FastAPI; the same without group delay) is driven as ASGI by concurrent
+coroutines, no HTTP server or generator, loading off, the ways interleaved ``rounds`` times.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -34,6 +22,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from api.app import create_app
+from benchmarks.harness import child
 from benchmarks.isolation.bare_app import app as bare_app
 from loader.config import load_settings
 from testing.service_server import PRODUCER_TOKEN, SCHEMA
@@ -143,14 +132,5 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text()) if argv else {}
-    result = asyncio.run(measure(spec))
-    if "result_path" in spec:
-        Path(spec["result_path"]).write_text(json.dumps(result))
-    print(json.dumps(result))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(child.main(lambda spec: asyncio.run(measure(spec))))

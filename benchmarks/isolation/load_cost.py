@@ -2,60 +2,36 @@
 
     python -m benchmarks.isolation.load_cost SPEC.json     # prints one JSON object on stdout
 
-- ``classic``: ``DeltaRsSink.load`` on an in-process Spark session (py4j), as ``mode =
-  "classic"`` runs it;
-- ``connect``: the same sink on a Spark Connect client session in this process, against
-  a local Spark Connect server (the cost of Connect alone);
-- ``process``: ``ProcessSink.load``, as ``mode = "connect"`` runs it: the rows written to
-  a handoff file, the request sent to a worker process, which loads over Spark Connect.
-
-Each way loads the same batches (``rows`` rows, one update) into its own table, ``runs``
-times after ``warmup`` untimed loads, the three ways interleaved so that the machine's
-noise falls on all of them alike.
+``classic`` (``DeltaRsSink.load`` on an in-process session), ``connect`` (the same sink on a
+Spark Connect client: the cost of Connect alone), ``process`` (``ProcessSink.load``: a handoff
+file and a worker process loading over Connect); interleaved, each into its own table.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from loader.core.schema import TableSchema
-from loader.core.updates import Batch, Update
+from benchmarks.harness import child, spark
+from benchmarks.harness.rows import SCHEMA, small_rows
+from loader.core.updates import Batch
 from loader.loading.connect_server import ConnectServer
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.spark import DEFAULT_LEAN, build_spark_session, connect_session, session_settings
 from loader.loading.workers.pool import ProcessSink, WorkerOptions
 
-SCHEMA = TableSchema.model_validate(
-    {
-        "columns": [
-            {"name": "id", "type": "int64", "nullable": False},
-            {"name": "v", "type": "float64"},
-            {"name": "s", "type": "string"},
-        ]
-    }
-)
-
 
 def batch(table: str, seq: int, rows: int) -> Batch:
-    ids = list(range(seq * rows, (seq + 1) * rows))
-    data = pa.table({"id": ids, "v": [i * 0.5 for i in ids], "s": [f"payload-{i % 1000:04d}" for i in ids]})
-    return Batch(table, (Update(table, seq, float(seq), data),))
+    return spark.one_update(table, seq, small_rows(range(seq * rows, (seq + 1) * rows), "payload", typed=False))
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[0], encoding="utf-8") as handle:
-        spec: dict[str, Any] = json.load(handle)
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
     master, rows, runs, warmup = spec["master"], spec["rows"], spec["runs"], spec["warmup"]
     work = Path(tempfile.mkdtemp(prefix="bench-load-cost-"))
-    spark = build_spark_session(master=master, fair_pools=0)
+    session = build_spark_session(master=master, fair_pools=0)
     server = ConnectServer(master, session_settings(master, {}, 1, DEFAULT_LEAN), work / "connect.log")
     server.start()
     client = connect_session(server.url)
@@ -64,7 +40,7 @@ def main(argv: list[str]) -> int:
     processes.start()
     try:
         sinks = {
-            "classic": DeltaRsSink(work / "classic", spark),
+            "classic": DeltaRsSink(work / "classic", session),
             "connect": DeltaRsSink(work / "connect", client),
             "process": processes,
         }
@@ -83,16 +59,10 @@ def main(argv: list[str]) -> int:
         processes.stop()
         client.stop()
         server.stop()
-        spark.stop()
-    out = {
-        "rows": rows,
-        "runs": runs,
-        "seconds": seconds,
-        "median_seconds": {name: statistics.median(values) for name, values in seconds.items()},
-    }
-    sys.stdout.write(json.dumps(out) + "\n")
-    return 0
+        session.stop()
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    return {"rows": rows, "runs": runs, "seconds": seconds, "median_seconds": medians}
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(child.main(measure))

@@ -424,10 +424,7 @@ class Flight:
             thread = re.search(r'sampledThread = "([^"]*)"', block)
             name = thread.group(1) if thread else ""
             frames = [line.strip().split("(", 1)[0] for line in block.split("stackTrace = [", 1)[-1].splitlines()[1:]]
-            activity = next(
-                (a for frame in frames for a, rx in rules if rx.search(frame)),
-                OTHER_ACTIVITY,
-            )
+            activity = next((a for frame in frames for a, rx in rules if rx.search(frame)), OTHER_ACTIVITY)
             samples[activity] += 1
             by_thread[next((k for k, rx in kinds if rx.search(name)), OTHER_THREADS)] += 1
         forks = subprocess.run(

@@ -1,9 +1,5 @@
-"""Figures and presentation of the load-cost benchmark: the summary, the BENCHMARKS.md
-section and the console tables.
-
-Reads only the results dict (what ``load_cost.json`` holds), so ``--rerender`` rebuilds
-everything from saved figures. Milliseconds throughout; medians of loads, then of runs.
-"""
+"""The load-cost benchmark's summary and section, from the results alone (what ``load_cost.json`` holds).
+Milliseconds throughout; medians of loads, then of runs."""
 
 from __future__ import annotations
 
@@ -12,6 +8,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+from benchmarks.harness.markdown import Template, bullets
 from benchmarks.load_cost.probes import (
     ACTIVITIES,
     CHILD_PROCESSES,
@@ -22,7 +19,7 @@ from benchmarks.load_cost.probes import (
     THREAD_KINDS,
 )
 from loader.loading.spark import LEAN_CHANGES
-from testing.report import machine_markdown, md_table, print_table, status
+from testing.report import machine_markdown, md_table
 
 TARGET_MS = 100.0
 TARGET_LOADS = 20
@@ -44,9 +41,9 @@ def _ms(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-# =====================================================================================
-# Summary
-# =====================================================================================
+T = Template("load-cost", {"ms": _ms})
+
+
 def _load_figures(loads: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over loads of one variant (and size) in one run."""
     phases = {p: _median(1e3 * load["phases"].get(p, 0.0) for load in loads) for p in PHASES}
@@ -166,30 +163,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# =====================================================================================
-# Tables
-# =====================================================================================
 Table = tuple[list[str], list[list[str]]]
-
-
-def target_table(summary: dict[str, Any]) -> Table:
-    t = summary["target"]
-    measured = (
-        f"{_ms(t['measured_ms'])} ms with the default lean changes (baseline {_ms(t['baseline_ms'])} ms; "
-        f"`spark.range(100).count()` {_ms(t['reference_ms'])} ms), median of {t['loads_per_run']} warm loads, "
-        f"median of {t['runs']} run(s)"
-    )
-    return (
-        ["target", "measured", "goal", "result"],
-        [
-            [
-                "one 100-row load (1 update), `local[2]`, Delta commit included",
-                measured,
-                f"<= {t['goal_ms']:g} ms",
-                status(t["ok"]),
-            ]
-        ],
-    )
 
 
 def _variant_label(name: str) -> str:
@@ -207,36 +181,20 @@ def _variant_label(name: str) -> str:
     return name
 
 
-def changes_table(changes: dict[str, Any]) -> Table:
+def changes_table(changes: dict[str, Any]) -> str:
     rows = []
     for name, v in changes["variants"].items():
-        spread = f"{min(v['run_medians_ms']):.0f}–{max(v['run_medians_ms']):.0f}"
         own = name == v["reference"]
         rows.append(
             [
                 _variant_label(name),
                 _ms(v["median_ms"]),
-                spread,
-                "–" if own else v["reference"],
-                "–" if own else f"{v['ratio']:.2f}",
-                "–" if own else f"{v['delta_ms']:+.1f}",
-                f"{v['py4j_calls']:.0f}",
-                _ms(v["python_cpu_ms"], 0),
-                _ms(v["jvm_cpu_ms"], 0),
+                f"{min(v['run_medians_ms']):.0f}–{max(v['run_medians_ms']):.0f}",
             ]
+            + (["–"] * 3 if own else [v["reference"], f"{v['ratio']:.2f}", f"{v['delta_ms']:+.1f}"])
+            + [f"{v['py4j_calls']:.0f}", _ms(v["python_cpu_ms"], 0), _ms(v["jvm_cpu_ms"], 0)]
         )
-    headers = [
-        "variant",
-        "load ms",
-        "run medians",
-        "against",
-        "ratio",
-        "Δ ms",
-        "py4j round trips",
-        "Python CPU ms",
-        "JVM CPU ms",
-    ]
-    return headers, rows
+    return T.table("changes-table", rows)
 
 
 def change_phases_table(changes: dict[str, Any]) -> Table:
@@ -312,204 +270,93 @@ def jfr_table(part: dict[str, Any]) -> Table | None:
     return ["driver JVM, Java samples by activity (JFR)", *[label for _, label in cols]], rows
 
 
-def lean_table(meta: dict[str, Any]) -> Table:
+def lean_table(meta: dict[str, Any]) -> str:
     """The changes as they were when measured (kept in the results), else as the code has them."""
     changes = meta.get("lean_changes") or {
         name: {"why": c.why, "default": c.default} for name, c in LEAN_CHANGES.items()
     }
-    return ["change", "default", "what it removes, and why a loader's append can do without it"], [
-        [f"`{name}`", "yes" if c["default"] else "no", c["why"]] for name, c in changes.items()
-    ]
+    rows = [[f"`{name}`", "yes" if c["default"] else "no", c["why"]] for name, c in changes.items()]
+    return T.table("lean-table", rows, "lcl")
 
 
-# =====================================================================================
-# Notes
-# =====================================================================================
 def build_notes(summary: dict[str, Any]) -> list[str]:
     notes: list[str] = []
     target = summary.get("target")
     changes = summary.get("changes")
     if target and changes:
         default = changes["variants"]["default"]
-        verdict = "met" if target["ok"] else "missed"
         notes.append(
-            f"Target {verdict}: a warm 100-row load took {_ms(target['measured_ms'])} ms with the default lean changes "
-            f"against {_ms(target['baseline_ms'])} ms without (ratio {default['ratio']:.2f}); a bare "
-            f"`spark.range(100).count()` took {_ms(target['reference_ms'])} ms in the same runs."
+            T.line("note-target", verdict="met" if target["ok"] else "missed", target=target, ratio=default["ratio"])
         )
         phases = sorted(default["phases_ms"].items(), key=lambda kv: -kv[1])
-        top = ", ".join(f"{name} {value:.0f} ms" for name, value in phases[:4])
-        notes.append(f"With the default set, the load's time goes to: {top} (medians).")
+        notes.append(T.line("note-steps", top=", ".join(f"{name} {value:.0f} ms" for name, value in phases[:4])))
+        variants = changes["variants"]
         without = {
-            n.removeprefix("default-without-"): v
-            for n, v in changes["variants"].items()
-            if n.startswith("default-without-")
+            n.removeprefix("default-without-"): v for n, v in variants.items() if n.startswith("default-without-")
         }
         if without:
-            parts = ", ".join(
-                f"`{n}` {v['delta_ms']:+.0f} ms" for n, v in sorted(without.items(), key=lambda kv: -kv[1]["delta_ms"])
-            )
-            alone = {n: changes["variants"].get(f"only-{n}", {}).get("delta_ms", float("nan")) for n in without}
+            ranked = sorted(without.items(), key=lambda kv: -kv[1]["delta_ms"])
+            parts = ", ".join(f"`{n}` {v['delta_ms']:+.0f} ms" for n, v in ranked)
+            alone = {n: variants.get(f"only-{n}", {}).get("delta_ms", float("nan")) for n in without}
             bigger = [n for n in without if -alone[n] < without[n]["delta_ms"]]
-            notes.append(
-                "Each change's share of the default set (the default set without it, against the default set; "
-                f"positive = slower without it): {parts}. "
-                + (
-                    f"{len(bigger)} of {len(without)} weigh more there than alone against the baseline: once the "
-                    "others are gone, what is left of a load is more of what each removes."
-                    if bigger
-                    else "Alone against the baseline each saved at least as much."
-                )
-            )
-        with_ = {
-            n.removeprefix("default-with-"): v for n, v in changes["variants"].items() if n.startswith("default-with-")
-        }
+            more = T.line("note-without-bigger", bigger=len(bigger), n=len(without)) if bigger else None
+            notes.append(T.line("note-without", parts=parts, alone=more or T.line("note-without-smaller")))
+        with_ = {n.removeprefix("default-with-"): v for n, v in variants.items() if n.startswith("default-with-")}
         if with_:
             parts = ", ".join(f"`{n}` {v['delta_ms']:+.0f} ms (ratio {v['ratio']:.2f})" for n, v in with_.items())
-            notes.append(f"The changes left out of the default set, added to it: {parts}.")
+            notes.append(T.line("note-with", parts=parts))
     local = summary.get("local")
     if local and "jfr_share" in local["blocks"].get("baseline/1", {}):
-        base, lean = local["blocks"]["baseline/1"], local["blocks"]["default/1"]
-        notes.append(
-            "Forked processes per load (Hadoop's local filesystem sets permissions with `chmod`): "
-            f"{sum(base['forks_per_load'].values()):.1f} at baseline, {sum(lean['forks_per_load'].values()):.1f} "
-            "with the lean changes; the last ones (the task's attempt directory and its Parquet file) need a "
-            "native Hadoop library or a filesystem class of our own to go."
-        )
-    conf = (local or summary.get("cluster") or {}).get("hadoop_conf")
-    if conf:
-        top = sorted(conf["by_source"].items(), key=lambda kv: -kv[1])[:3]
-        notes.append(
-            f"Every write job serializes the Hadoop configuration into its task ({conf['properties']:,} properties, "
-            f"{conf['bytes'] / 1024:.0f} KiB by `Configuration.write`, mostly defaults: "
-            + ", ".join(f"{n} {c}" for n, c in top)
-            + "); a Parquet scan (rows sent as a file, landing files) broadcasts it once more. No setting trims "
-            "it: the defaults come with Hadoop's JobConf, which Spark loads at start."
-        )
+        base, lean = (sum(local["blocks"][k]["forks_per_load"].values()) for k in ("baseline/1", "default/1"))
+        notes.append(T.line("note-forks", base=base, lean=lean))
+    if conf := (local or summary.get("cluster") or {}).get("hadoop_conf"):
+        top = ", ".join(f"{n} {c}" for n, c in sorted(conf["by_source"].items(), key=lambda kv: -kv[1])[:3])
+        notes.append(T.line("note-hadoop", conf=conf, kib=conf["bytes"] / 1024, top=top))
     parts = [summary[p] for p in ("local", "cluster") if p in summary]
-    plans = [b["spark_ms"] for p in parts for b in p["blocks"].values() if b["spark_ms"].get("_loads")]
-    if plans:
-        shuffles = sum(s["_exchange"] for s in plans)
-        adaptive = sum(s["_adaptive"] for s in plans)
-        counted = sum(s["_loads"] for s in plans)
+    if plans := [b["spark_ms"] for p in parts for b in p["blocks"].values() if b["spark_ms"].get("_loads")]:
+        counts = {k: sum(s[f"_{k}"] for s in plans) for k in ("exchange", "adaptive", "loads")}
         notes.append(
-            f"Of {counted:.0f} write plans in the event logs, {shuffles:.0f} held an Exchange and {adaptive:.0f} an "
-            "AdaptiveSparkPlan: a load's plan is scan, project, coalesce, write, so shuffle partitions and AQE "
-            "never enter it and there is nothing of theirs to switch off."
+            T.line("note-plans", shuffles=counts["exchange"], adaptive=counts["adaptive"], counted=counts["loads"])
         )
     for part in ("local", "cluster"):
-        p = summary.get(part)
-        if p and not p["audit_ok"]:
-            notes.append(f"**{part}: a table did not hold every loaded row exactly once** (see the JSON).")
+        if (p := summary.get(part)) and not p["audit_ok"]:
+            notes.append(T.line("note-audit", part=part))
     if changes and not changes["audit_ok"]:
-        notes.append("**changes: a table did not hold every loaded row exactly once** (see the JSON).")
+        notes.append(T.line("note-audit", part="changes"))
     return notes
 
 
-# =====================================================================================
-# Rendering
-# =====================================================================================
 def _load_sentence(meta: dict[str, Any]) -> str:
     """How busy the machine was (the benchmark's own driver and JVM count for about 1 to 2)."""
-    peak = meta.get("loadavg_peak")
-    cores = meta["machine"].get("nproc") or 1
+    peak, cores = meta.get("loadavg_peak"), meta["machine"].get("nproc") or 1
     if peak is None:
-        return "Read the ratios, which compare loads run side by side."
-    if peak > cores + 1:
-        return (
-            f"Other processes shared the {cores} cores during the run (load average up to {peak:.1f}): read the "
-            "ratios, which compare loads run side by side, more than the milliseconds."
-        )
-    return (
-        f"The load average stayed at or below {peak:.1f} on {cores} cores (this benchmark's own processes "
-        "count for about 1 to 2); ratios compare loads run side by side."
-    )
+        return T.line("load-unknown")
+    return T.line("load-busy" if peak > cores + 1 else "load-quiet", peak=peak, cores=cores)
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    summary = results["summary"]
-    meta = results["meta"]
-    out = ["## Cost of one small load (`benchmarks/load_cost/`)\n", machine_markdown(meta, "loader")]
-    out.append(
-        "Every load is `DeltaRsSink.load` as the service runs it (read the table's app transaction, Spark writes "
-        "the batch as Parquet into a staging directory, the files are renamed into the table, one deltalake commit, "
-        f"the handle refreshed), of updates of {meta['rows_per_update']} rows "
-        "(id bigint NOT NULL, v double, s string), "
-        "from a thread in FAIR pool `worker-0`, after warm-up loads (a service's JIT is warm). *Baseline* is "
-        "the loader without lean changes; *lean* / *default* with the default set of `LEAN_CHANGES` "
-        "(loader/loading/spark.py, `[spark] lean_writes = true`, the default). " + _load_sentence(meta) + "\n"
-    )
+    summary, meta = results["summary"], results["meta"]
+    out = [T("head", machine=machine_markdown(meta, "loader"), meta=meta, load=_load_sentence(meta))]
     if "target" in summary:
-        out.append("### Target\n")
-        out.append(md_table(*target_table(summary)) + "\n")
-    out.append("### The lean changes\n")
-    out.append(md_table(*lean_table(meta), align="lcl") + "\n")
-    changes = summary.get("changes")
-    if changes:
-        out.append("### What each change saves (`local[2]`, 1 update of 100 rows)\n")
-        out.append(
-            f"{changes['runs']} run(s), each a fresh JVM: {results['changes']['spec']['warmup']} warm-up rounds, then "
-            f"{changes['rounds']} rounds of one load per variant in rotating order (each variant loads its own table). "
-            "Load ms: median of the runs' medians. Ratio and Δ ms: each load against the load of its reference "
-            "(*against*) in the same round, median over all rounds of all runs (a pair shares the machine's "
-            "momentary load); negative Δ = faster. CPU: mean per load of this process (Python, py4j, deltalake) "
-            "and of the driver JVM during the load.\n"
-        )
-        out.append(md_table(*changes_table(changes)) + "\n")
-        out.append("\nThe baseline, each change alone and the default set by step (medians, ms):\n")
-        out.append(md_table(*change_phases_table(changes)) + "\n")
+        out.append(T("target", table=T.table("target-table", [summary["target"]])))
+    out.append(T("lean", table=lean_table(meta)))
+    if changes := summary.get("changes"):
+        warmup = results["changes"]["spec"]["warmup"]
+        phases = md_table(*change_phases_table(changes))
+        out.append(T("changes", changes=changes, warmup=warmup, table=changes_table(changes), phases=phases))
     for part, title in (("local", "`local[2]`"), ("cluster", "standalone cluster (1 master, 1 worker of 2 cores)")):
-        p = summary.get(part)
-        if not p:
+        if not (p := summary.get(part)):
             continue
-        out.append(f"### Where a load's time goes: {title}\n")
-        extra = ""
-        if p.get("cluster_start_seconds") is not None:
-            extra = (
-                f" The master and worker were started by the benchmark ({p['cluster_start_seconds']:.0f} s) and "
-                "stopped after it; the executor is a JVM of its own, so a task's launch crosses a socket."
-            )
-        out.append(
-            f"Master `{p['master']}`; per batch size, after {p['warmup_rounds']} warm-up rounds, "
-            f"{p['loads_per_block']} rounds of one baseline and one lean load (alternating), with Spark's event log "
-            "on (it costs a little: these loads run slower than the ones above). Steps are timed by wrappers around "
-            "the sink's own methods; py4j round trips are counted at py4j's socket; CPU is read from `/proc` before "
-            "and after each load." + extra + "\n"
-        )
-        out.append(md_table(*phases_table(p)) + "\n")
-        out.append(
-            "\nThe Spark write job, cut by the event log's timestamps (SQL execution start and end, job "
-            "submission and end, task launch and finish, milliseconds) and task metrics (deserialize and "
-            "run time, the write command's `task commit time` and `job commit time`):\n"
-        )
-        out.append(md_table(*spark_table(p)) + "\n")
-        out.append("\nCPU per load by thread kind (`/proc`, per block divided by its loads):\n")
-        out.append(md_table(*cpu_table(p)) + "\n")
-        jfr = jfr_table(p)
-        if jfr:
-            out.append(
-                "\nWhere the driver JVM's Java threads were, by Java Flight Recorder (separate blocks of "
-                f"{p['jfr_loads']} loads each, after the timed ones: starting a recording re-instruments classes; "
-                "a sample goes to the innermost frame naming an activity; JIT and GC threads are in the CPU table):\n"
-            )
-            out.append(md_table(*jfr) + "\n")
-    notes = build_notes(summary)
-    if notes:
-        out.append("### Notes\n")
-        out.append("\n".join(f"- {n}" for n in notes) + "\n")
-    return "\n".join(out)
-
-
-def print_console(results: dict[str, Any]) -> None:
-    summary = results["summary"]
-    if "target" in summary:
-        print_table("Target", *target_table(summary))
-    if "changes" in summary:
-        print_table("Lean changes (local[2], 1 update of 100 rows)", *changes_table(summary["changes"]))
-    for part in ("local", "cluster"):
-        p = summary.get(part)
-        if p:
-            print_table(f"Load steps, {p['master']}", *phases_table(p))
-            print_table(f"Spark write job, {p['master']}", *spark_table(p))
-    for note in build_notes(summary):
-        print(f"- {note}")
+        started = p.get("cluster_start_seconds")
+        cluster = "" if started is None else T.line("part-cluster", seconds=started)
+        tables = {
+            "phases": md_table(*phases_table(p)),
+            "spark": md_table(*spark_table(p)),
+            "cpu": md_table(*cpu_table(p)),
+        }
+        out.append(T("part", title=title, p=p, cluster=cluster, **tables))
+        if jfr := jfr_table(p):
+            out.append(T("jfr", loads=p["jfr_loads"], table=md_table(*jfr)))
+    if notes := build_notes(summary):
+        out.append(T("notes", notes=bullets(notes)))
+    return "".join(out).removesuffix("\n")

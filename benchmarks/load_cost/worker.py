@@ -2,30 +2,17 @@
 
     python -m benchmarks.load_cost.worker SPEC.json     # prints one JSON object on stdout
 
-Every load is ``DeltaRsSink.load`` as the service runs it, on its own table per variant,
-from a worker thread in FAIR pool ``worker-0``. A variant is a set of lean changes
-(loader/loading/spark.py ``LEAN_CHANGES``), switched between loads in the one session:
-
-- the sink follows ``sink.lean`` (its code paths and write options);
-- ``no_checksum_files`` is the JVM's local-filesystem flag (``set_write_checksums``);
-- ``no_call_sites``: ``spark.python.sql.dataFrameDebugging.enabled`` is a static Spark
-  setting that PySpark reads once into ``pyspark.errors.utils._enable_debugging_cache``;
-  the variant sets that cache to what the setting would have put there.
-
-Modes:
-
-- ``changes``: rounds of one load per variant (order rotated each round), after warm-up
-  rounds; per load its wall time, phases, py4j round trips, CPU of this process and of
-  the JVM. Also ``spark.range(100).count()`` per round, for reference.
-- ``breakdown``: per (variant, batch size) a block of loads after a warm-up, with Spark's
-  event log on (the phases of each Spark job), CPU by JVM thread kind, and (local master,
-  JDK tools present) a Java Flight Recorder profile of the block.
+A variant is a set of lean changes (loader/loading/spark.py ``LEAN_CHANGES``), switched between
+loads in the one session: the sink follows ``sink.lean``; ``no_checksum_files`` is the JVM's
+local-filesystem flag; ``no_call_sites`` is a static Spark setting that PySpark reads once into
+``pyspark.errors.utils._enable_debugging_cache``, so the variant sets that cache instead.
+Modes: ``changes`` (rounds of one load per variant, rotated) and ``breakdown`` (blocks per
+variant and size, with Spark's event log, CPU by JVM thread kind and a JFR profile).
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import shutil
 import sys
 import tempfile
@@ -33,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
+from benchmarks.harness import child
+from benchmarks.harness.rows import SCHEMA, small_rows
 from benchmarks.load_cost.probes import (
     Flight,
     JvmThreads,
@@ -45,18 +32,8 @@ from benchmarks.load_cost.probes import (
     read_event_log,
     spark_phases,
 )
-from loader.core.schema import TableSchema
 from loader.core.updates import Batch, Update
 
-SCHEMA = TableSchema.model_validate(
-    {
-        "columns": [
-            {"name": "id", "type": "int64", "nullable": False},
-            {"name": "v", "type": "float64"},
-            {"name": "s", "type": "string"},
-        ]
-    }
-)
 #: Lean changes with Spark settings of their own, and how a variant switches them at run time.
 RUNTIME_SETTINGS = {"no_call_sites"}
 
@@ -73,11 +50,7 @@ class Table:
     def batch(self, updates: int, rows_per_update: int) -> Batch:
         made = []
         for _ in range(updates):
-            ids = list(range(self.rows, self.rows + rows_per_update))
-            data = pa.table(
-                {"id": ids, "v": [i * 0.5 for i in ids], "s": [f"row-{i % 1000:04d}" for i in ids]},
-                schema=SCHEMA.arrow(),
-            )
+            data = small_rows(range(self.rows, self.rows + rows_per_update))
             self.seq += 1
             self.rows += rows_per_update
             made.append(Update(self.name, self.seq, float(self.seq), rows=data))
@@ -317,9 +290,7 @@ def attach_spark_phases(out: dict[str, Any], events: list[dict[str, Any]]) -> No
         block["spark_phases"] = spark_phases(events, windows)  # type: ignore[arg-type]
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[0], encoding="utf-8") as handle:
-        spec = json.load(handle)
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="load-cost-", dir=spec.get("work_dir")))
     session: Session | None = None
     try:
@@ -341,9 +312,8 @@ def main(argv: list[str]) -> int:
         if session is not None:
             session.stop()
         shutil.rmtree(root, ignore_errors=True)
-    sys.stdout.write(json.dumps(result) + "\n")
-    return 0
+    return result
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(child.main(measure))

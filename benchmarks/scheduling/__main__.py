@@ -5,31 +5,10 @@
     python -m benchmarks.scheduling --repeats 5  # speed = median of N runs (default 3; quick 1)
     python -m benchmarks.scheduling --rerender   # re-judge saved results, rewrite the report
 
-The full run rewrites the ``scheduling`` section of BENCHMARKS.md and
-``benchmarks/results/scheduling.json``; the quick run writes ``scheduling-quick.json``
-and leaves BENCHMARKS.md alone (unless ``--markdown FILE``), so a smoke run never
-replaces the published figures. Both print the headline tables.
-
-Three parts:
-
-1. Quality. Every policy of ``schedulers.registry.POLICIES`` on fixed, seeded workloads:
-   - *main*: generators quasiperiodic (periods 1, 10, 100 s), poisson and bursty; a fleet
-     of 100 tables on 4 workers and a contended one of 8 tables on 2; uniform and skewed
-     weights; utilization U = sum(alpha_i) / p of 0.2, 0.5 and 0.8; no per-job overhead;
-   - *overhead*: the same at U = 0.5 with a per-job overhead of 0.25 s (a Spark append
-     job's fixed cost on this machine), where batching decides whether workers keep up;
-   - *paper*: quasiperiodic, 100 tables on 8 workers at U = 0.075, inside the premises of
-     the paper's Theorems 4.3 and 5.1, so those claims are tested where they apply.
-   Quality figures are deterministic: one recorded run per policy, whose schedule is
-   re-scored with ``evaluate_schedule``, and each timed repeat is checked to reproduce it.
-2. Simulator speed at scale: >= 1,000,000 updates over 1,000 tables on 8 workers
-   (trace generation timed apart), myopic ``--repeats`` times, the others once each.
-3. Decision cost at 10,000 tables: the driver's dispatch cycle (finish, release, notify;
-   choose, start, notify) in a tight loop, per policy, median of max(3, repeats) runs.
-
-Verdicts (PASS / MISS, never hidden) are computed in ``benchmarks.scheduling.claims``;
-the report (console tables, the ``scheduling`` section of BENCHMARKS.md) is built in
-``benchmarks.scheduling.report``. Raw figures go to ``benchmarks/results/``.
+Parts: ``quality`` (every policy on fixed, seeded workloads: the main grid, with a per-job
+overhead, inside the paper's premises; each schedule re-scored by ``evaluate_schedule``),
+``big`` (simulator speed at >= 1,000,000 updates), ``decisions`` (one dispatch decision at
+10,000 tables). Verdicts: ``claims.py``; the section: ``report.py`` and templates/scheduling.md.
 """
 
 from __future__ import annotations
@@ -42,11 +21,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from benchmarks.scheduling import claims as claims
-from benchmarks.scheduling import report as report
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.scheduling import claims, report
 from schedulers import generators
 from schedulers.base import Policy
 from schedulers.freshness import evaluate_schedule
@@ -54,36 +32,13 @@ from schedulers.model import TableSpec, TableState, Trace
 from schedulers.peers import IntervalPolicy
 from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import SimulationResult, simulate
-from testing.report import (
-    BENCHMARKS_MD,
-    RESULTS_DIR,
-    LoadMonitor,
-    command_line,
-    fmt_duration,
-    load_average,
-    log,
-    machine_info,
-    median,
-    source_fingerprint,
-    timed,
-    timed_with_cpu,
-    write_json,
-    write_section,
-)
+from testing.report import log, median, timed, timed_with_cpu
 
-MODULE = "benchmarks.scheduling"
-SECTION = "scheduling"
-
-# -- the suite ----------------------------------------------------------------------
 SEED = 1
 UTILIZATIONS = (0.2, 0.5, 0.8)
 WEIGHTINGS = generators.WEIGHTINGS
 QUASI_PERIODS = (1.0, 10.0, 100.0)
-GENERATOR_ARGS: dict[str, dict[str, Any]] = {
-    "quasiperiodic": {"periods": QUASI_PERIODS},
-    "poisson": {},
-    "bursty": {},
-}
+GENERATOR_ARGS: dict[str, dict[str, Any]] = {"quasiperiodic": {"periods": QUASI_PERIODS}, "poisson": {}, "bursty": {}}
 #: fleet name -> (tables, workers)
 FLEETS: dict[str, tuple[int, int]] = {"fleet": (100, 4), "contended": (8, 2), "wide": (100, 8)}
 #: Spark append job's fixed cost measured on this machine (seconds per job).
@@ -104,17 +59,12 @@ HORIZONS: dict[tuple[str, str], float] = {
     ("bursty", "contended"): 1100.0,
 }
 QUICK_HORIZON_SCALE = 0.1
-
-# -- scale and decision tests -------------------------------------------------------
 BIG_TABLES, BIG_WORKERS, BIG_UTILIZATION = 1000, 8, 0.5
 DECISION_TABLES = 10_000
 DECISION_WORKERS = 8
 DECISION_MIN_RUNS = 3
 
 
-# =====================================================================================
-# 1. Quality
-# =====================================================================================
 @dataclass(frozen=True)
 class Workload:
     """One generated trace plus the worker count it is simulated with."""
@@ -287,12 +237,8 @@ def run_quality(workloads: list[Workload], policies: list[str], repeats: int, ve
     return records
 
 
-# =====================================================================================
-# 2. Simulator speed at scale
-# =====================================================================================
 def build_big_trace(target_updates: int) -> tuple[Trace, float, float]:
-    """Quasiperiodic, 1000 tables, periods 1/10/100 s, U = 0.5, over the shortest horizon giving
-    at least ``target_updates``."""
+    """Quasiperiodic, 1000 tables, the shortest horizon giving at least ``target_updates``."""
     per_table = [
         BIG_TABLES // len(QUASI_PERIODS) + (i < BIG_TABLES % len(QUASI_PERIODS)) for i in range(len(QUASI_PERIODS))
     ]
@@ -364,15 +310,8 @@ def run_big(policies: list[str], target_updates: int, repeats: int, repeats_othe
     return out
 
 
-# =====================================================================================
-# 3. Decision cost at 10,000 tables
-# =====================================================================================
 class HarnessOnly(Policy):
-    """Baseline: a policy that does no work (round-robin over table ids, notify a no-op).
-
-    Its cycle time is the cost of the benchmark loop and of the driver-side state changes
-    (TableState.release, attribute writes), so policy cost ~ policy figure - this figure.
-    """
+    """Baseline: a policy that does no work, so a policy's own cost ~ its figure - this one."""
 
     name = "(harness only)"
 
@@ -525,81 +464,14 @@ def run_decisions(policies: list[str], tables: int, decisions: int, warmup: int,
     return out
 
 
-# =====================================================================================
-# main
-# =====================================================================================
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {MODULE}",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run: horizons / 10, 100k-update scale test, 1 repeat; writes "
-        "results/scheduling-quick.json and leaves BENCHMARKS.md alone unless --markdown",
-    )
-    parser.add_argument("--repeats", type=int, default=None, help="timed runs per speed figure (default 3; quick 1)")
-    parser.add_argument(
-        "--big-repeats-others",
-        type=int,
-        default=1,
-        help="runs per non-myopic policy in the 1M-update test (default 1)",
-    )
-    parser.add_argument(
-        "--policies",
-        default=",".join(POLICIES),
-        help="comma-separated subset of: " + ", ".join(POLICIES),
-    )
-    parser.add_argument(
-        "--decisions",
-        type=int,
-        default=None,
-        help="timed decisions per run (default 50,000; quick 10,000)",
-    )
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--big-repeats-others", type=int, default=1, help="runs per non-myopic policy at 1M updates")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="a subset of: " + ", ".join(POLICIES))
     parser.add_argument("--no-verify", action="store_true", help="skip re-scoring schedules with evaluate_schedule")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: quality, big, decisions")
-    parser.add_argument(
-        "--markdown",
-        type=Path,
-        default=None,
-        help=f"file whose '{SECTION}' section to rewrite (default {BENCHMARKS_MD.name}; quick: none)",
-    )
-    parser.add_argument(
-        "--rerender",
-        action="store_true",
-        help="simulate nothing: recompute verdicts from the saved raw results (--json) and rewrite the report",
-    )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=None,
-        help="raw results (default benchmarks/results/scheduling.json; quick: scheduling-quick.json)",
-    )
-    args = parser.parse_args(argv)
-    args.policy_list = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in args.policy_list if p not in POLICIES]
-    if unknown:
-        parser.error(f"unknown policies: {', '.join(unknown)}")
-    if args.repeats is None:
-        args.repeats = 1 if args.quick else 3
-    if args.repeats < 1:
-        parser.error("--repeats must be >= 1")
-    if args.decisions is None:
-        args.decisions = 10_000 if args.quick else 50_000
-    args.skip_parts = {s.strip() for s in args.skip.split(",") if s.strip()}
-    if args.skip_parts - {"quality", "big", "decisions"}:
-        parser.error(f"--skip takes quality, big, decisions; got {args.skip}")
-    if args.json is None:
-        args.json = RESULTS_DIR / ("scheduling-quick.json" if args.quick else "scheduling.json")
-    if args.markdown is None and not args.quick:
-        args.markdown = BENCHMARKS_MD
-    return args
 
 
 def suite_description(quick: bool) -> dict[str, Any]:
-    """The suite's parameters, stored with the results so the report never restates them by hand."""
+    """The suite's parameters, stored with the results: the report never restates them."""
     return {
         "seed": SEED,
         "utilizations": list(UTILIZATIONS),
@@ -613,74 +485,46 @@ def suite_description(quick: bool) -> dict[str, Any]:
     }
 
 
-def rerender(args: argparse.Namespace) -> int:
-    """Re-judge saved results with the current claims and report code (no simulation)."""
-    import json
-
-    results = json.loads(args.json.read_text())
-    results["targets"] = claims.evaluate_targets(results)
-    results["claims"] = claims.evaluate_claims(results)
-    results["notes"] = claims.build_notes(results)
-    write_json(args.json, results)
-    if args.markdown is not None:
-        write_section(SECTION, report.render_markdown(results), args.markdown)
-        log(f"wrote section '{SECTION}' of {args.markdown} from {args.json}")
-    report.print_console(results)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.rerender:
-        return rerender(args)
-    started = time.perf_counter()
-    machine = machine_info("schedulers")
-    meta: dict[str, Any] = {
-        "command": command_line(MODULE, argv),
-        "quick": args.quick,
-        "repeats": args.repeats,
-        "decision_repeats": max(DECISION_MIN_RUNS, args.repeats),
-        "verify": not args.no_verify,
-        "policies": args.policy_list,
-        "suite": suite_description(args.quick),
-        "machine": machine,
-    }
-    results: dict[str, Any] = {"meta": meta}
-    log(
-        f"scheduling benchmark: {'quick' if args.quick else 'full'}, repeats {args.repeats}, "
-        f"policies {', '.join(args.policy_list)}"
+def measure(run: Run) -> dict[str, Any]:
+    args, quick = run.args, run.args.quick
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if unknown := [p for p in policies if p not in POLICIES]:
+        raise SystemExit(f"unknown policies: {', '.join(unknown)}")
+    decisions, verify = args.decisions, not args.no_verify
+    run.meta.update(
+        decision_repeats=max(DECISION_MIN_RUNS, args.repeats),
+        verify=verify,
+        policies=policies,
+        suite=suite_description(quick),
     )
-    with LoadMonitor() as monitor:
-        if "quality" not in args.skip_parts:
-            results["quality"] = run_quality(suite(args.quick), args.policy_list, args.repeats, not args.no_verify)
-        if "big" not in args.skip_parts:
-            target = claims.BIG_UPDATES // 10 if args.quick else claims.BIG_UPDATES
-            results["big"] = run_big(args.policy_list, target, args.repeats, args.big_repeats_others)
-        if "decisions" not in args.skip_parts:
-            results["decisions"] = run_decisions(
-                args.policy_list,
-                DECISION_TABLES,
-                args.decisions,
-                args.decisions // 2,
-                meta["decision_repeats"],
-            )
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
-    meta["loadavg_peak"] = monitor.peak
-    meta["schedulers_unchanged_during_run"] = source_fingerprint("schedulers") == machine["schedulers_sha256"]
+    big = claims.BIG_UPDATES // 10 if quick else claims.BIG_UPDATES
+    return run.parts(
+        quality=lambda: run_quality(suite(quick), policies, args.repeats, verify),
+        big=lambda: run_big(policies, big, args.repeats, args.big_repeats_others),
+        decisions=lambda: run_decisions(policies, DECISION_TABLES, decisions, decisions // 2, max(3, args.repeats)),
+    )
+
+
+def judge(results: dict[str, Any]) -> None:
     results["targets"] = claims.evaluate_targets(results)
     results["claims"] = claims.evaluate_claims(results)
     results["notes"] = claims.build_notes(results)
 
-    write_json(args.json, results)
-    log(f"raw results: {args.json}")
-    if args.markdown is not None:
-        write_section(SECTION, report.render_markdown(results), args.markdown)
-        log(f"wrote section '{SECTION}' of {args.markdown}")
-    report.print_console(results)
-    log(f"done in {fmt_duration(meta['run_seconds'])}")
-    return 0
 
+BENCHMARK = Benchmark(
+    "benchmarks.scheduling",
+    "scheduling",
+    __doc__,
+    measure,
+    report.render_markdown,
+    package="schedulers",
+    quick_saves=True,
+    repeats=(1, 3),
+    parts=("quality", "big", "decisions"),
+    counts={"decisions": (10_000, 50_000, "timed decisions per run")},
+    options=options,
+    finish=judge,
+)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

@@ -5,31 +5,10 @@
     python -m benchmarks.service --skip freshness,commit
     python -m benchmarks.service --rerender   # re-judge saved results, rewrite the report
 
-The full run rewrites the ``service`` section of BENCHMARKS.md and
-``benchmarks/results/service.json``; the quick run writes ``service-quick.json`` and
-leaves BENCHMARKS.md alone (unless ``--markdown FILE``).
-
-Three parts, each against real processes on this machine:
-
-1. Intake. ``loader serve`` (durability fsync, 2 workers, local[2] Spark, delta-rs writer,
-   8 tables) runs as a subprocess on loopback; a load generator process
-   (``testing.loadgen``: raw HTTP/1.1 keep-alive on asyncio + uvloop) drives
-   - POST /v1/updates, closed loop at saturation, 10 and 100 updates per request;
-   - POST /v1/tables/{t}/updates, closed loop at saturation;
-   - the same endpoint open loop at constant rates (1,000 requests/s and lower ones),
-     latency from the scheduled send time (no coordinated omission).
-   The server keeps loading what it accepts into Delta meanwhile (that is part of the
-   cost); WAL group commit is read from /metrics, CPU per process from /proc.
-2. Freshness. A seeded quasiperiodic trace is replayed in real time against a fresh
-   server per policy (each update sent at t0 + release with data_until = t0 + release);
-   the live staleness ratio (sum of integrals up to each table's last load / sum LOW) is
-   compared with the simulator's on the same trace, the simulator fed the alpha/overhead
-   the live service measured per table.
-3. Commit path. ``DeltaRsSink.load`` against a bare ``df.write.parquet`` of the same
-   DataFrame, per batch size (``benchmarks.service.commit``, its own process).
-
-Every subprocess (servers and their JVMs, generators, the commit bench) is stopped on
-the way out, errors included; data lives in temporary directories.
+Parts, each against real processes on this machine (templates/service.md says how): intake
+(``loader serve`` driven by ``testing.loadgen``, closed and open loop), freshness (a trace
+replayed live against the simulator's account of it), commit (``benchmarks.service.commit``).
+Every subprocess is stopped on the way out, errors included; data lives in temporary directories.
 """
 
 from __future__ import annotations
@@ -39,36 +18,22 @@ import json
 import math
 import statistics
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from benchmarks.service import report as report
+from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.service import report
 from schedulers import generators
 from schedulers.model import TableSpec, Trace
 from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import simulate
 from testing import service_server as srv
-from testing.report import (
-    BENCHMARKS_MD,
-    RESULTS_DIR,
-    LoadMonitor,
-    command_line,
-    fmt_duration,
-    load_average,
-    log,
-    machine_info,
-    median,
-    source_fingerprint,
-    write_json,
-    write_section,
-)
+from testing.observed_staleness import percentile
+from testing.report import log, median
 
-MODULE = "benchmarks.service"
-SECTION = "service"
 SEED = 7
 WORKERS = 2
 
-# -- intake ---------------------------------------------------------------------------
 INTAKE_TABLES = [f"t{i:02d}" for i in range(8)]
 ROWS_PER_UPDATE = 3
 MULTI_SIZES = (10, 100)  # updates per request
@@ -76,106 +41,90 @@ MULTI_CONNECTIONS = {10: 8, 100: 4}
 SINGLE_CONNECTIONS = 16
 OPEN_RATES = (250, 500, 1000)  # requests/s; 1000 is the target's
 OPEN_CONNECTIONS = 32
-TARGET_MULTI_UPDATES = 5000.0
 TARGET_OPEN_RATE = 1000
-TARGET_P99_MS = 20.0
 
-# -- freshness --------------------------------------------------------------------------
 FRESH_TABLES = 12
 FRESH_PERIODS = (3.0, 6.0, 12.0)
 FRESH_ROWS = 2
-TARGET_GAP = 0.15
 
-# -- commit -----------------------------------------------------------------------------
 COMMIT_SIZES = (1_000, 10_000, 100_000)
 COMMIT_ROWS_PER_UPDATE = 100
-
-
-# =====================================================================================
-# helpers
-# =====================================================================================
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 1]); NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q * len(ordered)))
-    return ordered[rank - 1]
 
 
 def _row(k: int) -> dict[str, Any]:
     return {"id": k, "v": k * 0.5, "s": f"payload-{k % 1000:04d}"}
 
 
-def multi_body(updates: int) -> str:
-    items = [
-        {
-            "table": INTAKE_TABLES[k % len(INTAKE_TABLES)],
-            "rows": [_row(k * ROWS_PER_UPDATE + j) for j in range(ROWS_PER_UPDATE)],
-        }
-        for k in range(updates)
-    ]
-    return json.dumps({"updates": items}, separators=(",", ":"))
+def requests_for(size: int, tables: list[str] = INTAKE_TABLES, rows: int = ROWS_PER_UPDATE, stride: int = 0) -> list:
+    """The generator's requests: one update per POST /v1/tables/{t}/updates (``size`` 1, each table
+    in turn, the i-th's rows from ``i * stride``, default ``rows``), or ``size`` per POST /v1/updates."""
+
+    def body(payload: dict[str, Any]) -> str:
+        return json.dumps(payload, separators=(",", ":"))
+
+    if size == 1:
+        return [
+            {
+                "path": f"/v1/tables/{t}/updates",
+                "updates": 1,
+                "body": body({"rows": [_row(i * (stride or rows) + j) for j in range(rows)]}),
+            }
+            for i, t in enumerate(tables)
+        ]
+    items = [{"table": tables[k % len(tables)], "rows": [_row(k * rows + j) for j in range(rows)]} for k in range(size)]
+    return [{"path": "/v1/updates", "body": body({"updates": items}), "updates": size}]
 
 
-def single_requests() -> list[dict[str, Any]]:
-    return [
-        {
-            "path": f"/v1/tables/{table}/updates",
-            "body": json.dumps(
-                {"rows": [_row(i * ROWS_PER_UPDATE + j) for j in range(ROWS_PER_UPDATE)]},
-                separators=(",", ":"),
-            ),
-            "updates": 1,
-        }
-        for i, table in enumerate(INTAKE_TABLES)
-    ]
-
-
-# =====================================================================================
-# 1. Intake
-# =====================================================================================
-def _measure(svc: srv.Service, spec: dict[str, Any], *, drain: bool = True) -> dict[str, Any]:
-    """One generator run, the server observed around it; then (``drain``) wait for Delta."""
-    spec = dict(spec, host="127.0.0.1", port=svc.port, token=srv.PRODUCER_TOKEN, start_at=time.time() + 1.0)
-    with svc.client() as http:
-        m0, c0, t0 = srv.scrape(http), srv.group_cpu(svc.pid), time.time()
-        timeout = spec["warmup"] + spec["duration"] + spec.get("drain_seconds", 60) + 120
-        out = srv.run_child("testing.loadgen", spec, timeout)
-        m1, c1, t1 = srv.scrape(http), srv.group_cpu(svc.pid), time.time()
-        drained, drain_seconds = srv.wait_loaded(http, timeout=180) if drain else (None, None)
+def generate(port: int, spec: dict[str, Any], timeout: float, observe: Callable[[], Any]) -> tuple[Any, ...]:
+    """One ``testing.loadgen`` run at ``port`` with ``observe()`` just before and after it: its output,
+    the figures every caller keeps, the two observations, the seconds between them, the latencies (ms)."""
+    spec = dict(spec, host="127.0.0.1", port=port, token=srv.PRODUCER_TOKEN, start_at=time.time() + 1.0)
+    before, t0 = observe(), time.time()
+    out = srv.run_child("testing.loadgen", spec, timeout)
+    after, seconds = observe(), time.time() - t0
     window = out["window_seconds"]
-    lat_ms = [x * 1e3 for x in out["latencies"]] + [math.inf] * out.get("unanswered", 0)
+    latencies = [x * 1e3 for x in out["latencies"]] + [math.inf] * out.get("unanswered", 0)
     record = {
         "mode": spec["mode"],
         "connections": spec["connections"],
         "window_seconds": window,
-        "warmup_seconds": spec["warmup"],
-        "requests_ok": out["ok"],
-        "updates_acked": out["updates"],
         "requests_per_second": out["ok"] / window,
         "updates_per_second": out["updates"] / window,
-        "p50_ms": percentile(lat_ms, 0.50),
-        "p99_ms": percentile(lat_ms, 0.99),
-        "p999_ms": percentile(lat_ms, 0.999),
-        "max_ms": max(lat_ms) if lat_ms else float("nan"),
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
+        "p999_ms": percentile(latencies, 0.999),
         "errors": out["errors"],
-        "first_error": out["first_error"],
-        "reconnects": out["reconnects"],
-        "generator_loop": out["loop"],
-        "generator_cores": out["cpu_seconds"] / (t1 - t0),
-        "wal": srv.wal_delta(m0, m1, t1 - t0),
-        "cpu": srv.cpu_delta(c0, c1, t1 - t0),
-        "drained": drained,
-        "drain_seconds": drain_seconds,
+        "generator_cores": out["cpu_seconds"] / seconds,
     }
     if spec["mode"] == "open":
-        record["rate"] = spec["rate"]
-        record["answered_in_window_per_second"] = out["done_in_window"] / window
-        record["unanswered"] = out["unanswered"]
+        record.update(rate=spec["rate"], unanswered=out["unanswered"])
+    return out, record, before, after, seconds, latencies
+
+
+def _measure(svc: srv.Service, spec: dict[str, Any], *, drain: bool = True) -> dict[str, Any]:
+    """One generator run, the server observed around it; then (``drain``) wait for Delta."""
+    with svc.client() as http:
+        timeout = spec["warmup"] + spec["duration"] + spec.get("drain_seconds", 60) + 120
+        observe = lambda: (srv.scrape(http), srv.group_cpu(svc.pid))  # noqa: E731
+        out, record, (m0, c0), (m1, c1), seconds, latencies = generate(svc.port, spec, timeout, observe)
+        drained, drain_seconds = srv.wait_loaded(http, timeout=180) if drain else (None, None)
+    record.update(
+        warmup_seconds=spec["warmup"],
+        requests_ok=out["ok"],
+        updates_acked=out["updates"],
+        max_ms=max(latencies) if latencies else float("nan"),
+        first_error=out["first_error"],
+        reconnects=out["reconnects"],
+        generator_loop=out["loop"],
+        wal=srv.wal_delta(m0, m1, seconds),
+        cpu=srv.cpu_delta(c0, c1, seconds),
+        drained=drained,
+        drain_seconds=drain_seconds,
+    )
+    if spec["mode"] == "open":
         service = [x * 1e3 for x in out["service"]]
-        record["service_p50_ms"] = percentile(service, 0.5)
-        record["service_p99_ms"] = percentile(service, 0.99)
+        record["answered_in_window_per_second"] = out["done_in_window"] / out["window_seconds"]
+        record.update(service_p50_ms=percentile(service, 0.5), service_p99_ms=percentile(service, 0.99))
     return record
 
 
@@ -194,10 +143,38 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def closed(svc: srv.Service, size: int, warmup: float, duration: float, repeats: int, drain: bool = True) -> dict:
+    """Closed loop at saturation on one endpoint (``size`` updates per request), ``repeats`` runs."""
+    requests = requests_for(size)
+    connections = SINGLE_CONNECTIONS if size == 1 else MULTI_CONNECTIONS[size]
+    spec = {"mode": "closed", "connections": connections, "warmup": warmup, "duration": duration, "requests": requests}
+    runs = []
+    for k in range(repeats):
+        runs.append(r := _measure(svc, spec, drain=drain))
+        log(
+            f"[intake{'' if drain else ', loading paused'}] {size}/request, run {k + 1}: "
+            f"{r['updates_per_second']:,.0f} updates/s, {r['requests_per_second']:,.0f} requests/s, p50 "
+            f"{r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, {r['wal']['records_per_fsync']:.1f} records/fsync"
+        )
+    out = {"connections": connections, "body_bytes": len(requests[0]["body"].encode()), "runs": runs, **_summary(runs)}
+    return out if size == 1 else {"updates_per_request": size, **out}
+
+
+def open_loop(svc: srv.Service, rate: int, warmup: float, duration: float, drain: float | None) -> dict[str, Any]:
+    """The single-update endpoint at ``rate`` requests/s; ``drain``: seconds to wait for Delta after."""
+    spec = {"mode": "open", "rate": rate, "connections": OPEN_CONNECTIONS, "warmup": warmup, "duration": duration}
+    r = _measure(svc, {**spec, "drain_seconds": drain or 60.0, "requests": requests_for(1)}, drain=drain is not None)
+    log(
+        f"[intake{'' if drain else ', loading paused'}] open loop {rate} req/s: answered "
+        f"{r['answered_in_window_per_second']:,.0f}/s in window, p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
+        f"p99.9 {r['p999_ms']:.1f} ms, unanswered {r['unanswered']}"
+    )
+    return r
+
+
 def run_intake(quick: bool, repeats: int) -> dict[str, Any]:
     warmup, duration = (1.0, 3.0) if quick else (2.0, 8.0)
     open_duration = 5.0 if quick else 20.0
-    rates = (TARGET_OPEN_RATE,) if quick else OPEN_RATES
     out: dict[str, Any] = {
         "tables": len(INTAKE_TABLES),
         "rows_per_update": ROWS_PER_UPDATE,
@@ -208,145 +185,28 @@ def run_intake(quick: bool, repeats: int) -> dict[str, Any]:
         "warmup_seconds": warmup,
         "window_seconds": duration,
         "open_window_seconds": open_duration,
-        "multi": [],
-        "single_open": [],
     }
     with srv.running_service(tables=INTAKE_TABLES, workers=WORKERS) as svc:
         out["server_ready_seconds"] = svc.ready_seconds
         log(f"[intake] server ready in {svc.ready_seconds:.1f} s (pid {svc.pid}, port {svc.port})")
-        for size in MULTI_SIZES:
-            body = multi_body(size)
-            spec = {
-                "mode": "closed",
-                "connections": MULTI_CONNECTIONS[size],
-                "warmup": warmup,
-                "duration": duration,
-                "requests": [{"path": "/v1/updates", "body": body, "updates": size}],
-            }
-            runs = []
-            for k in range(repeats):
-                runs.append(_measure(svc, spec))
-                r = runs[-1]
-                log(
-                    f"[intake] multi {size}/request run {k + 1}: {r['updates_per_second']:,.0f} "
-                    "updates/s, "
-                    f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
-                    f"{r['wal']['records_per_fsync']:.1f} records/fsync, "
-                    f"drained in {r['drain_seconds']:.1f} s"
-                )
-            out["multi"].append(
-                {
-                    "updates_per_request": size,
-                    "body_bytes": len(body.encode()),
-                    "connections": spec["connections"],
-                    "runs": runs,
-                    **_summary(runs),
-                }
-            )
-        single = single_requests()
-        spec = {
-            "mode": "closed",
-            "connections": SINGLE_CONNECTIONS,
-            "warmup": warmup,
-            "duration": duration,
-            "requests": single,
-        }
-        runs = []
-        for k in range(repeats):
-            runs.append(_measure(svc, spec))
-            r = runs[-1]
-            log(
-                f"[intake] single closed run {k + 1}: {r['requests_per_second']:,.0f} requests/s, "
-                f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
-                f"{r['wal']['records_per_fsync']:.1f} records/fsync"
-            )
-        out["single_saturation"] = {
-            "connections": SINGLE_CONNECTIONS,
-            "body_bytes": len(single[0]["body"].encode()),
-            "runs": runs,
-            **_summary(runs),
-        }
-        for rate in rates:
-            spec = {
-                "mode": "open",
-                "rate": rate,
-                "connections": OPEN_CONNECTIONS,
-                "warmup": warmup,
-                "duration": open_duration,
-                "drain_seconds": 30.0 if quick else 60.0,
-                "requests": single,
-            }
-            r = _measure(svc, spec)
-            out["single_open"].append(r)
-            log(
-                f"[intake] single open loop {rate} req/s: answered "
-                f"{r['answered_in_window_per_second']:,.0f}/s in window, "
-                f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, p99.9 {r['p999_ms']:.1f} ms, "
-                f"unanswered {r['unanswered']}"
-            )
-        out["paused"] = run_paused(svc, warmup, duration, single)
+        out["multi"] = [closed(svc, size, warmup, duration, repeats) for size in MULTI_SIZES]
+        out["single_saturation"] = closed(svc, 1, warmup, duration, repeats)
+        rates = (TARGET_OPEN_RATE,) if quick else OPEN_RATES
+        out["single_open"] = [open_loop(svc, rate, warmup, open_duration, 30.0 if quick else 60.0) for rate in rates]
+        out["paused"] = run_paused(svc, warmup, duration)
     return out
 
 
-def run_paused(svc: srv.Service, warmup: float, duration: float, single: list[dict[str, Any]]) -> dict[str, Any]:
-    """Diagnostic: the same intake with every table paused, so no Spark load competes with it.
-
-    One run per configuration; afterwards the tables are resumed and the backlog loaded.
-    """
+def run_paused(svc: srv.Service, warmup: float, duration: float) -> dict[str, Any]:
+    """Diagnostic: the same intake, one run each, with every table paused (then resumed and the backlog loaded)."""
     with svc.client() as http:
         for table in INTAKE_TABLES:
             http.post(f"/v1/admin/tables/{table}/pause").raise_for_status()
-    out: dict[str, Any] = {"multi": [], "runs": 1}
+    out: dict[str, Any] = {"runs": 1}
     try:
-        for size in MULTI_SIZES:
-            spec = {
-                "mode": "closed",
-                "connections": MULTI_CONNECTIONS[size],
-                "warmup": warmup,
-                "duration": duration,
-                "requests": [{"path": "/v1/updates", "body": multi_body(size), "updates": size}],
-            }
-            r = _measure(svc, spec, drain=False)
-            out["multi"].append(
-                {
-                    "updates_per_request": size,
-                    "connections": spec["connections"],
-                    "runs": [r],
-                    **_summary([r]),
-                }
-            )
-            log(
-                f"[intake, loading paused] multi {size}/request: {r['updates_per_second']:,.0f} "
-                f"updates/s, p99 {r['p99_ms']:.1f} ms"
-            )
-        spec = {
-            "mode": "closed",
-            "connections": SINGLE_CONNECTIONS,
-            "warmup": warmup,
-            "duration": duration,
-            "requests": single,
-        }
-        r = _measure(svc, spec, drain=False)
-        out["single_saturation"] = {"connections": SINGLE_CONNECTIONS, "runs": [r], **_summary([r])}
-        log(
-            f"[intake, loading paused] single closed: {r['requests_per_second']:,.0f} requests/s, "
-            f"p99 {r['p99_ms']:.1f} ms"
-        )
-        spec = {
-            "mode": "open",
-            "rate": TARGET_OPEN_RATE,
-            "connections": OPEN_CONNECTIONS,
-            "warmup": warmup,
-            "duration": duration,
-            "drain_seconds": 60.0,
-            "requests": single,
-        }
-        r = _measure(svc, spec, drain=False)
-        out["single_open"] = [r]
-        log(
-            f"[intake, loading paused] single open loop {TARGET_OPEN_RATE} req/s: p50 "
-            f"{r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms"
-        )
+        out["multi"] = [closed(svc, size, warmup, duration, 1, drain=False) for size in MULTI_SIZES]
+        out["single_saturation"] = closed(svc, 1, warmup, duration, 1, drain=False)
+        out["single_open"] = [open_loop(svc, TARGET_OPEN_RATE, warmup, duration, None)]
     finally:
         with svc.client() as http:
             for table in INTAKE_TABLES:
@@ -356,17 +216,9 @@ def run_paused(svc: srv.Service, warmup: float, duration: float, single: list[di
     return out
 
 
-# =====================================================================================
-# 2. Freshness: live service vs simulator
-# =====================================================================================
 def freshness_trace(horizon: float) -> Trace:
     return generators.quasiperiodic(
-        tables=FRESH_TABLES,
-        periods=FRESH_PERIODS,
-        horizon=horizon,
-        utilization=0.5,
-        workers=WORKERS,
-        seed=SEED,
+        tables=FRESH_TABLES, periods=FRESH_PERIODS, horizon=horizon, utilization=0.5, workers=WORKERS, seed=SEED
     )
 
 
@@ -376,8 +228,7 @@ def _replay(svc: srv.Service, trace: Trace) -> dict[str, Any]:
     with svc.client(timeout=60.0) as http:
         for spec in trace.tables:
             r = http.post(
-                "/v1/admin/tables",
-                json={"name": spec.name, "schema": srv.SCHEMA, "period_hint": spec.period},
+                "/v1/admin/tables", json={"name": spec.name, "schema": srv.SCHEMA, "period_hint": spec.period}
             )
             if r.status_code != 201:
                 raise RuntimeError(f"registering {spec.name}: {r.status_code} {r.text}")
@@ -408,11 +259,7 @@ def _replay(svc: srv.Service, trace: Trace) -> dict[str, Any]:
         "registered": registered,
         "tables": tables,
         "metrics": metrics,
-        "ack_lag_ms": {
-            "p50": 1e3 * percentile(lags, 0.5),
-            "p99": 1e3 * percentile(lags, 0.99),
-            "max": 1e3 * max(lags),
-        },
+        "ack_lag_ms": {"p50": 1e3 * percentile(lags, 0.5), "p99": 1e3 * percentile(lags, 0.99), "max": 1e3 * max(lags)},
         "drain_after_last_send_seconds": drain_seconds,
         "replay_seconds": sent_all - t0,
     }
@@ -458,11 +305,7 @@ def simulated_trace(trace: Trace, replay: dict[str, Any], live: dict[str, Any]) 
         (t0 + release - replay["registered"][names[tid]], tid)
         for tid, release in zip(trace.update_tables, trace.update_releases, strict=True)
     )
-    return Trace(
-        tables=specs,
-        update_tables=[tid for _, tid in events],
-        update_releases=[r for r, _ in events],
-    )
+    return Trace(tables=specs, update_tables=[tid for _, tid in events], update_releases=[r for r, _ in events])
 
 
 def run_freshness(quick: bool, policies: list[str]) -> dict[str, Any]:
@@ -545,160 +388,65 @@ def run_freshness(quick: bool, policies: list[str]) -> dict[str, Any]:
         }
         out["policies"].append(record)
         log(
-            f"[freshness] {policy}: live ratio {live['staleness_ratio']:.4f}, simulated "
-            f"{sim['staleness_ratio']:.4f} "
-            f"(gap {100 * record['gap']:+.1f}%), batches {live['batches']:.0f} vs "
-            f"{sim['batches']}, "
-            f"mean batch {live['mean_batch_seconds']:.3f} s vs {sim['mean_batch_seconds']:.3f} s"
+            f"[freshness] {policy}: live ratio {live['staleness_ratio']:.4f}, simulated {sim['staleness_ratio']:.4f} "
+            f"(gap {100 * record['gap']:+.1f}%), batches {live['batches']:.0f} vs {sim['batches']}, mean batch "
+            f"{live['mean_batch_seconds']:.3f} s vs {sim['mean_batch_seconds']:.3f} s"
         )
     return out
 
 
-# =====================================================================================
-# 3. Commit path
-# =====================================================================================
 def run_commit(quick: bool, runs: int) -> dict[str, Any]:
     sizes = COMMIT_SIZES[:2] if quick else COMMIT_SIZES
-    spec = {
-        "master": srv.SPARK_MASTER,
-        "sizes": list(sizes),
-        "runs": runs,
-        "rows_per_update": COMMIT_ROWS_PER_UPDATE,
-    }
+    spec = {"master": srv.SPARK_MASTER, "sizes": list(sizes), "runs": runs, "rows_per_update": COMMIT_ROWS_PER_UPDATE}
     log(f"[commit] sizes {', '.join(f'{s:,}' for s in sizes)} rows, {runs} timed runs each (+1 warm-up)")
     out = srv.run_child("benchmarks.service.commit", spec, timeout=900)
     out.update({"master": srv.SPARK_MASTER, "runs": runs, "rows_per_update": COMMIT_ROWS_PER_UPDATE})
     for size in out["sizes"]:
         log(
-            f"[commit] {size['rows']:,} rows: delta-rs path {size['delta_median']:.3f} s, bare "
-            f"Parquet {size['bare_median']:.3f} s, "
-            f"difference {1e3 * size['overhead_median']:+.0f} ms"
+            f"[commit] {size['rows']:,} rows: delta-rs path {size['delta_median']:.3f} s, bare Parquet "
+            f"{size['bare_median']:.3f} s, difference {1e3 * size['overhead_median']:+.0f} ms"
         )
     return out
 
 
-# =====================================================================================
-# main
-# =====================================================================================
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {MODULE}",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run: short windows, 1 repeat, myopic only; "
-        "writes results/service-quick.json and leaves BENCHMARKS.md alone unless --markdown",
+        "--policies", help="freshness policies, comma-separated (default myopic,max-benefit; quick myopic)"
     )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        help="closed-loop intake runs per figure (default 3; quick 1)",
-    )
-    parser.add_argument(
-        "--commit-runs",
-        type=int,
-        default=None,
-        help="timed runs per batch size and path (default 7; quick 2)",
-    )
-    parser.add_argument(
-        "--policies",
-        default=None,
-        help="freshness policies, comma-separated (default myopic,max-benefit; quick myopic)",
-    )
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: intake, freshness, commit")
-    parser.add_argument(
-        "--markdown",
-        type=Path,
-        default=None,
-        help=f"file whose '{SECTION}' section to rewrite (default {BENCHMARKS_MD.name}; quick: none)",
-    )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=None,
-        help="raw results (default benchmarks/results/service.json; quick: service-quick.json)",
-    )
-    parser.add_argument(
-        "--rerender",
-        action="store_true",
-        help="measure nothing: re-judge the saved results (--json) and rewrite the report",
-    )
-    args = parser.parse_args(argv)
-    if args.repeats is None:
-        args.repeats = 1 if args.quick else 3
-    if args.commit_runs is None:
-        args.commit_runs = 2 if args.quick else 7
-    if args.repeats < 1 or args.commit_runs < 1:
-        parser.error("--repeats and --commit-runs must be >= 1")
-    if args.policies is None:
-        args.policies = "myopic" if args.quick else "myopic,max-benefit"
-    args.policy_list = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in args.policy_list if p not in POLICIES]
-    if unknown:
-        parser.error(f"unknown policies: {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
-    args.skip_parts = {s.strip() for s in args.skip.split(",") if s.strip()}
-    if args.skip_parts - {"intake", "freshness", "commit"}:
-        parser.error(f"--skip takes intake, freshness, commit; got {args.skip}")
-    if args.json is None:
-        args.json = RESULTS_DIR / ("service-quick.json" if args.quick else "service.json")
-    if args.markdown is None and not args.quick:
-        args.markdown = BENCHMARKS_MD
-    return args
 
 
-def finish(results: dict[str, Any], args: argparse.Namespace) -> None:
+def measure(run: Run) -> dict[str, Any]:
+    args = run.args
+    policies = [p.strip() for p in (args.policies or ("myopic" if args.quick else "myopic,max-benefit")).split(",")]
+    if unknown := [p for p in policies if p not in POLICIES]:
+        raise SystemExit(f"unknown policies: {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    run.meta.update(commit_runs=args.commit_runs, policies=policies)
+    return run.parts(
+        intake=lambda: run_intake(args.quick, args.repeats),
+        freshness=lambda: run_freshness(args.quick, policies),
+        commit=lambda: run_commit(args.quick, args.commit_runs),
+    )
+
+
+def judge(results: dict[str, Any]) -> None:
     results["targets"] = report.evaluate_targets(results)
     results["notes"] = report.build_notes(results)
-    write_json(args.json, results)
-    log(f"raw results: {args.json}")
-    if args.markdown is not None:
-        write_section(SECTION, report.render_markdown(results), args.markdown)
-        log(f"wrote section '{SECTION}' of {args.markdown}")
-    report.print_console(results)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.rerender:
-        results = json.loads(args.json.read_text(encoding="utf-8"))
-        finish(results, args)
-        return 0
-    started = time.perf_counter()
-    machine = machine_info("loader")
-    machine["api_sha256"] = source_fingerprint("api")
-    meta: dict[str, Any] = {
-        "command": command_line(MODULE, argv),
-        "quick": args.quick,
-        "repeats": args.repeats,
-        "commit_runs": args.commit_runs,
-        "policies": args.policy_list,
-        "skipped": sorted(args.skip_parts),
-        "machine": machine,
-    }
-    results: dict[str, Any] = {"meta": meta}
-    log(
-        f"service benchmark: {'quick' if args.quick else 'full'}, repeats {args.repeats}, policies "
-        f"{', '.join(args.policy_list)}"
-    )
-    with LoadMonitor() as monitor:
-        if "intake" not in args.skip_parts:
-            results["intake"] = run_intake(args.quick, args.repeats)
-        if "freshness" not in args.skip_parts:
-            results["freshness"] = run_freshness(args.quick, args.policy_list)
-        if "commit" not in args.skip_parts:
-            results["commit"] = run_commit(args.quick, args.commit_runs)
-    meta["run_seconds"] = time.perf_counter() - started
-    meta["loadavg_end"] = load_average()
-    meta["loadavg_peak"] = monitor.peak
-    meta["loader_unchanged_during_run"] = source_fingerprint("loader") == machine["loader_sha256"]
-    finish(results, args)
-    log(f"done in {fmt_duration(meta['run_seconds'])}")
-    return 0
-
+BENCHMARK = Benchmark(
+    "benchmarks.service",
+    "service",
+    __doc__,
+    measure,
+    report.render_markdown,
+    fingerprints=("api",),
+    quick_saves=True,
+    repeats=(1, 3),
+    parts=("intake", "freshness", "commit"),
+    counts={"commit_runs": (2, 7, "timed runs per batch size and path")},
+    options=options,
+    finish=judge,
+)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(BENCHMARK.main())

@@ -1,21 +1,15 @@
-"""Per-batch cost of the Delta commit path against a bare Spark Parquet write, in its own process.
+"""Per-batch cost of the Delta commit path against a bare Spark Parquet write, in its own process
+(so that Spark's JVM goes away with it whatever happens).
 
     python -m benchmarks.service.commit SPEC.json     # prints one JSON object on stdout
 
-Its own process so that Spark's JVM goes away with it whatever happens. For each batch
-size the same ``Batch`` (updates of ``rows_per_update`` rows of a small schema) is
-written ``runs`` times by each path, alternating, after one untimed warm-up of each:
-
-- ``delta``: ``DeltaRsSink.load`` as the service runs it: read the table's app
-  transaction, Spark writes Parquet into a staging directory, files renamed into the
-  table with their statistics read from the footers, one deltalake commit;
-- ``bare``: ``build_batch_frame(...).write.parquet(new directory)``: the same DataFrame
-  and Spark job, nothing else.
+Per batch size the same ``Batch`` is written ``runs`` times by each path, alternating, after
+one untimed warm-up of each: ``delta`` (``DeltaRsSink.load`` as the service runs it) and
+``bare`` (``build_batch_frame(...).write.parquet``: the same DataFrame and job, nothing else).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import sys
@@ -24,20 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from loader.core.schema import TableSchema
+from benchmarks.harness import child
+from benchmarks.harness.rows import SCHEMA, small_rows
 from loader.core.updates import Batch, Update
-
-SCHEMA = TableSchema.model_validate(
-    {
-        "columns": [
-            {"name": "id", "type": "int64", "nullable": False},
-            {"name": "v", "type": "float64"},
-            {"name": "s", "type": "string"},
-        ]
-    }
-)
 
 
 def make_batch(table: str, rows: int, rows_per_update: int, first_seq: int, first_id: int) -> Batch:
@@ -46,20 +29,14 @@ def make_batch(table: str, rows: int, rows_per_update: int, first_seq: int, firs
     seq = first_seq
     while made < rows:
         n = min(rows_per_update, rows - made)
-        ids = list(range(first_id + made, first_id + made + n))
-        data = pa.table(
-            {"id": ids, "v": [i * 0.5 for i in ids], "s": [f"row-{i % 1000:04d}" for i in ids]},
-            schema=SCHEMA.arrow(),
-        )
+        data = small_rows(range(first_id + made, first_id + made + n))
         updates.append(Update(table, seq, 1.0 + seq, rows=data))
         made += n
         seq += 1
     return Batch(table, tuple(updates))
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[0], encoding="utf-8") as handle:
-        spec = json.load(handle)
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
     from loader.loading.sinks.delta_rs import DeltaRsSink
     from loader.loading.sinks.frame import build_batch_frame
     from loader.loading.spark import build_spark_session
@@ -127,9 +104,8 @@ def main(argv: list[str]) -> int:
                 )
     finally:
         spark.stop()
-    sys.stdout.write(json.dumps(out) + "\n")
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(child.main(measure))

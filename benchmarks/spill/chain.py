@@ -1,15 +1,5 @@
-"""Part 3 of ``benchmarks/spill/``: what the Chain memory-pressure mode buys and costs, in simulation.
-
-Bursty traces (``schedulers.generators.bursty``: Pareto on/off flows, 20 tables, 2 workers,
-0.2 s per-job overhead) with a payload size per update: each table gets a mean drawn
-log-uniformly between 64 KiB and 64 MiB, independently of its load cost alpha, and each
-update that mean times a log-normal factor (sigma 0.5). ``simulate(..., sizes=...)``
-replays every trace through MYOPIC and through ChainPressure(MYOPIC, high, low, cap).
-
-M is set per trace to half of MYOPIC's peak pending bytes on it, so that MYOPIC would
-spill; the watermarks are fractions of that M (the service's are fractions of
-``spill.memory_budget_bytes``).
-"""
+"""Part 3 of ``benchmarks/spill/``: what the Chain memory-pressure mode buys and costs, in simulation
+(bursty traces with heterogeneous payload sizes; templates/spill.md says how)."""
 
 from __future__ import annotations
 
@@ -34,7 +24,7 @@ SIZE_RANGE = (1 << 16, 1 << 26)
 
 
 def payload_sizes(trace_tables: int, update_tables: list[int], seed: int) -> tuple[list[int], list[float]]:
-    """Bytes per update, heterogeneous per table and drawn apart from the load costs."""
+    """Bytes per update: a log-uniform mean per table, drawn apart from the load costs, times a log-normal factor."""
     rng = random.Random(1000 + seed)
     low, high = SIZE_RANGE
     means = [2 ** rng.uniform(low.bit_length() - 1, high.bit_length() - 1) for _ in range(trace_tables)]

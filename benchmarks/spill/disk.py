@@ -1,24 +1,10 @@
 """Part 2 of ``benchmarks/spill/``: the live spill segments against this disk's raw bandwidth.
 
-Spill side: a :class:`loader.pending.store.PendingStore` with a small memory budget and the
-real :class:`loader.pending.spill.segments.SegmentFiles`, fed updates of real Arrow rows (an
-events table of 11 columns, ~150 bytes a row, 1 to 4 MiB per update) until hundreds of
-MiB have gone to disk; then the queues are drained head first (``take(limit=...)``),
-which reads every segment back through the driver. Time spent inside the segment
-writer and reader is measured apart from the store's bookkeeping.
-
-Raw side, in the same run and directory: one file written with ``os.write`` in 4 MiB
-pieces, then read back in 4 MiB pieces; three passes per run, each figure the best of
-the three (in this VM the same pass varies by 2-5x with how recently the host backed the
-page-cache memory it gets; the best pass is the disk's bandwidth, and the hardest
-comparison for the spill).
-
-Like with like: spill segments are not fsynced in the service (the WAL is the
-durability), so writes are compared twice: both sides without fsync (what lands in the
-page cache: mostly CPU), and both sides including an fsync of everything written (what
-reaches the device). Reads are compared from the device: every file is dropped from the
-page cache with ``posix_fadvise(DONTNEED)`` after its fsync (no root needed, only this
-run's files), and ``fincore`` checks how much really left the cache.
+Like with like: spill segments are not fsynced in the service (the WAL is the durability), so
+writes are compared without fsync (mostly CPU) and with an fsync of everything written; reads
+come from the device (pages dropped with ``posix_fadvise(DONTNEED)``, checked with ``fincore``).
+The raw figure is the best of three passes: in this VM a pass varies 2-5x with how recently
+the host backed the page-cache memory it gets, and the best pass is the hardest comparison.
 """
 
 from __future__ import annotations
@@ -127,9 +113,6 @@ class TimedSegments(SegmentFiles):
         self.file_bytes_read += size
 
 
-# -- page cache -----------------------------------------------------------------------------------
-
-
 def _with_fd(path: Path, action: Callable[[int], object]) -> bool:
     """Apply ``action`` to a read-only descriptor of ``path``; False if the file no longer exists."""
     try:
@@ -178,9 +161,6 @@ def cached_bytes(paths: list[Path]) -> int | None:
     return sum(int(line) for line in out.stdout.split() if line.strip().isdigit())
 
 
-# -- raw bandwidth ---------------------------------------------------------------------------------
-
-
 def raw_run(directory: Path, total: int) -> dict[str, Any]:
     """Sequential write (timed without and with its fsync), cold read, warm read of one file."""
     payload = os.urandom(PIECE)
@@ -224,9 +204,6 @@ def _read_file(path: Path) -> float:
         while handle.readinto(view):
             pass
     return time.perf_counter() - began
-
-
-# -- the spill --------------------------------------------------------------------------------------
 
 
 def update_pool(count: int = 8, seed: int = 7) -> list[pa.Table]:
@@ -301,11 +278,8 @@ def spill_run(directory: Path, total: int, budget: int, pool: list[pa.Table], li
 
 
 def codec_ceiling(pool: list[pa.Table], repeats: int = 5) -> dict[str, float]:
-    """Parquet encode and decode of one 8-16 MiB segment's rows in memory, no file at all: the
-    CPU ceiling of the segment writer and reader on this machine (MB/s of Arrow payload).
-    Encoded with the segment writer's options (``SegmentFiles.write``: plain, uncompressed,
-    no dictionaries or statistics). The best of ``repeats``, like the raw passes: in this VM
-    the first encodes into fresh memory run several times slower than later ones."""
+    """The CPU ceiling of the segment writer and reader: Parquet encode and decode of one segment's
+    rows in memory with its options, best of ``repeats`` (first encodes into fresh memory are slow here)."""
     import pyarrow.parquet as pq
 
     data = pa.concat_tables(pool[:4])
@@ -327,10 +301,8 @@ def codec_ceiling(pool: list[pa.Table], repeats: int = 5) -> dict[str, float]:
     }
 
 
-def run_io(
-    quick: bool, repeats: int, directory: Path | None, progress: Callable[[str], None], total_mib: int | None = None
-) -> dict[str, Any]:
-    total = (total_mib or (128 if quick else 512)) * MiB
+def run_io(repeats: int, directory: Path | None, progress: Callable[[str], None], total_mib: int) -> dict[str, Any]:
+    total = total_mib * MiB
     budget = 64 * MiB
     limit = 16
     progress(f"[io] building the update pool (1-4 MiB of Arrow rows each, {len(SCHEMA)} columns)")

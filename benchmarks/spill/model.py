@@ -1,15 +1,9 @@
 """Part 1 of ``benchmarks/spill/``: spilling policies against the offline optimum, in the pure model.
 
-Workloads are lists of :class:`loader.pending.spill.model.Step` in the paper's unit model (every
-tuple has size 1, M counts tuples). The same list goes to every policy (through
-:class:`~loader.pending.spill.model.QueueCache` with no I/O) and to the offline optimum
-(``loader.pending.spill.offline``), so policy / OPT is the paper's competitive ratio on that
-input. Adaptive adversaries (Theorem 2.2, Theorem 4.3) build their input by watching
-one policy, as the proofs do; the input is then fixed and OPT computed on it.
-
-OPT in both cost models is ``loader.pending.spill.offline.offline_optimum`` (c0 = 1, c1 = 0 for the
-unit model). Every workload ends with its queues drained by consumption, so no tuple is
-left on disk and the final take_all charge of the offline model never applies.
+The same list of steps goes to every policy (``QueueCache``, no I/O) and to the offline optimum,
+so policy / OPT is the paper's competitive ratio on that input. Adaptive adversaries (Theorems
+2.2 and 4.3) build their input by watching one policy, as the proofs do. Every workload ends
+drained, so the offline model's final take_all charge never applies.
 """
 
 from __future__ import annotations
@@ -23,8 +17,6 @@ from loader.pending.spill.model import QueueCache, SpillError, Step
 from loader.pending.spill.offline import offline_optimum, window_lower_bound
 from loader.pending.spill.registry import make_spill_policy
 from schedulers.generators import bursty
-
-# -- workloads ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -183,9 +175,6 @@ def thrash_workload(budget: int, cycles: int) -> Workload:
     )
 
 
-# -- running a policy ---------------------------------------------------------------------------
-
-
 @dataclass
 class PolicyRun:
     policy: str
@@ -257,9 +246,6 @@ def run_policy(workload: Workload, policy: str, c0: float = 0.0, c1: float = 0.0
     if left:
         return driver.result(f"{left} tuples left unconsumed")
     return driver.result()
-
-
-# -- adaptive adversaries --------------------------------------------------------------------
 
 
 def theorem_2_2_adversary(policy: str, budget: int, cycles: int, c0: float = 0.0, c1: float = 0.0) -> Workload:
@@ -361,17 +347,9 @@ def theorem_4_3_adversary(
     )
 
 
-# -- the experiment helpers ---------------------------------------------------------------------
-
-
 def seeds(count: int, base: int = 1) -> list[int]:
     return list(range(base, base + count))
 
-
-Progress = Callable[[str], None]
-
-
-# -- the experiment ---------------------------------------------------------------------------
 
 #: Small instances (exact optimum): M in tuples, and the backlog cap that keeps the exact
 #: program within 2**16 states per tick (arrivals beyond it wait at the producer).
@@ -442,117 +420,84 @@ def bound_instance(workload: Workload, policies: Sequence[str] = POLICIES) -> di
 
 def small_families(quick: bool) -> list[tuple[str, str, list[Workload], bool]]:
     """(family key, description, workloads, extended model too?) of the exact part."""
-    m, cap = SMALL_M, SMALL_CAP
-    n_seeds = 4 if quick else 20
-    horizon = 300
-    out: list[tuple[str, str, list[Workload], bool]] = []
-    out.append(
+    m, cap, n_seeds = SMALL_M, SMALL_CAP, 4 if quick else 20
+    c0, c1 = DISK_PROFILES[UNIT_PROFILE]
+
+    def flows(key: str, queues: int, count: int, **extra: Any) -> list[Workload]:
+        common = {"family": key, "queues": queues, "budget": m, "horizon": 300, "backlog_cap": cap}
+        return [bursty_workload(seed=s, **common, **extra) for s in seeds(count)]
+
+    about = f"M = {m}, backlog <= {cap}"
+    return [
         (
             "bursty-1q",
-            f"bursty on/off, 1 queue, M = {m}, backlog <= {cap}, one tuple consumed per tick",
-            [
-                bursty_workload(family="bursty-1q", queues=1, budget=m, horizon=horizon, seed=s, backlog_cap=cap)
-                for s in seeds(n_seeds)
-            ],
+            f"bursty on/off, 1 queue, {about}, one tuple consumed per tick",
+            flows("bursty-1q", 1, n_seeds),
             True,
-        )
-    )
-    out.append(
+        ),
         (
             "bursty-2q-rr",
-            f"bursty on/off, 2 queues, M = {m}, backlog <= {cap}, round-robin consumption",
-            [
-                bursty_workload(
-                    family="bursty-2q-rr", queues=2, budget=m, horizon=horizon, seed=s, backlog_cap=cap, flow_rate=0.005
-                )
-                for s in seeds(n_seeds)
-            ],
+            f"bursty on/off, 2 queues, {about}, round-robin consumption",
+            flows("bursty-2q-rr", 2, n_seeds, flow_rate=0.005),
             True,
-        )
-    )
-    out.append(
+        ),
         (
             "bursty-2q-oldest",
-            f"bursty on/off, 2 queues, M = {m}, backlog <= {cap}, oldest-tuple-first consumption",
-            [
-                bursty_workload(
-                    family="bursty-2q-oldest",
-                    queues=2,
-                    budget=m,
-                    horizon=horizon,
-                    seed=s,
-                    backlog_cap=cap,
-                    flow_rate=0.005,
-                    consume="oldest",
-                )
-                for s in seeds(max(2, n_seeds // 2))
-            ],
+            f"bursty on/off, 2 queues, {about}, oldest-tuple-first consumption",
+            flows("bursty-2q-oldest", 2, max(2, n_seeds // 2), flow_rate=0.005, consume="oldest"),
             False,
-        )
-    )
-    c0, c1 = DISK_PROFILES[UNIT_PROFILE]
-    out.append(
+        ),
         (
             "thm2.2",
             f"Theorem 2.2's adversary, built against each policy in turn, 1 queue, M = {m}, 5 cycles",
             [theorem_2_2_adversary(p, m, 5, c0, c1) for p in POLICIES],
             True,
-        )
-    )
-    out.append(
+        ),
         (
             "thm4.3",
             f"Theorem 4.3's round-robin adversary, built against each policy in turn, 2 queues, M = {m}, 3 cycles",
             [theorem_4_3_adversary(p, m, 2, 3, 2.0, c0, c1) for p in POLICIES],
             False,
-        )
-    )
-    out.append(("thrash", f"recency thrash pattern, 2 queues, M = {m}, 3 cycles", [thrash_workload(m, 3)], False))
-    return out
+        ),
+        ("thrash", f"recency thrash pattern, 2 queues, M = {m}, 3 cycles", [thrash_workload(m, 3)], False),
+    ]
 
 
 def large_families(quick: bool) -> list[tuple[str, str, list[Workload]]]:
-    n_seeds = 2 if quick else 5
-    horizon = 2000 if quick else 5000
+    n_seeds, horizon = (2, 2000) if quick else (5, 5000)
     out: list[tuple[str, str, list[Workload]]] = []
     for queues, m in ((1, 64), (4, 64), (8, 128)):
         key = f"bursty-{queues}q-M{m}"
+        workloads = [
+            bursty_workload(
+                family=key,
+                queues=queues,
+                budget=m,
+                horizon=horizon,
+                seed=s,
+                backlog_cap=None,
+                flow_rate=0.005 / queues,
+                burst_rate=4.0,
+            )
+            for s in seeds(n_seeds)
+        ]
         out.append(
             (
                 key,
                 f"bursty on/off, {queues} queue(s), M = {m}, {horizon:,} ticks, round-robin, no backlog cap",
-                [
-                    bursty_workload(
-                        family=key,
-                        queues=queues,
-                        budget=m,
-                        horizon=horizon,
-                        seed=s,
-                        backlog_cap=None,
-                        flow_rate=0.005 / queues,
-                        burst_rate=4.0,
-                    )
-                    for s in seeds(n_seeds)
-                ],
+                workloads,
             )
         )
-    sizes = ((4, 32), (8, 64)) if quick else ((4, 32), (8, 64), (16, 128))
-    for queues, m in sizes:
-        key = f"thm4.3-n{queues}"
+    for queues, m in ((4, 32), (8, 64)) if quick else ((4, 32), (8, 64), (16, 128)):
         c0, c1 = large_profile(m)
-        out.append(
-            (
-                key,
-                f"Theorem 4.3's round-robin adversary, built against each policy in turn, {queues} queues, "
-                f"M = {m}, 3 cycles",
-                [theorem_4_3_adversary(p, m, queues, 3, 2.0, c0, c1) for p in POLICIES],
-            )
-        )
+        what = f"Theorem 4.3's round-robin adversary, built against each policy in turn, {queues} queues, M = {m}"
+        what += ", 3 cycles"
+        out.append((f"thm4.3-n{queues}", what, [theorem_4_3_adversary(p, m, queues, 3, 2.0, c0, c1) for p in POLICIES]))
     out.append(("thrash-M64", "recency thrash pattern, 2 queues, M = 64, 3 cycles", [thrash_workload(64, 3)]))
     return out
 
 
-def run_competitive(quick: bool, progress: Progress) -> dict[str, Any]:
+def run_competitive(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     small = []
     for key, description, workloads, ext in small_families(quick):
         progress(f"[model] {key}: {len(workloads)} instance(s), exact optimum")

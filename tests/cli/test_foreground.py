@@ -104,13 +104,13 @@ def test_the_demo_run_from_another_directory_loads_with_no_failed_attempt_and_st
     assert "failed (attempt" not in text
 
 
-def _serve(tmp_path: Path, **extra: object) -> ServerProcess:
+def _serve(tmp_path: Path, spark_remote: str = "", **extra: object) -> ServerProcess:
     port = free_port()
     settings = {
         "port": port,
         "data_dir": "data",  # relative: anchored at the working directory (tmp_path)
         "workers": 1,
-        "spark": {"master": "local[1]"},
+        "spark": {"master": "local[1]", **({"remote": spark_remote} if spark_remote else {})},
         "auth_tokens": [
             {"token": OPERATOR, "role": "operator", "name": "ops"},
             {"token": PRODUCER, "role": "producer", "name": "feed"},
@@ -122,10 +122,13 @@ def _serve(tmp_path: Path, **extra: object) -> ServerProcess:
 
 
 @pytest.fixture
-def feeding(tmp_path: Path) -> Iterator[tuple[ServerProcess, list[int]]]:
+def feeding(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, list[int]]]:
     """A ``loader serve`` that has loaded three updates and acknowledged a fourth just now
-    (its load likely running when the signal comes); yields it and the acknowledged sequences."""
-    server = _serve(tmp_path)
+    (its load likely running when the signal comes); yields it and the acknowledged sequences.
+    Param "own": the service starts its own Spark Connect server (and must stop it); "remote":
+    it uses the test process's (tests/spark_fixtures.py), a JVM start less per start."""
+    remote = request.getfixturevalue("connect_server").url if request.param == "remote" else ""
+    server = _serve(tmp_path, spark_remote=remote)
     server.start()
     acknowledged: list[int] = []
     try:
@@ -148,9 +151,10 @@ def feeding(tmp_path: Path) -> Iterator[tuple[ServerProcess, list[int]]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("sig", "to_group"),
-    [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True)],
+    ("sig", "to_group", "feeding"),
+    [(signal.SIGTERM, False, "own"), (signal.SIGINT, False, "remote"), (signal.SIGTERM, True, "remote")],
     ids=["SIGTERM-to-the-process", "SIGINT-to-the-process", "SIGTERM-to-the-group"],
+    indirect=["feeding"],
 )
 def test_a_stop_signal_either_way_stops_serve_cleanly_with_status_0(
     feeding: tuple[ServerProcess, list[int]], sig: signal.Signals, to_group: bool

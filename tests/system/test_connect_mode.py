@@ -84,14 +84,24 @@ def workers() -> int:
 
 
 @pytest.fixture
-def server(tmp_path: Path, workers: int) -> Iterator[ServerProcess]:
+def own_spark_server() -> bool:
+    """Whether the service starts its own Spark Connect server (what most tests here are
+    about), or uses the test process's (tests/spark_fixtures.py), a JVM start less."""
+    return True
+
+
+@pytest.fixture
+def server(
+    tmp_path: Path, workers: int, own_spark_server: bool, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    remote = {} if own_spark_server else {"remote": request.getfixturevalue("connect_server").url}
     config = write_config(
         tmp_path / "loader.toml",
         {
             "port": (port := free_port()),
             "data_dir": str(tmp_path / "data"),
             "workers": workers,
-            "spark": {"master": "local[2]", "mode": "connect"},
+            "spark": {"master": "local[2]", "mode": "connect", **remote},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
             "tables": [*TABLES, LATEST],
@@ -178,7 +188,9 @@ def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> 
         assert sorted(ids) == list(range(250))
 
 
-@pytest.mark.allow_errors(r"failed \(attempt \d\): (SparkConnectGrpcException|SparkConnectException: \[NO_ACTIVE_SESSION\])")
+@pytest.mark.allow_errors(
+    r"failed \(attempt \d\): (SparkConnectGrpcException|SparkConnectException: \[NO_ACTIVE_SESSION\])"
+)
 def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server: ServerProcess) -> None:
     """Intake stays open, /readyz names the outage, loads back off and resume on a new
     server; nothing is quarantined, lost or loaded twice."""
@@ -213,6 +225,7 @@ def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server
         assert sorted(ids) == list(range(150))
 
 
+@pytest.mark.parametrize("own_spark_server", [False])  # a worker's death, not the server's
 @pytest.mark.parametrize("workers", [1])  # one worker: the tables due meanwhile make the next job a group
 @pytest.mark.parametrize("point", ["load.after-publish=2"])  # (the crash trial kills workers at every step)
 @pytest.mark.allow_errors(r"failed \(attempt \d\): load worker \d \(pid \d+\) ended")

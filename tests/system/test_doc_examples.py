@@ -1,5 +1,5 @@
-"""The examples of docs/producers.md and README.md run as written, against one real
-``loader serve`` (one Spark start for the module), and their rows land in Delta: every
+"""The examples of docs/producers.md and README.md run as written, against the shared
+``loader serve`` (tests/system/conftest.py), and their rows land in Delta: every
 Python block of docs/producers.md, the Python block of README.md, and README's
 ``loader submit orders rows.ndjson`` and ``curl .../v1/tables`` lines.
 
@@ -23,14 +23,15 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.server_process import ServerProcess
+from testing.shared_service import PRODUCER
 from testing.tables import read_delta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -38,8 +39,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "producers.md"
 README = ROOT / "README.md"
-OPERATOR = "doc-examples-operator-token-01"
-PRODUCER = "doc-examples-producer-token-01"
 #: Service addresses the examples write out, for the test service's.
 SERVICE_URLS = ("http://loader:8000", "http://127.0.0.1:8000")
 #: Which example a Python block is, by something only it says (test_every_python_block_is_run_here).
@@ -87,32 +86,13 @@ def run_example(code: str, server: ServerProcess, paths: dict[str, Path] | None 
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    workdir = tmp_path_factory.mktemp("doc-examples")
-    port = free_port()
-    config = write_config(
-        workdir / "loader.toml",
-        {
-            "port": port,
-            "data_dir": str(workdir / "data"),
-            "workers": 1,
-            "spark": {"master": "local[1]", "mode": "classic"},
-            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
-            "auth_tokens": [
-                {"name": "ops", "token": OPERATOR, "role": "operator"},
-                {"name": "feeds", "token": PRODUCER, "role": "producer"},
-            ],
-            "tables": [{"name": name, "schema": schema} for name, schema in TABLES.items()],
-        },
-    )
-    server = ServerProcess(workdir, config, port, OPERATOR)
-    server.start()
-    try:
-        assert server.wait_ready(), server.log_tail()
-        yield server
-    finally:
-        if server.alive:
-            server.kill()
+def service(shared_service: ServerProcess) -> ServerProcess:
+    """The shared service (tests/system/conftest.py), given the tables the examples name."""
+    with shared_service.client(timeout=120) as http:
+        for name, schema in TABLES.items():
+            answer = http.post("/v1/admin/tables", json={"name": name, "schema": schema})
+            assert answer.status_code in (200, 201), answer.text
+    return shared_service
 
 
 def loaded(server: ServerProcess, table: str) -> list[dict[str, Any]]:

@@ -26,7 +26,6 @@ from loader.loading.sinks import make_sink
 from testing.service_harness import OPERATOR, Harness
 from testing.tables import canonical, read_delta, read_duckdb, read_spark
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 EVENTS = {

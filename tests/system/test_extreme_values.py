@@ -1,5 +1,5 @@
-"""Issue 33 against a real ``loader serve`` (connect mode: a local Spark Connect server and
-load worker processes): the extreme values of every type in JSON rows and NDJSON, and
+"""Issue 33 against a real ``loader serve`` (the shared one of tests/system/conftest.py: load
+worker processes over a Spark Connect server): the extreme values of every type in JSON rows and NDJSON, and
 landing files of a castable physical type, get 202 or 422 as designed, and every accepted
 row is in its Delta table exactly once with the value sent. No load attempt may fail
 (ServerProcess hands the server's log to the guard, tests/conftest.py): the value that
@@ -11,8 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.shared_service import Tables
 from testing.tables import read_delta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -96,28 +94,6 @@ def _string_partition_rows() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return names_a_directory + [({"id": 14, "s": "a/b=c%d \U0001f600"}, {"s": "a/b=c%d \U0001f600"})]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    config = write_config(
-        tmp_path / "loader.toml",
-        {
-            "port": (port := free_port()),
-            "data_dir": str(tmp_path / "data"),
-            "workers": 2,
-            "spark": {"master": "local[2]"},  # the default mode: connect, load worker processes
-            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
-            "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-            "tables": TABLES,
-        },
-    )
-    proc = ServerProcess(tmp_path, config, port, TOKEN)
-    proc.start()
-    assert proc.wait_ready(), proc.log_tail()
-    yield proc
-    if proc.alive:
-        assert proc.terminate() == 0, proc.log_tail()
-
-
 def _post_rows(http: httpx.Client, table: str, rows: list[dict[str, Any]], ndjson: bool = False) -> httpx.Response:
     if ndjson:
         body = "\n".join(json.dumps(r) for r in rows).encode()
@@ -125,14 +101,14 @@ def _post_rows(http: httpx.Client, table: str, rows: list[dict[str, Any]], ndjso
     return http.post(f"/v1/tables/{table}/updates", json={"rows": rows})
 
 
-def _wait_loaded(http: httpx.Client, server: ServerProcess, table: str) -> None:
+def _wait_loaded(http: httpx.Client, tables: Tables, table: str) -> None:
     deadline = time.monotonic() + 180
     while True:
-        status = http.get(f"/v1/tables/{table}").json()
+        status = http.get(f"/v1/tables/{tables.name(table)}").json()
         if status["last_loaded_sequence"] >= status["last_sequence"]:
             assert status["failures"] == 0, status
             return
-        assert time.monotonic() < deadline, f"{table} not loaded: {status}\n{server.log_tail()}"
+        assert time.monotonic() < deadline, f"{table} not loaded: {status}\n{tables.server.log_tail()}"
         time.sleep(0.1)
 
 
@@ -141,58 +117,60 @@ def _same(value: Any) -> Any:
     return value.hex() if isinstance(value, float) else value
 
 
-def _rows(server: ServerProcess, table: str) -> dict[int, dict[str, Any]]:
+def _rows(tables: Tables, table: str) -> dict[int, dict[str, Any]]:
     """The table's rows by id, each id exactly once."""
-    rows = read_delta(server.workdir / "data" / "warehouse" / table).to_pylist()
+    rows = read_delta(tables.path(table)).to_pylist()
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)), f"{table}: a row loaded twice: {sorted(ids)}"
     return {r["id"]: r for r in rows}
 
 
-def _assert_loaded(server: ServerProcess, table: str, expected: dict[int, dict[str, Any]]) -> None:
-    rows = _rows(server, table)
+def _assert_loaded(tables: Tables, table: str, expected: dict[int, dict[str, Any]]) -> None:
+    rows = _rows(tables, table)
     assert sorted(rows) == sorted(expected), table
     for id_, want in expected.items():
         got = {k: _same(v) for k, v in rows[id_].items() if k != "id"}
         assert got == {c["name"]: _same(want.get(c["name"])) for c in COLUMNS if c["name"] != "id"}, (table, id_)
 
 
-def test_extreme_values_get_202_or_a_precise_422_and_load_exactly_once(server: ServerProcess) -> None:
-    with server.client(timeout=60) as http:
+def test_extreme_values_get_202_or_a_precise_422_and_load_exactly_once(tables: Tables) -> None:
+    tables.register(TABLES)
+    with tables.client(timeout=60) as http:
         expected: dict[str, dict[int, dict[str, Any]]] = {"extremes": {}, "by_ts": {}, "by_s": {}, "latest": {}}
         # JSON rows, one update per row (each its own batch or merged: exactly once either way)
         for row, want in ACCEPTED:
             for table in ("extremes", "by_ts", "latest"):
-                r = _post_rows(http, table, [row])
+                r = _post_rows(http, tables.name(table), [row])
                 assert r.status_code == 202, (table, row, r.text)
                 expected[table][row["id"]] = want
         # NDJSON: the same values, in one body, for the table partitioned by a string
         partition_rows = _string_partition_rows()
-        r = _post_rows(http, "by_s", [row for row, _ in partition_rows], ndjson=True)
+        r = _post_rows(http, tables.name("by_s"), [row for row, _ in partition_rows], ndjson=True)
         assert r.status_code == 202, r.text
         expected["by_s"] = {row["id"]: want for row, want in partition_rows}
         # refused: the 422 names the row and the column, and nothing of the update is kept
         for row, column in REFUSED:
-            r = _post_rows(http, "extremes", [{"id": 99}, row])
+            r = _post_rows(http, tables.name("extremes"), [{"id": 99}, row])
             assert r.status_code == 422, (row, r.text)
             body = r.json()
             assert (body["row"], body["column"]) == (1, column), body
             assert "row 1" in body["message"] and repr(column) in body["message"], body
         for value in ("", "__HIVE_DEFAULT_PARTITION__", "a\x00b"):
-            r = _post_rows(http, "by_s", [{"id": 98, "s": value}], ndjson=True)
+            r = _post_rows(http, tables.name("by_s"), [{"id": 98, "s": value}], ndjson=True)
             assert r.status_code == 422 and (r.json()["row"], r.json()["column"]) == (0, "s"), r.text
         for table in expected:
-            _wait_loaded(http, server, table)
-        assert http.get("/v1/admin/quarantine").json()["batches"] == []
+            _wait_loaded(http, tables, table)
+        assert tables.quarantined(http) == []
     for table, want in expected.items():
-        _assert_loaded(server, table, want)
+        _assert_loaded(tables, table, want)
 
 
-def test_castable_landing_files_are_converted_and_others_refused_naming_both_types(server: ServerProcess) -> None:
-    landing = server.workdir / "data" / "landing"
-    landing.mkdir(parents=True, exist_ok=True)
+def test_castable_landing_files_are_converted_and_others_refused_naming_both_types(tables: Tables) -> None:
+    tables.register(TABLES)
+    landing = tables.landing
 
     def parquet(name: str, **columns: pa.Array) -> str:
+        name = tables.name(name)  # the landing directory is the shared service's
         pq.write_table(pa.table(columns), landing / name)
         return name
 
@@ -208,8 +186,9 @@ def test_castable_landing_files_are_converted_and_others_refused_naming_both_typ
         },
         parquet("unsigned.parquet", id=pa.array([5], pa.uint64()), n=pa.array([7], pa.uint32())): {5: 7},
     }
-    (landing / "text.csv").write_text("id,n\n6,0x10\n7,-2147483648\n8,\n", encoding="utf-8")
-    (landing / "lines.jsonl").write_text('{"id": 9, "n": 2147483647}\n{"id": 10}\n', encoding="utf-8")
+    text_csv, lines_jsonl = tables.name("text.csv"), tables.name("lines.jsonl")
+    (landing / text_csv).write_text("id,n\n6,0x10\n7,-2147483648\n8,\n", encoding="utf-8")
+    (landing / lines_jsonl).write_text('{"id": 9, "n": 2147483647}\n{"id": 10}\n', encoding="utf-8")
     refused = {
         # the reported file: ids as text ("1", "2") for an int64 column
         parquet("text_ids.parquet", id=pa.array(["1", "2"]), n=pa.array([1, 2], pa.int32())): (
@@ -228,17 +207,18 @@ def test_castable_landing_files_are_converted_and_others_refused_naming_both_typ
             "column 'n' is double in the file but int32 in the table",
         ),
     }
-    with server.client(timeout=60) as http:
-        r = http.post("/v1/tables/feed/updates", json={"files": [*taken, "text.csv", "lines.jsonl"]})
+    feed = tables.name("feed")
+    with tables.client(timeout=60) as http:
+        r = http.post(f"/v1/tables/{feed}/updates", json={"files": [*taken, text_csv, lines_jsonl]})
         assert r.status_code == 202, r.text
         for name, (column, row, fragment) in refused.items():
-            r = http.post("/v1/tables/feed/updates", json={"files": [name]})
+            r = http.post(f"/v1/tables/{feed}/updates", json={"files": [name]})
             assert r.status_code == 422, (name, r.text)
             body = r.json()
             assert body["column"] == column and body.get("row") == row and fragment in body["message"], body
             assert name in body["message"] and "fix the file" in body["message"]
-        _wait_loaded(http, server, "feed")
-    rows = _rows(server, "feed")
+        _wait_loaded(http, tables, "feed")
+    rows = _rows(tables, "feed")
     want = {id_: n for values in taken.values() for id_, n in values.items()} | {
         6: 16,
         7: -(2**31),

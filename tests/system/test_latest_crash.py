@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from loader.loading.connect_server import ConnectServer
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
 
@@ -59,14 +60,16 @@ def _newest(sent: list[tuple[str, int, int]]) -> dict[str, tuple[int, int]]:
     return table
 
 
-def test_upserts_survive_a_kill_between_the_commit_and_its_notice(tmp_path: Path) -> None:
+def test_upserts_survive_a_kill_between_the_commit_and_its_notice(
+    tmp_path: Path, connect_server: ConnectServer
+) -> None:
     config = write_config(
         tmp_path / "loader.toml",
         {
             "port": (port := free_port()),
             "data_dir": str(tmp_path / "data"),
             "workers": 2,
-            "spark": {"master": "local[2]", "mode": "connect"},
+            "spark": {"master": "local[2]", "mode": "connect", "remote": connect_server.url},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
             "tables": [PRICES],

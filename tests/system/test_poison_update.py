@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from loader.loading.connect_server import ConnectServer
 from testing.poison_trial import EXPECTED_ERRORS, PoisonTrial
 from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config
@@ -38,14 +39,14 @@ GOOD, POISON = 10, 5  # ten good updates, the poison sixth among them
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
     config = write_config(
         tmp_path / "loader.toml",
         {
             "port": (port := free_port()),
             "data_dir": str(tmp_path / "data"),
             "workers": 1,
-            "spark": {"master": "local[2]", "mode": "connect"},
+            "spark": {"master": "local[2]", "mode": "connect", "remote": connect_server.url},
             "loading": {"retry_base_seconds": 0.05, "retry_max_seconds": 0.2, "max_attempts": 2},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
@@ -128,11 +129,11 @@ def test_a_poison_update_among_ten_good_ones_is_quarantined_alone_and_the_ten_lo
 
 
 @pytest.mark.allow_errors(*EXPECTED_ERRORS)
-def test_poison_rounds_against_tables_altered_from_outside(tmp_path: Path) -> None:
+def test_poison_rounds_against_tables_altered_from_outside(tmp_path: Path, connect_server: ConnectServer) -> None:
     """The hostile-input trial's second part, short (testing/poison_trial.py; the long run is
     ``python -m trials.hostile_input --poison-rounds N``): constraints added from outside
     while loading, then seeded rounds of good and poison updates in one batch each."""
-    trial = PoisonTrial(tmp_path, seed=33, log=print)
+    trial = PoisonTrial(tmp_path, seed=33, log=print, spark_remote=connect_server.url)
     try:
         trial.start()
         results = [trial.round() for _ in range(2)]

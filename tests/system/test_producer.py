@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer, RequestRefused
 from testing.answer_dropper import answer_dropper
 from testing.server_process import ServerProcess, free_port, write_config
@@ -44,7 +45,9 @@ def loaded(server: ServerProcess, table: str) -> list[int]:
     return sorted(read_delta(path).column("n").to_pylist()) if (path / "_delta_log").is_dir() else []
 
 
-def test_every_row_lands_once_in_order_through_lost_answers_503s_and_a_killed_service(tmp_path: Path) -> None:
+def test_every_row_lands_once_in_order_through_lost_answers_503s_and_a_killed_service(
+    tmp_path: Path, connect_server: ConnectServer
+) -> None:
     port = free_port()
     budget = 64 << 10
     config = write_config(
@@ -53,7 +56,7 @@ def test_every_row_lands_once_in_order_through_lost_answers_503s_and_a_killed_se
             "port": port,
             "data_dir": str(tmp_path / "data"),
             "workers": 2,
-            "spark": {"master": "local[1]", "mode": "classic"},
+            "spark": {"master": "local[2]", "mode": "connect", "remote": connect_server.url},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "spill": {"memory_budget_bytes": budget, "disk_budget_bytes": 4 * budget, "retry_after_seconds": 1},
             "auth_tokens": [

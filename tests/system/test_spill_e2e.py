@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from loader.loading.connect_server import ConnectServer
 from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
@@ -36,14 +37,14 @@ def rss_bytes(pid: int, field: str = "VmRSS") -> int:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
     config = write_config(
         tmp_path / "loader.toml",
         {
             "port": (port := free_port()),
             "data_dir": str(tmp_path / "data"),
             "workers": 2,
-            "spark": {"master": "local[2]"},
+            "spark": {"master": "local[2]", "remote": connect_server.url},
             "spill": {"memory_budget_bytes": BUDGET},
             "maintenance": {"wal_truncate_seconds": 2, "compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],

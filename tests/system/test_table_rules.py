@@ -27,6 +27,7 @@ import pytest
 from deltalake import DeltaTable
 from deltalake._internal import TableFeatures
 
+from loader.loading.connect_server import ConnectServer
 from testing.delta_alter import commit_metadata
 from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config
@@ -62,14 +63,14 @@ DROPPED = ("rowTracking", "domainMetadata")
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
     config = write_config(
         tmp_path / "loader.toml",
         {
             "port": (port := free_port()),
             "data_dir": str(tmp_path / "data"),
             "workers": 2,
-            "spark": {"master": "local[2]"},
+            "spark": {"master": "local[2]", "remote": connect_server.url},
             "loading": {"max_attempts": 2, "retry_base_seconds": 0.2, "retry_max_seconds": 1.0},
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],

@@ -43,7 +43,6 @@ from loader.loading.sinks import make_sink
 from testing.service_harness import OPERATOR, Harness
 from testing.tables import read_delta, read_duckdb_log, read_spark
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"

@@ -25,7 +25,6 @@ from testing.tables import read_delta
 from tests.loader.loading.test_group_job import _batches
 from tests.loader.loading.test_sinks import by_id
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 

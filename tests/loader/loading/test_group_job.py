@@ -26,7 +26,6 @@ from loader.loading.sinks.group_job import GroupMember, describe
 from testing.tables import read_delta, read_duckdb
 from tests.loader.loading.test_sinks import ALL_TYPES, ORDERS, by_id, file_update, order_rows, rows_update
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 EVENTS = TableSchema.model_validate(

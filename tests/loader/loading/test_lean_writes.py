@@ -29,7 +29,6 @@ from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN, LEAN_CHANGES, lean_chan
 from testing.tables import read_delta
 from tests.loader.loading.test_sinks import ORDERS
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 UTC = dt.UTC

@@ -37,7 +37,6 @@ from loader.loading.spark import delta_jvm_available, use_pool
 from testing.tables import read_delta, read_duckdb, read_spark
 
 # The session-scoped `spark` fixture (one JVM for the whole run).
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 UTC = dt.UTC

@@ -16,7 +16,6 @@ from loader.loading.sinks import make_sink
 from testing.service_harness import Harness
 from testing.spark_failures import RETRY, JobKiller, bad_file, killed_job
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 

@@ -34,7 +34,6 @@ from loader.loading.sinks.table_rules import RuleViolated
 from testing.delta_alter import commit_metadata, invariant, protocol_with
 from testing.tables import read_delta, read_duckdb
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 ORDERS = TableSchema.model_validate(

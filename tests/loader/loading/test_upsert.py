@@ -25,8 +25,6 @@ from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.sinks.upsert import LatestFilesUnsupported
 from testing.tables import read_delta, read_duckdb, read_spark
 
-pytest_plugins = ["tests.spark_fixtures"]
-
 COLUMNS = [
     {"name": "sym", "type": "string", "nullable": False},
     {"name": "venue", "type": "int32", "nullable": False},

@@ -20,7 +20,6 @@ from loader.loading.sinks.view_join import run_view_job
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
 from tests.loader.loading.views.test_maintainer import SCHEMAS, Inputs, view_rows, write_random
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 

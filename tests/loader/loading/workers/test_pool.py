@@ -33,7 +33,6 @@ from tests.loader.loading.test_sinks import ORDERS, by_id, order_rows, rows_upda
 from tests.loader.loading.views.test_maintainer import SCHEMAS, Inputs, view_rows
 from tests.loader.loading.views.test_spark_engine import declare as declare_spark_view
 
-pytest_plugins = ["tests.spark_fixtures"]
 pytestmark = pytest.mark.slow
 
 
@@ -111,6 +110,38 @@ def test_a_worker_killed_mid_batch_is_replaced_and_the_retry_loads_once(
             Batch("orders", (rows_update("orders", 2, order_rows(random.Random(6), range(50, 60))),)), ORDERS
         )
         assert not later.skipped and later.rows == 10
+    finally:
+        sink.stop()
+
+
+def test_a_worker_killed_between_the_commits_of_a_group_job_is_replaced_and_the_retry_loads_once(
+    connect_server: ConnectServer, tmp_path: Path
+) -> None:
+    """The group job committed its first table, not the others: the retry skips the first
+    (its transaction id is in its log) and commits the rest, every row once."""
+    sink = ProcessSink(1, _options(tmp_path, failpoints="load.group.between-commits=1"), lambda: connect_server.url)
+    sink.start()
+    try:
+        batches, schemas = _batches(tmp_path)
+        batches, schemas = batches[:3], schemas[:3]
+        for batch, schema in zip(batches, schemas):
+            sink.ensure_table(batch.table, schema)
+        with pytest.raises(WorkerDied, match="load worker 0 .* exit code -9"):
+            sink.load_group(batches, schemas)
+        committed = [
+            (sink.table_path(b.table) / "_delta_log").is_dir() and len(read_delta(sink.table_path(b.table)))
+            for b in batches
+        ]
+        assert committed[0] and not any(committed[1:]), committed
+
+        retry = sink.load_group(batches, schemas)
+        assert [isinstance(o, LoadResult) and o.skipped for o in retry] == [True, False, False], retry
+        for batch in batches:  # every row once
+            ids = read_delta(sink.table_path(batch.table)).column("id").to_pylist()
+            assert ids and len(ids) == len(set(ids)), (batch.table, ids)
+            version = DeltaTable(str(sink.table_path(batch.table))).transaction_version(app_id(batch.table))
+            assert version == batch.updates[-1].seq
+        assert all(isinstance(o, LoadResult) and o.skipped for o in sink.load_group(batches, schemas))
     finally:
         sink.stop()
 

@@ -1,0 +1,1 @@
+"""The harness every benchmark runs on (see benchmarks/README.md)."""
