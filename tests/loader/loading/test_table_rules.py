@@ -27,7 +27,7 @@ from loader.core.tables import TableConfig
 from loader.core.updates import Batch, FileFormat, FileRef, Update
 from loader.durability.transactions import app_id
 from loader.loading.failures import TableChanged, TableRefusesWrites, batch_at_fault
-from loader.loading.sinks import make_sink
+from loader.loading.sinks import make_sink, table_rules
 from loader.loading.sinks import upsert as upsert_module
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
 from loader.loading.sinks.table_rules import RuleViolated
@@ -88,7 +88,12 @@ def sink(spark, tmp_path: Path) -> DeltaRsSink:
     return made
 
 
-def test_a_check_constraint_added_from_outside_refuses_the_violating_row_and_names_it(sink: DeltaRsSink) -> None:
+@pytest.mark.parametrize("located_from", ["memory", "a file"])  # a batch over 1 MiB is located from a file
+def test_a_check_constraint_added_from_outside_refuses_the_violating_row_and_names_it(
+    sink: DeltaRsSink, located_from: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if located_from == "a file":
+        monkeypatch.setattr(table_rules, "INLINE_ROWS_MAX_BYTES", 0)
     sink.ensure_table("orders", ORDERS)
     path = sink.table_path("orders")
     sink.load(Batch("orders", (orders(1, 1, 2, 3),)), ORDERS)
