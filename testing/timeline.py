@@ -1,5 +1,5 @@
 """Where a test run's time went: ``python -m testing.timeline <dir>`` reads what the test
-processes of a run with ``LOADER_TEST_TIMELINE=<dir>`` wrote (tests/conftest.py) and prints
+processes of a run with ``TESTS_TIMELINE=<dir>`` wrote (tests/conftest.py) and prints
 each process's busy time and idle tail, and the files that took the most (docs/testing.md)."""
 
 from __future__ import annotations

@@ -89,9 +89,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: the order within each rank stays the collection order
 
 
-#: ``LOADER_TEST_TIMELINE=<dir>``: each test process writes when each test began and ended
+#: ``TESTS_TIMELINE=<dir>``: each test process writes when each test began and ended
 #: there (``<worker>.jsonl``), for ``python -m testing.timeline <dir>`` (docs/testing.md).
-_TIMELINE = os.environ.get("LOADER_TEST_TIMELINE")
+_TIMELINE = os.environ.get("TESTS_TIMELINE")
 
 
 @pytest.hookimpl(hookwrapper=True)
