@@ -143,11 +143,15 @@ def serve(conn: Connection) -> int:
         while True:
             try:
                 request = conn.recv()
-            except EOFError:  # the service closed its end: it is gone or stopping
+            except (EOFError, ConnectionResetError):  # the service closed its end, or died (kill -9): it is gone
                 return 0
             if request is None:  # an orderly stop
                 return 0
-            conn.send(worker.join_view(request) if isinstance(request, ViewJobRequest) else worker.run(request))
+            answer = worker.join_view(request) if isinstance(request, ViewJobRequest) else worker.run(request)
+            try:
+                conn.send(answer)
+            except (BrokenPipeError, ConnectionResetError):  # the service died mid-job: nobody to answer
+                return 0
     finally:
         worker.close()
 
