@@ -57,7 +57,7 @@ def live_files(path: Path) -> dict[str, dict[str, str | None]]:
     not read here (tests make none)."""
     log = path / "_delta_log"
     if (log / "_last_checkpoint").exists():
-        raise NotImplementedError(f"{log} has a checkpoint; read it with read_delta")
+        raise ValueError(f"{log} has a checkpoint, which this JSON-commit reader does not read; use read_delta")
     files: dict[str, dict[str, str | None]] = {}
     for commit in sorted(log.glob("*.json")):
         # (not splitlines: a partition value's U+2028 or U+0085 is written raw, inside a line)
