@@ -60,7 +60,7 @@ TABLES = [
 CONSTRAINTS = {FEED: {"no_negative_ids": "id >= 0"}, QUOTES: {"px_positive": "px > 0"}}
 SYMBOLS = ("a", "b", "c", "d", "e")
 #: The ERROR lines a round causes on purpose (each failed attempt of a bisection, each quarantine).
-EXPECTED_ERRORS = (r"loading (feed|quotes) \(updates \d+\.\.\d+\) failed",)
+EXPECTED_ERRORS = (r"loading (feed|quotes) \(updates \d+\.\.\d+\) (failed|was named)",)
 
 
 @dataclass

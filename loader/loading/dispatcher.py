@@ -23,11 +23,14 @@ commit and it but those set aside, which are durable in quarantine (and skipped 
 recovery) before any later update commits. The bisection itself is not kept: after a
 restart the pending updates are one batch again, and it is bisected again if it fails.
 
-A failure that names the update to blame (``update_at_fault``: a row breaking a rule the
-table declares, found by the load's own check) needs neither retries nor halving: the
-batch is cut at once into the updates before it, it alone (set aside at its first failure:
-the fault lasts), and the updates after it. A stream with a poison update every few
-seconds would otherwise keep its table bisecting, and fall behind for good.
+A failure that names the updates to blame (``updates_at_fault``: rows breaking a rule the
+table declares, all of the batch's found by one search after its load failed) needs
+neither retries nor halving: the batch is cut at once around them, and each named update,
+when its turn comes, is set aside without a load of its own (the fault lasts, and the
+failure said why: ``_condemned``), while the runs of updates between them load. A batch
+with k poison updates so costs its failed load and k + 1 loads, not a bisection per
+poison; a stream with a poison update every few seconds would otherwise keep its table
+bisecting, and fall behind for good.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from loader.abc import BatchHandler, FailedBatch, FinishedBatch, HeldValue, QuarantinedBatch
 from loader.core.updates import Batch, LoadResult, Update
 from loader.loading.estimates import CostEstimate, JobOverheadEstimate
-from loader.loading.failures import batch_at_fault, update_at_fault
+from loader.loading.failures import UpdateAtFault, batch_at_fault, updates_at_fault
 from loader.loading.observed import ObservedRecord
 from loader.pending.store import PendingStore
 from schedulers.base import Policy
@@ -133,6 +136,8 @@ class Dispatcher:
         #: A bisection under way: the last sequence numbers of the suspect ranges, ascending;
         #: the table's next take stops at the first.
         self._suspect: dict[int, list[int]] = {}
+        #: Updates a failed load named as at fault, with why: set aside, not loaded, when taken alone.
+        self._condemned: dict[int, dict[int, str]] = {}
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader-worker")
         #: The event loop that owns the tables; the dispatcher is made on it.
         self._loop = asyncio.get_running_loop()
@@ -364,6 +369,8 @@ class Dispatcher:
             return False
         self._running[worker] = job
         self._idle.clear()
+        if len(job.members) == 1 and self._condemn(worker, job):
+            return True
         if len(job.members) == 1:
             member = job.members[0]
             future = self._loop.run_in_executor(self._executor, self._load_one, worker, member.batch, member.held)
@@ -406,7 +413,8 @@ class Dispatcher:
         job = self._running.pop(worker)
         member = job.members[0]
         error = future.exception()
-        split, cut = False, None
+        split = False
+        cut: list[int] | None = None
         if error is not None:
             tid = member.tid
             self._failures[tid] = self._failures.get(tid, 0) + 1
@@ -414,15 +422,17 @@ class Dispatcher:
             if batch_at_fault(error) and self._max_attempts > 0:  # (a full disk or a Spark server that is gone is not)
                 strikes = self._strikes[tid] = self._strikes.get(tid, 0) + 1
                 alone = len(member.batch.updates) == 1
-                named = update_at_fault(error)
-                if named is not None and any(u.seq == named for u in member.batch.updates):
-                    # The failure names its update (a row breaking the table's rule): the fault
-                    # lasts and where it is is known, so no retry and no halving: the updates
-                    # before it load, it is set aside alone, the ones after it load.
+                held = {u.seq for u in member.batch.updates}
+                named = {seq: why for seq, why in updates_at_fault(error).items() if seq in held}
+                if named:
+                    # The failure names its updates (rows breaking the table's rule): the fault
+                    # lasts and where it is is known, so no retry and no halving: the runs of
+                    # updates between them load, each of them is set aside unloaded.
                     if alone:
                         self._set_aside(worker, job, error, strikes)
                         return
-                    split, cut = True, named
+                    self._condemned.setdefault(tid, {}).update(named)
+                    split, cut = True, sorted(named)
                 # A whole batch gets max_attempts (a passing fault then costs no split); a part
                 # of one that kept failing is split at its first failure: the fault lasts.
                 elif strikes >= (self._max_attempts if alone or not member.capped else 1):
@@ -526,7 +536,7 @@ class Dispatcher:
         self._safe(self._handler.loaded, finished)
 
     def _member_failed(
-        self, worker: int, member: _Member, error: BaseException, split: bool = False, cut: int | None = None
+        self, worker: int, member: _Member, error: BaseException, split: bool = False, cut: list[int] | None = None
     ) -> None:
         self.states[member.tid].running = False
         self._retry_later(worker, member.tid, member.lo, member.batch, error, split, cut)
@@ -553,21 +563,29 @@ class Dispatcher:
             del suspect[: sum(1 for bound in suspect if bound <= last_seq)]
             if not suspect:
                 del self._suspect[tid]
+        condemned = self._condemned.get(tid)
+        if condemned is not None and last_seq is not None:
+            for seq in [q for q in condemned if q <= last_seq]:
+                del condemned[seq]
+            if not condemned:
+                del self._condemned[tid]
         self.pending.loaded(state.name, duration)
         state.forget_loaded()
 
-    def _split(self, tid: int, batch: Batch, error: BaseException, cut: int | None = None) -> None:
+    def _split(self, tid: int, batch: Batch, error: BaseException, cut: list[int] | None = None) -> None:
         """Bisect a batch that keeps failing: its halves become suspect ranges, each taken as
         a batch of its own, the first half first; each starts its attempts and back-off afresh.
-        With ``cut`` (the update the failure names) the ranges are the updates before it, it
-        alone, and the updates after it."""
+        With ``cut`` (the updates the failure names) the ranges are each of them alone and the
+        runs of updates before, between and after them."""
         updates = batch.updates
         seqs = [u.seq for u in updates]
         if cut is None:
             bounds = [seqs[(len(seqs) - 1) // 2], batch.last_seq]
         else:
-            at = seqs.index(cut)
-            bounds = [*seqs[at - 1 : at], cut, batch.last_seq]
+            bounds = [batch.last_seq]
+            for named in cut:
+                at = seqs.index(named)
+                bounds.extend([*seqs[at - 1 : at], named])
         suspect = self._suspect.setdefault(tid, [])
         for bound in bounds:
             if bound not in suspect:
@@ -585,7 +603,9 @@ class Dispatcher:
             batch.table,
             batch.first_seq,
             batch.last_seq,
-            "keep failing as their own fault" if cut is None else f"failed for update {cut}",
+            "keep failing as their own fault"
+            if cut is None
+            else f"failed for update{'s' if len(cut) > 1 else ''} {', '.join(map(str, cut))}",
             error,
             ", ".join(ranges),
         )
@@ -634,18 +654,31 @@ class Dispatcher:
             self.policy.notify(tid, now)
         self.dispatch()
 
-    def _set_aside(self, worker: int, job: _Job, error: BaseException, attempts: int) -> None:
-        """Quarantine an update that keeps failing alone (loader/durability/quarantine.py): its
-        payload is written aside on the same worker, which stays busy until that is durable."""
+    def _condemn(self, worker: int, job: _Job) -> bool:
+        """Set aside, without loading it, a batch that is one update a failed load named as at
+        fault (``_condemned``); False for any other batch."""
+        member = job.members[0]
+        if len(member.batch.updates) != 1:
+            return False
+        why = self._condemned.get(member.tid, {}).get(member.batch.first_seq)
+        if why is None:
+            return False
+        self._set_aside(worker, job, UpdateAtFault(why), 1, named=True)
+        return True
+
+    def _set_aside(self, worker: int, job: _Job, error: BaseException, attempts: int, named: bool = False) -> None:
+        """Quarantine an update that keeps failing alone, or that a failed load named
+        (loader/durability/quarantine.py): its payload is written aside on the same worker,
+        which stays busy until that is durable."""
         self._running[worker] = job
         member = job.members[0]
         batch = member.batch
         log.error(
-            "loading %s (updates %d..%d) failed %d times: %s; quarantining it so the table's other updates load",
+            "loading %s (updates %d..%d) %s: %s; quarantining it so the table's other updates load",
             batch.table,
             batch.first_seq,
             batch.last_seq,
-            attempts,
+            "was named by a failed load as at fault" if named else f"failed {attempts} times",
             error,
         )
         future = self._loop.run_in_executor(self._executor, self._set_aside_held, batch, member.held, error, attempts)

@@ -60,12 +60,18 @@ def batch_at_fault(error: BaseException) -> bool:
     return not (environmental(error) or spark_unreachable(error) or table_at_fault(error))
 
 
-def update_at_fault(error: BaseException) -> int | None:
-    """The sequence number of the update a failure names as the one to blame (a row that
-    breaks a rule the table declares), when it names one: such a fault lasts, and where it
-    is is known, so the batch is cut there at once rather than retried and bisected."""
+def updates_at_fault(error: BaseException) -> dict[int, str]:
+    """The updates a failure names as the ones to blame (each holding a row that breaks a rule
+    the table declares), each with why, when it names any: such a fault lasts, and where it
+    is is known, so each of them is set aside at once and the batch's other updates load,
+    rather than the batch being retried and bisected."""
     for cause in causes(error):
-        seq = getattr(cause, "update_seq", None)
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            return seq
-    return None
+        named = getattr(cause, "updates_at_fault", None)
+        if isinstance(named, dict) and named:
+            return {int(seq): str(why) for seq, why in named.items()}
+    return {}
+
+
+class UpdateAtFault(ValueError):
+    """Why an update is set aside without a load of its own: an earlier failed load named it
+    (``updates_at_fault``); its message is the one the failure gave for it."""

@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
     # Each failed attempt of the bisection, and the quarantine of the poison, as Spark words it.
-    pytest.mark.allow_errors(r"loading feed \(updates \d+\.\.\d+\) failed"),
+    pytest.mark.allow_errors(r"loading feed \(updates \d+\.\.\d+\) (failed|was named)"),
 ]
 
 TOKEN = "poison-test-operator-token-01"

@@ -38,7 +38,7 @@ pytestmark = [
     pytest.mark.timeout(600),
     # Each refused or violating attempt is logged, as every failed load is; so is the quarantine.
     pytest.mark.allow_errors(
-        r"loading (orders|prices|clicks) \(updates \d+\.\.\d+\) failed",
+        r"loading (orders|prices|clicks) \(updates \d+\.\.\d+\) (failed|was named)",
         r"quarantining",
     ),
 ]

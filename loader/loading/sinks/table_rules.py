@@ -321,16 +321,32 @@ class TableRules:
 
 
 class RuleViolated(ValueError):
-    """A row of the batch breaks a rule the table declares: the batch's fault (retried, then
-    set aside), with the rule, its expression and the row named."""
+    """Rows of the batch break rules the table declares: the batch's fault, with the rule,
+    its expression and the first such row named, and every update found to hold such a row
+    named with its own first violating row (``updates_at_fault``), so that the dispatcher
+    sets each of them aside at once instead of finding them one failed load at a time."""
 
-    def __init__(self, message: str, rule: RowRule, row: dict[str, Any] | None, seq: int | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        rule: RowRule,
+        row: dict[str, Any] | None,
+        seq: int | None,
+        updates_at_fault: dict[int, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.rule = rule
         self.row = row
         self.seq = seq
-        #: The update to blame (``loader.loading.failures.update_at_fault``), when known.
-        self.update_seq = seq
+        #: The updates to blame, each with why (``loader.loading.failures.updates_at_fault``).
+        self.updates_at_fault: dict[int, str] = (
+            dict(updates_at_fault) if updates_at_fault else ({seq: message} if seq is not None else {})
+        )
+
+
+#: At most this many violating rows are fetched to name the updates at fault in one failed
+#: load; updates past them are named by the next failure of the batch's later part.
+VIOLATIONS_NAMED = 1000
 
 
 class RuleChecks:
@@ -407,14 +423,16 @@ class RuleChecks:
         batch: Batch,
         scratch: Path,
         arrivals: Callable[[], pa.Table] | None = None,
+        located: DataFrame | None = None,
     ) -> RuleViolated | None:
-        """The rule violation that failed a load, with its row and where it came from; None
-        when ``error`` is something else.
+        """The rule violation that failed a load, with its row and every update at fault;
+        None when ``error`` is something else.
 
-        A latest table's rows carry their arrival (update and position) through the job; an
-        append's are located afterwards among the batch's in-memory and spilled rows, which
-        ``arrivals`` gives with their arrival as a last column (one more Spark job, only on
-        this failure path), or named by the row the job met when they came from a file.
+        The rows are searched once more (one more Spark job, only on this failure path):
+        ``located``, a frame of the table's columns and each row's arrival as ``LOCATOR``
+        (a latest table's newest rows), or ``arrivals``, the batch's in-memory and spilled
+        rows with their arrival as a last column (an append's). Rows that came from a
+        landing file carry no arrival: the violation is then named by the row the job met.
         """
         found = _violation_in(error)
         if found is None or not rules.row_rules:
@@ -425,27 +443,34 @@ class RuleChecks:
             return None
         rule = checked[index]
         row = _json_row(row_text)
-        shown = row_text if row is None else None
         seq = position = None
         if locator is not None:
             seq, position = locator >> ARRIVAL_SHIFT, locator & ((1 << ARRIVAL_SHIFT) - 1)
-        elif arrivals is not None:
+        at_fault: dict[int, str] = {}
+        if located is not None or arrivals is not None:
             try:
-                located = self.locate(rules, schema, arrivals(), index, scratch)
+                frame = located if located is not None else self._arrival_frame(schema, arrivals(), scratch)  # type: ignore[misc]
+                violations = self.violations(rules, schema, frame) if frame is not None else []
             except Exception as exc:  # the first row the job met is still worth reporting
                 if spark_unreachable(exc):
                     raise
-                located = None
-            if located is not None:
-                seq, position, row = located
-        message = _violation_message(rules, rule, batch, row if row is not None else shown, seq, position)
-        return RuleViolated(message, rule, row, seq)
+                violations = []
+            updates = {u.seq: u for u in batch.updates}
+            for v_seq, v_position, v_index, v_row in violations:
+                if v_seq not in at_fault and v_seq in updates:  # (its own words, should it be set aside alone)
+                    alone = Batch(batch.table, (updates[v_seq],))
+                    at_fault[v_seq] = _violation_message(rules, checked[v_index], alone, v_row, v_seq, v_position)
+            if violations and seq is None:
+                seq, position, index, row = violations[0]
+                rule = checked[index]
+        shown = row if row is not None else row_text
+        message = _violation_message(rules, rule, batch, shown, seq, position)
+        if seq is not None and seq not in at_fault:
+            at_fault[seq] = message
+        return RuleViolated(message, rule, row, seq, at_fault)
 
-    def locate(
-        self, rules: TableRules, schema: TableSchema, arrived: pa.Table, index: int, scratch: Path
-    ) -> tuple[int, int, dict[str, Any]] | None:
-        """The first of ``arrived`` (the table's columns, then each row's arrival) by arrival
-        that breaks ``rules.row_rules[index]``: (update sequence, position, row)."""
+    def _arrival_frame(self, schema: TableSchema, arrived: pa.Table, scratch: Path) -> DataFrame | None:
+        """The table's columns and each row's arrival (``LOCATOR``) as a Spark frame."""
         rows = arrived.rename_columns([*schema.names, LOCATOR])
         if rows.num_rows == 0:
             return None
@@ -454,24 +479,33 @@ class RuleChecks:
 
         struct = struct.add(StructField(LOCATOR, LongType(), True))
         if rows.nbytes <= INLINE_ROWS_MAX_BYTES:
-            frame = self.spark.createDataFrame(rows, schema=struct)
-        else:
-            scratch.mkdir(parents=True, exist_ok=True)
-            pq.write_table(rows, scratch / "locate.parquet", compression="none")
-            frame = self.spark.read.schema(struct).parquet(str(scratch / "locate.parquet"))
-        rule = rules.row_rules[index]
-        hit = (
+            return self.spark.createDataFrame(rows, schema=struct)
+        scratch.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, scratch / "locate.parquet", compression="none")
+        return self.spark.read.schema(struct).parquet(str(scratch / "locate.parquet"))
+
+    def violations(
+        self, rules: TableRules, schema: TableSchema, frame: DataFrame
+    ) -> list[tuple[int, int, int, dict[str, Any]]]:
+        """The first ``VIOLATIONS_NAMED`` rows of ``frame`` (the table's columns, then each
+        row's arrival as ``LOCATOR``) by arrival that break a rule: (update sequence,
+        position, the first rule broken's index, row)."""
+        cases = " ".join(f"WHEN {rule.violation_sql(schema)} THEN {i}" for i, rule in enumerate(rules.row_rules))
+        broken = "__loader_rule"
+        hits = (
             _filled(frame, rules, schema, LOCATOR)
-            .where(rule.violation_sql(schema))
+            .selectExpr("*", f"CASE {cases} END AS {broken}")
+            .where(f"{broken} IS NOT NULL")
             .orderBy(LOCATOR)
-            .limit(1)
+            .limit(VIOLATIONS_NAMED)
             .toArrow()
         )
-        if hit.num_rows == 0:
-            return None
-        found = hit.to_pylist()[0]
-        arrival = int(found.pop(LOCATOR))
-        return arrival >> ARRIVAL_SHIFT, arrival & ((1 << ARRIVAL_SHIFT) - 1), found
+        out = []
+        for found in hits.to_pylist():
+            index = int(found.pop(broken))
+            arrival = int(found.pop(LOCATOR))
+            out.append((arrival >> ARRIVAL_SHIFT, arrival & ((1 << ARRIVAL_SHIFT) - 1), index, found))
+        return out
 
 
 def _filled(frame: DataFrame, rules: TableRules, schema: TableSchema, locator: str | None) -> DataFrame:

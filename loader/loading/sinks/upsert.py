@@ -43,7 +43,7 @@ from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult, arrival
 from loader.durability.transactions import load_commit
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
-from loader.loading.sinks.table_rules import RuleChecks, TableRules, committing
+from loader.loading.sinks.table_rules import LOCATOR, RuleChecks, TableRules, committing
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -151,7 +151,8 @@ def upsert_with_deltalake(
         try:
             newest = frame.toArrow().select(schema.names).cast(schema.arrow())
         except Exception as exc:
-            violation = checks.explain(exc, rules, schema, batch, scratch)
+            located = newest_frame.withColumnRenamed(ORDER_COLUMN, LOCATOR)
+            violation = checks.explain(exc, rules, schema, batch, scratch, located=located)
             if violation is None:
                 raise
             raise violation from exc

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loader.core.durable_files import ENVIRONMENTAL_ERRNOS, environmental
 from loader.core.errors import StartError, caused_by, causes
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
-from loader.loading.failures import TableChanged, TableRefusesWrites, table_refusal, update_at_fault
+from loader.loading.failures import TableChanged, TableRefusesWrites, table_refusal, updates_at_fault
 from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import SparkUnreachable, spark_unreachable
 
@@ -108,8 +108,8 @@ class LoadFailure:
     refusal: str = ""
     #: The table's protocol or metadata changed between the rules' check and the commit.
     table_changed: bool = False
-    #: The update the failure names as the one to blame (``update_at_fault``), if any.
-    update_seq: int | None = None
+    #: The updates the failure names as the ones to blame, each with why (``updates_at_fault``).
+    updates_at_fault: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, error: BaseException) -> LoadFailure:
@@ -125,13 +125,13 @@ class LoadFailure:
             refused=None if refusal is None else refusal.reason,
             refusal="" if refusal is None else str(refusal),
             table_changed=caused_by(error, lambda e: isinstance(e, TableChanged)),
-            update_seq=update_at_fault(error),
+            updates_at_fault=updates_at_fault(error),
         )
 
     def error(self) -> LoadFailedInWorker:
         """The exception the service raises for it, classed as the worker classed the original."""
         failed = LoadFailedInWorker(f"{self.type_name}: {self.message}", self)
-        failed.update_seq = self.update_seq
+        failed.updates_at_fault = dict(self.updates_at_fault)
         if self.unreachable:
             failed.__cause__ = SparkUnreachable(self.message)
         elif self.errno is not None:  # (a disk failure told only in words is in the text already)
@@ -157,7 +157,7 @@ class LoadFailedInWorker(RuntimeError):
     def __init__(self, message: str, failure: LoadFailure) -> None:
         super().__init__(message)
         self.failure = failure
-        self.update_seq: int | None = None
+        self.updates_at_fault: dict[int, str] = {}
 
 
 @dataclass(frozen=True)

@@ -413,39 +413,90 @@ def test_only_the_poison_updates_are_quarantined_the_others_load_once_in_order(c
     asyncio.run(scenario())
 
 
-class NamesItsUpdate(Poisoned):
-    """A poison whose error names the update to blame, as a row breaking a table's CHECK
-    constraint does (``loader.loading.failures.update_at_fault``)."""
+class NamesItsUpdates(Poisoned):
+    """A poison whose error names the updates to blame, as rows breaking a table's CHECK
+    constraint do (``loader.loading.failures.updates_at_fault``): all of the batch's, or
+    (``first_only``) only its first, as a search capped at a number of rows may."""
+
+    def __init__(self, poison: dict[str, set[int]], first_only: bool = False) -> None:
+        super().__init__(poison)
+        self.first_only = first_only
 
     def load(self, worker: int, batch: Batch) -> LoadResult:
         try:
             return super().load(worker, batch)
         except RuntimeError as exc:
             bad = sorted(self.poison.get(batch.table, set()) & {u.seq for u in batch.updates})
-            if bad:
-                exc.update_seq = bad[0]  # type: ignore[attr-defined]
+            named = bad[:1] if self.first_only else bad
+            exc.updates_at_fault = {seq: f"update {seq} breaks the rule" for seq in named}  # type: ignore[attr-defined]
             raise
 
 
-@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) failed", "cannot write update")
-def test_a_failure_that_names_its_update_cuts_the_batch_there_with_no_retries() -> None:
-    """Without the name, each poison costs a bisection and max_attempts attempts with back-off;
-    with it, a batch with k poison updates fails k times (each cut once) and each poison once."""
+async def _named_run(recorder: NamesItsUpdates, count: int) -> Dispatcher:
+    d = _bisecting(recorder)
+    d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+    for seq in range(1, count + 1):
+        d.released(Update("t", seq, float(seq)))
+    d.start()
+    await _until(lambda: len(_loaded(recorder, "t")) + len(recorder.quarantined_batches) == count)
+    await d.wait_idle()
+    return d
+
+
+@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) (failed|was named)", "cannot write update")
+def test_a_failure_that_names_its_updates_sets_them_aside_unloaded_and_loads_the_runs_between() -> None:
+    """Without the names, each poison costs a bisection and max_attempts attempts with back-off;
+    with them, a batch with k poison updates costs its failed load and k + 1 loads, and no
+    poison update is loaded at all: each is set aside with the words the failure gave for it."""
 
     async def scenario() -> None:
-        recorder = NamesItsUpdate({"t": {4, 9}})
-        d = _bisecting(recorder)
-        d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
-        for seq in range(1, 13):
-            d.released(Update("t", seq, float(seq)))
-        d.start()
-        await _until(lambda: len(_loaded(recorder, "t")) + len(recorder.quarantined_batches) == 12)
-        await d.wait_idle()
+        recorder = NamesItsUpdates({"t": {4, 9}})
+        d = await _named_run(recorder, 12)
         assert _loaded(recorder, "t") == [s for s in range(1, 13) if s not in (4, 9)]
-        assert [(b.first_seq, b.last_seq, n) for b, n in recorder.aside] == [(4, 4, 1), (9, 9, 1)]  # at once
+        assert [(b.first_seq, b.last_seq, n) for b, n in recorder.aside] == [(4, 4, 1), (9, 9, 1)]
         tried = [(first, last) for _, first, last in recorder.attempts]
-        assert tried == [(1, 12), (1, 3), (4, 4), (5, 12), (5, 8), (9, 9), (10, 12)]
-        assert d.suspect("t") == [] and d.failures("t") == 0
+        assert tried == [(1, 12), (1, 3), (5, 8), (10, 12)]
+        assert d.suspect("t") == [] and d.failures("t") == 0 and d._condemned == {}
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) (failed|was named)", "cannot write update")
+@pytest.mark.parametrize(
+    ("poison", "tried"),
+    [
+        ({1, 2}, [(1, 6), (3, 6)]),
+        ({6}, [(1, 6), (1, 5)]),
+        ({1, 6}, [(1, 6), (2, 5)]),
+        ({1, 2, 3, 4, 5, 6}, [(1, 6)]),
+    ],
+    ids=["first-two", "last", "first-and-last", "all"],
+)
+def test_named_updates_at_either_end_or_every_update(poison: set[int], tried: list[tuple[int, int]]) -> None:
+    async def scenario() -> None:
+        recorder = NamesItsUpdates({"t": poison})
+        d = await _named_run(recorder, 6)
+        assert _loaded(recorder, "t") == [s for s in range(1, 7) if s not in poison]
+        assert [(b.first_seq, n) for b, n in recorder.aside] == [(s, 1) for s in sorted(poison)]
+        assert [(first, last) for _, first, last in recorder.attempts] == tried
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) (failed|was named)", "cannot write update")
+def test_a_failure_that_names_only_its_first_update_cuts_there_and_the_rest_names_the_next() -> None:
+    """A search capped at some rows names only the first updates: the rest of the batch fails
+    once more and names the next."""
+
+    async def scenario() -> None:
+        recorder = NamesItsUpdates({"t": {4, 9}}, first_only=True)
+        d = await _named_run(recorder, 12)
+        assert _loaded(recorder, "t") == [s for s in range(1, 13) if s not in (4, 9)]
+        assert [(b.first_seq, n) for b, n in recorder.aside] == [(4, 1), (9, 1)]
+        tried = [(first, last) for _, first, last in recorder.attempts]
+        assert tried == [(1, 12), (1, 3), (5, 12), (5, 8), (10, 12)]
         d.shutdown()
 
     asyncio.run(scenario())

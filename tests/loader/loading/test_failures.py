@@ -18,7 +18,13 @@ from deltalake._internal import TableFeatures
 
 from loader.core.schema import Column, TableSchema
 from loader.core.views import COUNT_COLUMN, ROW_COLUMN
-from loader.loading.failures import TableChanged, TableRefusesWrites, batch_at_fault, table_refusal
+from loader.loading.failures import (
+    TableChanged,
+    TableRefusesWrites,
+    batch_at_fault,
+    table_refusal,
+    updates_at_fault,
+)
 from loader.loading.sinks.table_rules import (
     RowRule,
     RuleViolated,
@@ -85,6 +91,7 @@ def test_the_classification_crosses_the_worker_process_boundary(error: Exception
     assert (found is None) == (original is None)
     if original is not None and found is not None:
         assert found.reason == original.reason and str(original) in str(found)
+    assert updates_at_fault(rebuilt) == updates_at_fault(error)  # (the violation names update 4)
 
 
 # -- reading the rules ------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from loader.core.schema import TableSchema
 from loader.core.tables import TableConfig
 from loader.core.updates import Batch, FileFormat, FileRef, Update
 from loader.durability.transactions import app_id
-from loader.loading.failures import TableChanged, TableRefusesWrites, batch_at_fault
+from loader.loading.failures import TableChanged, TableRefusesWrites, batch_at_fault, updates_at_fault
 from loader.loading.sinks import make_sink, table_rules
 from loader.loading.sinks import upsert as upsert_module
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
@@ -100,14 +100,18 @@ def test_a_check_constraint_added_from_outside_refuses_the_violating_row_and_nam
     DeltaTable(str(path)).alter.add_constraint({"id_small": "id < 1000"})  # another tool, while the loader runs
     version = DeltaTable(str(path)).version()
 
-    batch = Batch("orders", (orders(2, 4, 5), orders(3, 6, 5000, 7), orders(4, 8)))
+    batch = Batch("orders", (orders(2, 4, 5), orders(3, 6, 5000, 7), orders(4, 8), orders(5, 9000, 9001)))
     with pytest.raises(RuleViolated) as err:
         sink.load(batch, ORDERS)
 
     message = str(err.value)
     assert "update 3, row 1 of table 'orders' violates CHECK constraint id_small (id < 1000)" in message
-    assert '"id": 5000' in message and "Nothing of updates 2..4 was committed" in message
+    assert '"id": 5000' in message and "Nothing of updates 2..5 was committed" in message
     assert err.value.seq == 3 and err.value.row is not None and err.value.row["id"] == 5000
+    # Every update holding a violating row is named, each with its own first such row (one search).
+    named = updates_at_fault(err.value)
+    assert sorted(named) == [3, 5] and named[3] == message.replace("updates 2..5", "updates 3..3")
+    assert "update 5, row 0 of table 'orders'" in named[5] and '"id": 9000' in named[5]
     assert batch_at_fault(err.value)  # the batch's fault: retried, then set aside
     assert DeltaTable(str(path)).version() == version and not staging_left(path)
     # deltalake's own writer refuses the same row for the same constraint.
@@ -205,6 +209,7 @@ def test_a_latest_table_checks_the_value_it_writes_and_names_its_update(sink: De
         sink.load(Batch("prices", (prices(3, ("c", 1.0)), prices(4, ("a", 2.0), ("d", None)))), PRICES)
     assert "update 4, row 1 of table 'prices' violates CHECK constraint px_positive (px > 0)" in str(err.value)
     assert '"px": null' in str(err.value) and sink.committed_seq("prices") == 2
+    assert list(updates_at_fault(err.value)) == [4]
 
 
 def test_append_only_takes_appends_and_stops_upserts_until_it_is_lifted(sink: DeltaRsSink) -> None:
