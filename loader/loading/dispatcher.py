@@ -25,12 +25,16 @@ restart the pending updates are one batch again, and it is bisected again if it 
 
 A failure that names the updates to blame (``updates_at_fault``: rows breaking a rule the
 table declares, all of the batch's found by one search after its load failed) needs
-neither retries nor halving: the batch is cut at once around them, and each named update,
-when its turn comes, is set aside without a load of its own (the fault lasts, and the
-failure said why: ``_condemned``), while the runs of updates between them load. A batch
-with k poison updates so costs its failed load and k + 1 loads, not a bisection per
-poison; a stream with a poison update every few seconds would otherwise keep its table
-bisecting, and fall behind for good.
+neither retries nor halving: the fault lasts and the failure said why (``_condemned``).
+An append table's batch is retried at once with the named updates set aside first, each
+alone and durable in quarantine, and the others loaded as one batch (``_load_excluding``):
+the commit still holds exactly the updates between the previous commit and its own last
+sequence number but those set aside, as above. So a batch with k poison updates costs its
+failed load and one more, whatever k. A latest table's batch (whose set-aside updates hold
+their keys, and whose MERGE must not run ahead of that) is cut around them instead: each
+named update is set aside without a load of its own when its turn comes, and the runs of
+updates between them load, k + 1 loads. A stream with a poison update every few seconds
+would otherwise keep its table bisecting, and fall behind for good.
 """
 
 from __future__ import annotations
@@ -136,8 +140,11 @@ class Dispatcher:
         #: A bisection under way: the last sequence numbers of the suspect ranges, ascending;
         #: the table's next take stops at the first.
         self._suspect: dict[int, list[int]] = {}
-        #: Updates a failed load named as at fault, with why: set aside, not loaded, when taken alone.
+        #: Updates a failed load named as at fault, with why: set aside, never loaded.
         self._condemned: dict[int, dict[int, str]] = {}
+        #: Of those, the ones already durable in quarantine (a failed load puts them back in
+        #: the queue with the rest; they are not set aside twice).
+        self._aside: dict[int, set[int]] = {}
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loader-worker")
         #: The event loop that owns the tables; the dispatcher is made on it.
         self._loop = asyncio.get_running_loop()
@@ -326,7 +333,7 @@ class Dispatcher:
     def _alone(self, tid: int) -> bool:
         """Whether the table's next batch runs in a job of its own: its last load failed, or
         it is being bisected (a failure counts toward a split or quarantine only there)."""
-        return tid in self._failures or tid in self._suspect
+        return tid in self._failures or tid in self._suspect or tid in self._condemned
 
     def _start(self, worker: int, group: list[int], now: float) -> bool:
         """Start one job on ``worker``: the first table the policy chose, and the others it
@@ -371,7 +378,15 @@ class Dispatcher:
         self._idle.clear()
         if len(job.members) == 1 and self._condemn(worker, job):
             return True
-        if len(job.members) == 1:
+        if len(job.members) == 1 and self._excludes(job.members[0]):
+            member = job.members[0]
+            named = dict(self._condemned[member.tid])
+            aside = set(self._aside.get(member.tid, ()))
+            future = self._loop.run_in_executor(
+                self._executor, self._load_excluding, worker, member.batch, member.held, named, aside
+            )
+            future.add_done_callback(lambda f, w=worker: self._excluding_finished(w, f))
+        elif len(job.members) == 1:
             member = job.members[0]
             future = self._loop.run_in_executor(self._executor, self._load_one, worker, member.batch, member.held)
             future.add_done_callback(lambda f, w=worker: self._finished(w, f))
@@ -385,6 +400,74 @@ class Dispatcher:
         if held:
             self._handler.keep_held(batch.table, held)
         return self._handler.load(worker, batch)
+
+    def _excludes(self, member: _Member) -> bool:
+        """Whether the batch holds updates a failed load named, to be set aside before the
+        rest loads (an append table's; a latest table's are cut around: module docstring)."""
+        named = self._condemned.get(member.tid)
+        if not named or self.states[member.tid].keyed:
+            return False
+        return any(u.seq in named for u in member.batch.updates)
+
+    def _load_excluding(
+        self, worker: int, batch: Batch, held: list[HeldValue], named: dict[int, str], aside: set[int]
+    ) -> tuple[LoadResult | BaseException | None, list[Update]]:
+        """On the worker thread: set aside each named update not yet in quarantine (durable
+        before anything after it commits), then load the others as one batch with their own
+        last sequence number. Returns the load's outcome (None: nothing left to load) and
+        the updates set aside now; never raises, so the ones set aside are always told."""
+        newly: list[Update] = []
+        try:
+            if held:
+                self._handler.keep_held(batch.table, held)
+            for update in batch.updates:
+                if update.seq in named and update.seq not in aside:
+                    self._handler.set_aside(Batch(batch.table, (update,)), UpdateAtFault(named[update.seq]), 1)
+                    newly.append(update)
+            rest = tuple(u for u in batch.updates if u.seq not in named)
+            if not rest:
+                return None, newly
+            return self._handler.load(worker, Batch(batch.table, rest)), newly
+        except Exception as exc:
+            return exc, newly
+
+    def _excluding_finished(
+        self, worker: int, future: asyncio.Future[tuple[LoadResult | BaseException | None, list[Update]]]
+    ) -> None:
+        """A batch loaded without its named updates ended: those set aside are told, then the
+        load ends as any single-table job (all of it set aside: as a quarantine)."""
+        job = self._running[worker]
+        member = job.members[0]
+        tid, table = member.tid, member.batch.table
+        named = self._condemned.get(tid, {})
+        outcome, newly = future.result()
+        for update in newly:
+            self._aside.setdefault(tid, set()).add(update.seq)
+            why = UpdateAtFault(named.get(update.seq, "named by a failed load"))
+            log.error(
+                "loading %s (updates %d..%d) was named by a failed load as at fault: %s; quarantined it so the "
+                "table's other updates load",
+                table,
+                update.seq,
+                update.seq,
+                why,
+            )
+            self._safe(self._handler.quarantined, QuarantinedBatch(table, Batch(table, (update,)), why, 1))
+        if outcome is None:  # every update of the batch was named: all of it is in quarantine
+            now = self._clock()
+            del self._running[worker]
+            self.states[tid].running = False
+            heapq.heappush(self._free, worker)
+            self._consume(tid, member.lo, member.hi, now)
+            self._forget_loaded(tid, last_seq=member.batch.last_seq)
+            self._settled([tid], now)
+            return
+        done: asyncio.Future[LoadResult] = self._loop.create_future()
+        if isinstance(outcome, BaseException):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome)
+        self._finished(worker, done, loaded=Batch(table, tuple(u for u in member.batch.updates if u.seq not in named)))
 
     def _load_group(self, worker: int, members: list[_Member]) -> list[LoadResult | BaseException]:
         for member in members:
@@ -406,14 +489,15 @@ class Dispatcher:
         self.sync_resident()
         return updates
 
-    def _finished(self, worker: int, future: asyncio.Future[LoadResult]) -> None:
+    def _finished(self, worker: int, future: asyncio.Future[LoadResult], loaded: Batch | None = None) -> None:
         """A single-table job ended: the paper's batch; after repeated failures of its own,
-        bisected, and an update that fails alone quarantined (the module docstring)."""
+        bisected, and an update that fails alone quarantined (the module docstring).
+        ``loaded``: what of the batch was loaded, when its named updates were set aside."""
         now = self._clock()
         job = self._running.pop(worker)
         member = job.members[0]
         error = future.exception()
-        split = False
+        split = soon = False
         cut: list[int] | None = None
         if error is not None:
             tid = member.tid
@@ -432,7 +516,20 @@ class Dispatcher:
                         self._set_aside(worker, job, error, strikes)
                         return
                     self._condemned.setdefault(tid, {}).update(named)
-                    split, cut = True, sorted(named)
+                    self._strikes.pop(tid, None)
+                    if self.states[tid].keyed:
+                        split, cut = True, sorted(named)
+                    else:
+                        soon = True  # at once, without them (``_load_excluding``)
+                        log.warning(
+                            "%s updates %d..%d failed for update(s) %s (%s): setting them aside and loading the "
+                            "others at once",
+                            member.batch.table,
+                            member.batch.first_seq,
+                            member.batch.last_seq,
+                            ", ".join(map(str, sorted(named))),
+                            error,
+                        )
                 # A whole batch gets max_attempts (a passing fault then costs no split); a part
                 # of one that kept failing is split at its first failure: the fault lasts.
                 elif strikes >= (self._max_attempts if alone or not member.capped else 1):
@@ -443,9 +540,9 @@ class Dispatcher:
         heapq.heappush(self._free, worker)
         if error is None:
             self._observe_job(job, now)
-            self._member_loaded(worker, job, member, future.result(), now, now - job.started)
+            self._member_loaded(worker, job, member, future.result(), now, now - job.started, loaded)
         else:
-            self._member_failed(worker, member, error, split, cut)
+            self._member_failed(worker, member, error, split, cut, soon)
         self._settled([member.tid], now)
 
     def _group_finished(self, worker: int, future: asyncio.Future[list[LoadResult | BaseException]]) -> None:
@@ -502,7 +599,14 @@ class Dispatcher:
             self.policy.observe_job_overhead(estimate.overhead)
 
     def _member_loaded(
-        self, worker: int, job: _Job, member: _Member, result: LoadResult, now: float, duration: float
+        self,
+        worker: int,
+        job: _Job,
+        member: _Member,
+        result: LoadResult,
+        now: float,
+        duration: float,
+        loaded: Batch | None = None,
     ) -> None:
         tid, lo, hi = member.tid, member.lo, member.hi
         state = self.states[tid]
@@ -521,7 +625,7 @@ class Dispatcher:
         finished = FinishedBatch(
             table=state.name,
             worker=worker,
-            batch=member.batch,
+            batch=member.batch if loaded is None else loaded,
             result=result,
             started=job.started,
             finished=now,
@@ -536,10 +640,16 @@ class Dispatcher:
         self._safe(self._handler.loaded, finished)
 
     def _member_failed(
-        self, worker: int, member: _Member, error: BaseException, split: bool = False, cut: list[int] | None = None
+        self,
+        worker: int,
+        member: _Member,
+        error: BaseException,
+        split: bool = False,
+        cut: list[int] | None = None,
+        soon: bool = False,
     ) -> None:
         self.states[member.tid].running = False
-        self._retry_later(worker, member.tid, member.lo, member.batch, error, split, cut)
+        self._retry_later(worker, member.tid, member.lo, member.batch, error, split, cut, soon)
 
     def _consume(self, tid: int, lo: int, hi: int, now: float) -> float:
         """Account updates ``lo..hi`` as out of the queue (loaded, or quarantined) at ``now``;
@@ -567,8 +677,10 @@ class Dispatcher:
         if condemned is not None and last_seq is not None:
             for seq in [q for q in condemned if q <= last_seq]:
                 del condemned[seq]
+                self._aside.get(tid, set()).discard(seq)
             if not condemned:
                 del self._condemned[tid]
+                self._aside.pop(tid, None)
         self.pending.loaded(state.name, duration)
         state.forget_loaded()
 
@@ -618,17 +730,19 @@ class Dispatcher:
         batch: Batch,
         error: BaseException,
         split: bool = False,
-        cut: int | None = None,
+        cut: list[int] | None = None,
+        soon: bool = False,
     ) -> None:
         """Put the batch back exactly as it was (its halves to be tried apart when ``split``);
-        back off before trying the table again."""
+        back off before trying the table again (its first step only when ``split`` or
+        ``soon``: the next attempt is not the same batch)."""
         state = self.states[tid]
         state.dispatched = lo
         self.pending.put_back(state.name)
         self._sync_keys(tid)
         self.sync_resident()
         tries = self._tries.get(tid, 1)
-        delay = self._delay(1 if split else tries)
+        delay = self._delay(1 if split or soon else tries)
         log.error(
             "loading %s (updates %d..%d) failed (attempt %d): %s; retrying in %.1fs",
             state.name,
@@ -661,8 +775,8 @@ class Dispatcher:
         if len(member.batch.updates) != 1:
             return False
         why = self._condemned.get(member.tid, {}).get(member.batch.first_seq)
-        if why is None:
-            return False
+        if why is None or member.batch.first_seq in self._aside.get(member.tid, ()):
+            return False  # (one set aside already, back in the queue after a failed load: ``_excludes``)
         self._set_aside(worker, job, UpdateAtFault(why), 1, named=True)
         return True
 

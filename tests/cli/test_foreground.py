@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from loader.durability.wal import WriteAheadLog
+from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
@@ -178,7 +179,7 @@ def feeding(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Se
     indirect=["feeding"],
 )
 def test_a_stop_signal_either_way_stops_serve_cleanly_with_status_0(
-    feeding: tuple[ServerProcess, list[int]], sig: signal.Signals, to_group: bool
+    feeding: tuple[ServerProcess, list[int]], sig: signal.Signals, to_group: bool, connect_server: ConnectServer
 ) -> None:
     """(SIGINT to the group, a terminal's Ctrl-C, is the demo's test above.) Running loads
     finish first; what was acknowledged and not yet loaded stays in the WAL and loads at the
@@ -186,6 +187,9 @@ def test_a_stop_signal_either_way_stops_serve_cleanly_with_status_0(
     server, acknowledged = feeding
     code = stop(server, sig, to_group)
     assert_clean_stop(server, code, sig)
+    # The restart is about the WAL, not the Spark server: over the test process's (a JVM start less).
+    server, first = _serve(server.workdir, spark_remote=connect_server.url), server
+    server.starts = first.starts  # (its log is the next one, not the first's again)
     server.start()
     try:
         with server.client() as http:

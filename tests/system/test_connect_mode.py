@@ -136,7 +136,14 @@ def _view(path: Path) -> list[tuple]:
     return sorted((r["id"], r["note"], r["latest_note"], r["__loader_count"]) for r in rows)
 
 
-def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> None:
+@pytest.mark.allow_errors(
+    r"failed \(attempt \d\): (SparkConnectGrpcException|SparkConnectException: \[NO_ACTIVE_SESSION\])"
+)
+def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_along(server: ServerProcess) -> None:
+    """One test for the server's whole life (each start of it is a JVM's): loads of every
+    kind over it; its death mid-run (intake stays open, /readyz names the outage, loads back
+    off and resume on a new server; nothing quarantined, lost or loaded twice); stopped on
+    shutdown; taken along by a crash of the loader."""
     server.start()
     assert server.wait_ready()
     first = _server_pid(server)
@@ -162,46 +169,13 @@ def test_the_loader_runs_its_own_spark_connect_server(server: ServerProcess) -> 
             assert time.monotonic() < deadline, (_view(view), server.log_tail())
             time.sleep(0.2)
         assert http.get(f"/v1/admin/views/{VIEW['name']}").json()["executor"]["jobs"] >= 1
-    assert server.terminate() == 0
-    assert "stopped cleanly" in server.log_text()
-    _until_gone(first, 30)  # stopped on shutdown
-    for pid in workers:
-        _until_gone(pid, 1, "a load worker")
 
-    # A crash of the loader takes its server along (PR_SET_PDEATHSIG), and a restart loads
-    # on, exactly once, through a new one.
-    server.start()
-    assert server.wait_ready()
-    second = _server_pid(server)
-    workers = _worker_pids(server)
-    assert second != first
-    _load(server, 20, 5)
-    assert server.proc is not None
-    os.kill(server.proc.pid, 9)  # the loader alone: its server and workers have process groups of their own
-    server.proc.wait(30)
-    _until_gone(second, 60)
-    for pid in workers:
-        _until_gone(pid, 5, "a load worker of a killed loader")
-
-    for table in ("a", "b", "c"):
-        ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
-        assert sorted(ids) == list(range(250))
-
-
-@pytest.mark.allow_errors(
-    r"failed \(attempt \d\): (SparkConnectGrpcException|SparkConnectException: \[NO_ACTIVE_SESSION\])"
-)
-def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server: ServerProcess) -> None:
-    """Intake stays open, /readyz names the outage, loads back off and resume on a new
-    server; nothing is quarantined, lost or loaded twice."""
-    server.start()
-    assert server.wait_ready()
-    first = _server_pid(server)
-    _load(server, 0, 5)
-    os.kill(first, 9)  # the server alone, mid-run
+    # The server dies mid-run: intake does not need it, /readyz names the outage, and loads
+    # resume on a new server.
+    os.kill(first, 9)  # the server alone
     _until_gone(first, 30)
     with server.client(timeout=60) as http:
-        for k in range(5, 10):  # intake does not need Spark
+        for k in range(20, 25):
             for table in ("a", "b", "c"):
                 body = json.dumps({"rows": [{"id": k * 10 + i, "note": f"{table}{k}"} for i in range(10)]})
                 r = http.post(f"/v1/tables/{table}/updates", content=body, headers={"Content-Type": "application/json"})
@@ -210,9 +184,10 @@ def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server
         while "spark" not in http.get("/readyz").json()["faults"]:
             assert time.monotonic() < deadline, f"/readyz never named the outage:\n{server.log_tail()}"
             time.sleep(0.05)
-    _load(server, 10, 5)  # waits until everything acknowledged is loaded
+    _load(server, 25, 5)  # waits until everything acknowledged is loaded
     pids = [int(m.group(2)) for m in SERVER_LINE.finditer(server.log_text())]
-    assert len(pids) == 2 and _running(pids[1]), server.log_tail()
+    assert len(pids) == 2 and pids[0] == first and _running(pids[1]), server.log_tail()
+    restarted = pids[1]
     with server.client() as http:
         assert http.get("/readyz").json()["faults"] == {}
         text = http.get("/metrics").text
@@ -220,9 +195,31 @@ def test_a_spark_connect_server_that_dies_during_loading_is_started_again(server
         assert sample_value(text, "loader_spark_server_restarts_total") == 1
         assert sample_value(text, "loader_load_processes") == 2
         assert sample_value(text, "loader_tables_quarantined_updates") == 0
+    workers = list({int(m.group(1)): int(m.group(2)) for m in WORKER_LINE.finditer(server.log_text())}.values())
+    assert server.terminate() == 0
+    assert "stopped cleanly" in server.log_text()
+    _until_gone(restarted, 30)  # stopped on shutdown
+    for pid in workers:
+        _until_gone(pid, 1, "a load worker")
+
+    # A crash of the loader takes its server along (PR_SET_PDEATHSIG), and a restart loads
+    # on, exactly once, through a new one.
+    server.start()
+    assert server.wait_ready()
+    third = _server_pid(server)
+    workers = _worker_pids(server)
+    assert third not in (first, restarted)
+    _load(server, 30, 5)
+    assert server.proc is not None
+    os.kill(server.proc.pid, 9)  # the loader alone: its server and workers have process groups of their own
+    server.proc.wait(30)
+    _until_gone(third, 60)
+    for pid in workers:
+        _until_gone(pid, 5, "a load worker of a killed loader")
+
     for table in ("a", "b", "c"):
         ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
-        assert sorted(ids) == list(range(150))
+        assert sorted(ids) == list(range(350))
 
 
 @pytest.mark.parametrize("own_spark_server", [False])  # a worker's death, not the server's

@@ -16,7 +16,7 @@ from loader.loading.connect_server import ConnectServerError
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.estimates import CostEstimate
 from loader.pending.store import PendingStore
-from schedulers.model import TableSpec
+from schedulers.model import KeyedSpec, TableSpec
 from schedulers.registry import GROUPABLE, POLICIES, make_policy
 
 
@@ -432,9 +432,9 @@ class NamesItsUpdates(Poisoned):
             raise
 
 
-async def _named_run(recorder: NamesItsUpdates, count: int) -> Dispatcher:
+async def _named_run(recorder: NamesItsUpdates, count: int, keyed: bool = False) -> Dispatcher:
     d = _bisecting(recorder)
-    d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+    d.add_table(TableSpec(name="t", alpha=0.0, keyed=KeyedSpec() if keyed else None), origin=0.0)
     for seq in range(1, count + 1):
         d.released(Update("t", seq, float(seq)))
     d.start()
@@ -444,19 +444,23 @@ async def _named_run(recorder: NamesItsUpdates, count: int) -> Dispatcher:
 
 
 @pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) (failed|was named)", "cannot write update")
-def test_a_failure_that_names_its_updates_sets_them_aside_unloaded_and_loads_the_runs_between() -> None:
+@pytest.mark.parametrize("keyed", [False, True], ids=["append", "latest"])
+def test_a_failure_that_names_its_updates_sets_them_aside_unloaded_and_loads_the_others(keyed: bool) -> None:
     """Without the names, each poison costs a bisection and max_attempts attempts with back-off;
-    with them, a batch with k poison updates costs its failed load and k + 1 loads, and no
-    poison update is loaded at all: each is set aside with the words the failure gave for it."""
+    with them, no poison update is loaded at all: each is set aside with the words the failure
+    gave for it. An append table's batch then loads the others at once (its failed load and
+    one more, whatever the number of poison updates); a latest table's is cut around them
+    (k + 1 loads)."""
 
     async def scenario() -> None:
         recorder = NamesItsUpdates({"t": {4, 9}})
-        d = await _named_run(recorder, 12)
-        assert _loaded(recorder, "t") == [s for s in range(1, 13) if s not in (4, 9)]
+        d = await _named_run(recorder, 12, keyed)
+        assert _loaded(recorder, "t") == [s for s in range(1, 13) if s not in (4, 9)]  # once each, in order
         assert [(b.first_seq, b.last_seq, n) for b, n in recorder.aside] == [(4, 4, 1), (9, 9, 1)]
+        assert [b.first_seq for b in recorder.quarantined_batches] == [4, 9]
         tried = [(first, last) for _, first, last in recorder.attempts]
-        assert tried == [(1, 12), (1, 3), (5, 8), (10, 12)]
-        assert d.suspect("t") == [] and d.failures("t") == 0 and d._condemned == {}
+        assert tried == ([(1, 12), (1, 3), (5, 8), (10, 12)] if keyed else [(1, 12), (1, 12)])
+        assert d.suspect("t") == [] and d.failures("t") == 0 and d._condemned == {} and d._aside == {}
         d.shutdown()
 
     asyncio.run(scenario())
@@ -473,30 +477,36 @@ def test_a_failure_that_names_its_updates_sets_them_aside_unloaded_and_loads_the
     ],
     ids=["first-two", "last", "first-and-last", "all"],
 )
-def test_named_updates_at_either_end_or_every_update(poison: set[int], tried: list[tuple[int, int]]) -> None:
+@pytest.mark.parametrize("keyed", [False, True], ids=["append", "latest"])
+def test_named_updates_at_either_end_or_every_update(
+    poison: set[int], tried: list[tuple[int, int]], keyed: bool
+) -> None:
     async def scenario() -> None:
         recorder = NamesItsUpdates({"t": poison})
-        d = await _named_run(recorder, 6)
+        d = await _named_run(recorder, 6, keyed)
         assert _loaded(recorder, "t") == [s for s in range(1, 7) if s not in poison]
         assert [(b.first_seq, n) for b, n in recorder.aside] == [(s, 1) for s in sorted(poison)]
+        assert [b.first_seq for b in recorder.quarantined_batches] == sorted(poison)
         assert [(first, last) for _, first, last in recorder.attempts] == tried
+        assert d._condemned == {} and d._aside == {}
         d.shutdown()
 
     asyncio.run(scenario())
 
 
 @pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) (failed|was named)", "cannot write update")
-def test_a_failure_that_names_only_its_first_update_cuts_there_and_the_rest_names_the_next() -> None:
-    """A search capped at some rows names only the first updates: the rest of the batch fails
-    once more and names the next."""
+@pytest.mark.parametrize("keyed", [False, True], ids=["append", "latest"])
+def test_a_failure_that_names_only_its_first_update_and_the_next_attempt_names_the_next(keyed: bool) -> None:
+    """A search capped at some rows names only the first updates: the next attempt fails once
+    more and names the next; an update set aside is not set aside twice."""
 
     async def scenario() -> None:
         recorder = NamesItsUpdates({"t": {4, 9}}, first_only=True)
-        d = await _named_run(recorder, 12)
+        d = await _named_run(recorder, 12, keyed)
         assert _loaded(recorder, "t") == [s for s in range(1, 13) if s not in (4, 9)]
         assert [(b.first_seq, n) for b, n in recorder.aside] == [(4, 1), (9, 1)]
         tried = [(first, last) for _, first, last in recorder.attempts]
-        assert tried == [(1, 12), (1, 3), (5, 12), (5, 8), (10, 12)]
+        assert tried == ([(1, 12), (1, 3), (5, 12), (5, 8), (10, 12)] if keyed else [(1, 12), (1, 12), (1, 12)])
         d.shutdown()
 
     asyncio.run(scenario())
