@@ -26,7 +26,8 @@ restart the pending updates are one batch again, and it is bisected again if it 
 A failure that names the updates to blame (``updates_at_fault``: rows breaking a rule the
 table declares, all of the batch's found by one search after its load failed) needs
 neither retries nor halving: the fault lasts and the failure said why (``_condemned``).
-An append table's batch is retried at once with the named updates set aside first, each
+An append table's batch is retried at once, capped at its last sequence number (new
+updates of a busy feed would bring new poison), with the named updates set aside first, each
 alone and durable in quarantine, and the others loaded as one batch (``_load_excluding``):
 the commit still holds exactly the updates between the previous commit and its own last
 sequence number but those set aside, as above. So a batch with k poison updates costs its
@@ -520,7 +521,13 @@ class Dispatcher:
                     if self.states[tid].keyed:
                         split, cut = True, sorted(named)
                     else:
-                        soon = True  # at once, without them (``_load_excluding``)
+                        # At once, without them (``_load_excluding``), and no further than this
+                        # batch: a longer one would hold new poison updates of a busy feed, and
+                        # fail again, for as long as the feed runs.
+                        soon = True
+                        suspect = self._suspect.setdefault(tid, [])
+                        if member.batch.last_seq not in suspect:
+                            insort(suspect, member.batch.last_seq)
                         log.warning(
                             "%s updates %d..%d failed for update(s) %s (%s): setting them aside and loading the "
                             "others at once",

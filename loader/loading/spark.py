@@ -306,8 +306,11 @@ def connect_session(url: str, timeout: float = 60.0) -> SparkSession:
     while True:
         try:
             spark = ConnectSparkSession.builder.remote(url).create()  # never another server's session
-            spark.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY)])
+            # The probe tries once: the client's own retries (seconds of back-off) would run
+            # past ``timeout`` (a 2-s timeout took 11 s); this loop retries until the deadline.
+            spark.client.set_retry_policies([DefaultPolicy(max_retries=0)])
             spark.range(1).count()
+            spark.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY)])
             return spark  # type: ignore[return-value]
         except Exception as exc:  # the server is starting, or gone
             if time.monotonic() > deadline:

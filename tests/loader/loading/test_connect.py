@@ -25,7 +25,7 @@ from testing.tables import read_delta
 from tests.loader.loading.test_group_job import _batches
 from tests.loader.loading.test_sinks import by_id
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]  # (every test here starts or uses a JVM)
 
 
 def test_loads_over_connect_read_back_as_in_process_loads(spark, connect_spark, tmp_path: Path) -> None:

@@ -512,6 +512,55 @@ def test_a_failure_that_names_only_its_first_update_and_the_next_attempt_names_t
     asyncio.run(scenario())
 
 
+class BusyFeed(NamesItsUpdates):
+    """Each failed load is followed, before its retry, by three more updates, one of them
+    poison: a feed that keeps bringing poison."""
+
+    def __init__(self, poison: dict[str, set[int]], more: int) -> None:
+        super().__init__(poison)
+        self.more = more
+        self.dispatcher: Dispatcher | None = None
+        self.next_seq = 13
+
+    def load(self, worker: int, batch: Batch) -> LoadResult:
+        try:
+            return super().load(worker, batch)
+        except RuntimeError:
+            if self.more > 0 and self.dispatcher is not None:
+                self.more -= 1
+                seqs = range(self.next_seq, self.next_seq + 3)
+                self.next_seq += 3
+                self.poison["t"].add(seqs[1])
+                for seq in seqs:
+                    self.dispatcher._loop.call_soon_threadsafe(self.dispatcher.released, Update("t", seq, float(seq)))
+            raise
+
+
+@pytest.mark.allow_errors(r"loading t \(updates \d+\.\.\d+\) (failed|was named)", "cannot write update")
+def test_a_feed_that_keeps_bringing_poison_does_not_keep_its_table_from_loading() -> None:
+    """The retry without the named updates is capped at the failed batch: a longer one would
+    hold the poison that arrived meanwhile, and fail again for as long as the feed runs."""
+
+    async def scenario() -> None:
+        recorder = BusyFeed({"t": {4}}, more=2)
+        d = _bisecting(recorder)
+        recorder.dispatcher = d
+        d.add_table(TableSpec(name="t", alpha=0.0), origin=0.0)
+        for seq in range(1, 13):
+            d.released(Update("t", seq, float(seq)))
+        d.start()
+        await _until(lambda: len(_loaded(recorder, "t")) + len(recorder.quarantined_batches) == 18)
+        await d.wait_idle()
+        assert _loaded(recorder, "t") == [s for s in range(1, 19) if s not in (4, 14, 17)]
+        assert [b.first_seq for b in recorder.quarantined_batches] == [4, 14, 17]
+        tried = [(first, last) for _, first, last in recorder.attempts]
+        assert tried == [(1, 12), (1, 12), (13, 15), (13, 15), (16, 18), (16, 18)]  # each batch twice, no longer
+        assert d.suspect("t") == [] and d._condemned == {} and d._aside == {}
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.allow_errors(r"loading t \(updates 1\.\.11\) failed \(attempt [12]\)", "a passing fault")
 def test_a_fault_that_passes_on_a_retry_splits_nothing() -> None:
     async def scenario() -> None:

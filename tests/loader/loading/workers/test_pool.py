@@ -224,7 +224,7 @@ def test_a_join_views_job_runs_in_a_worker_as_in_process(processes: ProcessSink,
 
 
 def test_a_worker_without_spark_says_spark_is_unreachable(tmp_path: Path) -> None:
-    sink = ProcessSink(1, _options(tmp_path, connect_timeout=2.0), lambda: f"sc://127.0.0.1:{free_port()}")
+    sink = ProcessSink(1, _options(tmp_path, connect_timeout=0.5), lambda: f"sc://127.0.0.1:{free_port()}")
     with pytest.raises(Exception) as caught:
         sink.start()
     assert spark_unreachable(caught.value), caught.value
