@@ -163,7 +163,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "landing directory instead of carrying rows. A join view over an append and the latest table lives "
         "through every kill. Once the first life is ready, another tool adds a CHECK constraint (`id >= 0`) "
         "to `alpha` while the loader writes to it, and from then on one request in fifty is a poison update "
-        "(negative ids): acknowledged, never loadable; its batch is bisected so that it alone is quarantined. "
+        "(negative ids): acknowledged, never loadable; the failed load's rule check names every such update of "
+        "its batch, and they are set aside in quarantine while the rest of the batch loads. "
         "At the end the service restarts cleanly, loads everything, "
         "and each Delta table is read back with the `deltalake` package and DuckDB and compared with "
         "the acknowledged set; the view with the join recomputed from its inputs.",
