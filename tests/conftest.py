@@ -103,5 +103,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
     yield
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     record = {"worker": worker, "test": item.nodeid, "start": began, "end": time.time()}
+    Path(_TIMELINE).mkdir(parents=True, exist_ok=True)
     with open(Path(_TIMELINE) / f"{worker}.jsonl", "a", encoding="utf-8") as out:
         out.write(json.dumps(record) + "\n")

@@ -71,6 +71,12 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+def _scheduling(pid: int) -> tuple[int, int]:
+    """The process's scheduling policy and nice value (/proc/<pid>/stat fields 41 and 19)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[38]), int(fields[16])
+
+
 def _until_gone(pid: int, seconds: float, what: str = "the Spark Connect server") -> None:
     deadline = time.monotonic() + seconds
     while _running(pid):
@@ -149,6 +155,9 @@ def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_a
     first = _server_pid(server)
     workers = _worker_pids(server)
     assert _running(first) and len(workers) == 2 and all(map(_running, workers)), server.log_tail()
+    # Spark runs on the CPU time acknowledgements leave: SCHED_IDLE (policy 5), nicer too
+    # ([spark] driver_idle, driver_nice 10 by default).
+    assert _scheduling(first) == (5, 10)
     _load(server, 0, 20)  # several tables due at once: multi-table jobs over Connect too
     with server.client(timeout=60) as http:  # a latest table: upserts from the worker processes
         for k in range(12):
@@ -188,6 +197,7 @@ def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_a
     pids = [int(m.group(2)) for m in SERVER_LINE.finditer(server.log_text())]
     assert len(pids) == 2 and pids[0] == first and _running(pids[1]), server.log_tail()
     restarted = pids[1]
+    assert _scheduling(restarted) == (5, 10)  # (a restart keeps the policy)
     with server.client() as http:
         assert http.get("/readyz").json()["faults"] == {}
         text = http.get("/metrics").text

@@ -164,10 +164,14 @@ def test_concurrent_appends_share_fsyncs_and_replay_in_call_order(tmp_path: Path
 
     with WriteAheadLog(tmp_path, on_fsync=lambda s, r, b: groups.append((s, r, b))) as wal:
         asyncio.run(run(wal))
-        assert sum(r for _, r, _ in groups) == n
-        assert len(groups) == wal.groups_written < n
-        assert max(r for _, r, _ in groups) > 1
-        assert sum(b for _, _, b in groups) == wal.size_bytes
+        size = wal.size_bytes
+    # After close() (the writer thread joined): the hook runs after a group's waiters are
+    # released, so the last group's call may still be under way when the appends return
+    # (a busy machine met it: 399 of 500 records counted).
+    assert sum(r for _, r, _ in groups) == n
+    assert len(groups) == wal.groups_written < n
+    assert max(r for _, r, _ in groups) > 1
+    assert sum(b for _, _, b in groups) == size
     with WriteAheadLog(tmp_path) as wal:
         assert [r.update.seq for r in wal.replay()] == list(range(n))
 
