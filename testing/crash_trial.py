@@ -20,8 +20,10 @@ and between a MERGE's commit and the catalog's record of it.
 Poison and an outside alteration: once a life is ready, another tool (deltalake, from
 outside the service) adds a CHECK constraint ``id >= 0`` to ``alpha`` while the loader
 writes to it, and from then on about one request in fifty is a poison update of ``alpha``
-(a negative id): acknowledged, but no load can commit it. Each must end in quarantine
-alone (its batch bisected), and every other update load exactly once around it.
+(a negative id), one in five of them in a landing file: acknowledged, but no load can
+commit it. Each must end in quarantine alone, and every other update load exactly once
+around it: those carrying their rows are named by the failed load's search and set aside,
+those in files (which the search does not read) are found by bisection.
 
 At the end the service is restarted without failpoints, the producers finish, every
 acknowledged update is loaded, and each Delta table is read back with independent
@@ -61,6 +63,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from loader.core.failpoints import POINTS
+from loader.durability.quarantine import QuarantineStore
 from loader.durability.transactions import app_id, view_app_id
 from loader.durability.wal_format import parse_segment_name, scan_segment
 from loader.loading.sinks.delta_rs import STAGING_PREFIX
@@ -118,6 +121,10 @@ POISONED = "alpha"
 CONSTRAINT = {"no_negative_ids": "id >= 0"}
 #: Of the requests once the constraint is in place, how many are a poison update.
 POISON_RATE = 0.02
+#: Of the poison updates, how many name a landing file: its rows carry no arrival the failed
+#: load's search can name them by, so its batch is bisected (retries, halving, the update
+#: alone) rather than cut at named updates.
+POISON_FILE_RATE = 0.2
 
 #: Kill from outside at a random delay after the start, before /readyz is expected to answer.
 EXTERNAL_RECOVERY = "external:recovery"
@@ -326,7 +333,8 @@ class Producers:
         if self.poison.is_set() and rng.random() < POISON_RATE:
             with self.lock:
                 ids = [-next(self._poison_ids) for _ in range(rng.randint(1, 3))]
-                sub = Submission.build(f"sub-{next(self._keys)}", [Part(POISONED, ids)])
+                landing = self.landing if rng.random() < POISON_FILE_RATE else None
+                sub = Submission.build(f"sub-{next(self._keys)}", [Part(POISONED, ids)], landing)
                 sub.poison = True
                 self.submissions.append(sub)
             return sub
@@ -819,6 +827,9 @@ class CrashTrial:
                 )
             )
         logs = sorted(self.workdir.glob("server-*.log"))
+        # A quarantined update keeps its copy of a landing file (for a retry): not a leak.
+        quarantine = QuarantineStore.open(self.data / "state" / "quarantine")
+        kept_aside = {f.path for entry in quarantine.active() for u in entry.updates for f in u.file_refs()}
         return Verdict(
             tables=checks,
             view=view_check(self.data / "warehouse"),
@@ -834,7 +845,9 @@ class CrashTrial:
             poison_not_quarantined=len(poison_seqs - quarantined),
             good_quarantined=len(quarantined - poison_seqs),
             acked_file_updates=sum(1 for s in acked if s.file),
-            copies_left=sum(1 for path in (self.data / "landed").glob("*/*") if path.is_file()),
+            copies_left=sum(
+                1 for path in (self.data / "landed").glob("*/*") if path.is_file() and str(path) not in kept_aside
+            ),
             final_backlog_records=self.final_backlog,
             final_ready_after=self.final_ready_after,
             seconds=time.monotonic() - self.started,

@@ -138,20 +138,14 @@ def serve(conn: Connection) -> int:
         conn.send(LoadFailure.of(exc))
         return 1
     assert worker.sink is not None
-    conn.send(WorkerReady(pid=os.getpid(), writer=worker.sink.name))
     try:
+        conn.send(WorkerReady(pid=os.getpid(), writer=worker.sink.name))
         while True:
-            try:
-                request = conn.recv()
-            except (EOFError, ConnectionResetError):  # the service closed its end, or died (kill -9): it is gone
-                return 0
+            request = conn.recv()
             if request is None:  # an orderly stop
                 return 0
             answer = worker.join_view(request) if isinstance(request, ViewJobRequest) else worker.run(request)
-            try:
-                conn.send(answer)
-            except (BrokenPipeError, ConnectionResetError):  # the service died mid-job: nobody to answer
-                return 0
+            conn.send(answer)
     finally:
         worker.close()
 
@@ -161,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="this end of the socket to the service")
     args = parser.parse_args(argv)
     with Connection(args.fd) as conn:
-        return serve(conn)
+        try:
+            return serve(conn)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            # The service closed its end or died (kill -9) at any step, its set-up, a
+            # start that failed, mid-job or between jobs: nobody is left to answer or tell.
+            return 0
 
 
 if __name__ == "__main__":
