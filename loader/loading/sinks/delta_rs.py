@@ -106,7 +106,7 @@ class DeltaRsSink(DeltaSinkBase):
             try:
                 self._write_parquet(frame, staging / "out", schema)
             except Exception as exc:
-                arrivals = functools.partial(ordered_rows, batch, schema, skip_files=True)
+                arrivals = functools.partial(ordered_rows, batch, schema, read_files=True)
                 violation = self.checks.explain(exc, rules, schema, batch, staging / "locate", arrivals)
                 if violation is None:
                     raise

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ from loader.core.updates import ARRIVAL_SHIFT, Batch
 from loader.loading.failures import RefusalReason, TableChanged, TableRefusesWrites
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
 from loader.loading.spark import spark_unreachable
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -454,6 +457,13 @@ class RuleChecks:
             except Exception as exc:  # the first row the job met is still worth reporting
                 if spark_unreachable(exc):
                     raise
+                log.warning(
+                    "could not search %s updates %d..%d for the rows at fault: %s",
+                    batch.table,
+                    batch.first_seq,
+                    batch.last_seq,
+                    exc,
+                )
                 violations = []
             updates = {u.seq: u for u in batch.updates}
             for v_seq, v_position, v_index, v_row in violations:

@@ -42,6 +42,7 @@ from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult, arrival
 from loader.durability.transactions import load_commit
+from loader.intake.landing import read_landing_file
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
 from loader.loading.sinks.table_rules import LOCATOR, RuleChecks, TableRules, committing
 
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 #: Arrival order of a row inside a batch (``Update.arrived``: the sequence number of the
 #: update it came with, then its position there). Never written to the table.
 ORDER_COLUMN = "__loader_arrival"
+#: At most this many bytes of landing files are read to locate the rows that failed a load
+#: (``ordered_rows``); updates past them are found by bisection instead.
+LOCATE_FILE_BYTES = 256 << 20
 RANK_COLUMN = "__loader_rank"
 
 
@@ -58,23 +62,32 @@ class LatestFilesUnsupported(ValueError):
     """Latest tables take rows in the request; landing files are appended by Spark unseen."""
 
 
-def ordered_rows(batch: Batch, schema: TableSchema, skip_files: bool = False) -> pa.Table:
+def ordered_rows(batch: Batch, schema: TableSchema, read_files: bool = False) -> pa.Table:
     """The batch's rows (in memory or spilled) with their arrival order.
 
-    ``skip_files``: leave out updates of landing files (locating a row among an append's
-    in-memory rows) rather than refuse them (a latest table takes rows only).
+    ``read_files``: read updates of landing files too, as intake checked them (locating a
+    row among an append's rows after a failed load; up to ``LOCATE_FILE_BYTES`` of files;
+    the updates past them, and those whose files cannot be read, are left out), rather than
+    refuse them (a latest table takes rows only).
     """
     arrow = schema.arrow()
     parts = []
     segments: dict[str, pa.Table] = {}  # each spill segment or hand-off file read once
+    file_bytes = 0
     for update in batch.updates:
-        if update.files and skip_files:
-            continue
-        if update.files:
+        data = update.rows
+        if update.files and not read_files:
             raise LatestFilesUnsupported(
                 f"update {update.seq} of latest table {batch.table!r} holds landing files; a latest table takes rows"
             )
-        data = update.rows
+        if update.files:
+            file_bytes += sum(f.size for f in update.files)
+            if file_bytes > LOCATE_FILE_BYTES:
+                continue
+            try:
+                data = pa.concat_tables([read_landing_file(Path(f.path), f.format, arrow) for f in update.files])
+            except Exception:  # (a file damaged since intake: its update is found by bisection, the others named)
+                continue
         if data is None and update.spilled is not None:
             ref = update.spilled
             if ref.path not in segments:
@@ -87,7 +100,7 @@ def ordered_rows(batch: Batch, schema: TableSchema, skip_files: bool = False) ->
         order = update.arrived or [arrival(update.seq, i) for i in range(n)]
         parts.append(data.append_column(ORDER_COLUMN, pa.array(order, pa.int64())))
     return (
-        pa.concat_tables(parts)
+        pa.concat_tables(parts).combine_chunks()  # (one chunk layout for every column: a file's rows came in chunks)
         if parts
         else pa.schema([*arrow, pa.field(ORDER_COLUMN, pa.int64(), False)]).empty_table()
     )

@@ -174,7 +174,15 @@ def test_null_and_generated_columns_are_judged_as_delta_rs_judges_them(sink: Del
     assert {r["id"]: r["twice"] for r in read_duckdb(path).to_pylist()} == stored
 
 
-def test_a_violating_row_in_a_landing_file_is_named_by_its_values(sink: DeltaRsSink, tmp_path: Path) -> None:
+@pytest.mark.parametrize("readable", [True, False], ids=["file-read-again", "files-past-the-bound"])
+def test_a_violating_row_in_a_landing_file_names_its_update_and_row(
+    sink: DeltaRsSink, tmp_path: Path, readable: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed load's search reads the batch's landing files again (as intake checked
+    them) up to a bound; a row past it is still named by its values, and its update is left
+    to bisection."""
+    if not readable:
+        monkeypatch.setattr(upsert_module, "LOCATE_FILE_BYTES", 0)
     sink.ensure_table("orders", ORDERS)
     path = sink.table_path("orders")
     sink.load(Batch("orders", (orders(1, 1),)), ORDERS)
@@ -190,8 +198,13 @@ def test_a_violating_row_in_a_landing_file_is_named_by_its_values(sink: DeltaRsS
     )
     with pytest.raises(RuleViolated) as err:
         sink.load(batch, ORDERS)
-    assert "a row of the landing files of updates 2..3" in str(err.value) and '"id": 7000' in str(err.value)
-    assert ids(path) == [1]
+    assert '"id": 7000' in str(err.value) and ids(path) == [1]
+    if readable:
+        assert "update 3, row 1 of table 'orders' violates CHECK constraint id_small" in str(err.value)
+        assert list(updates_at_fault(err.value)) == [3]
+    else:
+        assert "a row of the landing files of updates 2..3" in str(err.value)
+        assert updates_at_fault(err.value) == {}
 
 
 def test_a_latest_table_checks_the_value_it_writes_and_names_its_update(sink: DeltaRsSink) -> None:
