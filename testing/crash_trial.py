@@ -22,8 +22,8 @@ outside the service) adds a CHECK constraint ``id >= 0`` to ``alpha`` while the 
 writes to it, and from then on about one request in fifty is a poison update of ``alpha``
 (a negative id), one in five of them in a landing file: acknowledged, but no load can
 commit it. Each must end in quarantine alone, and every other update load exactly once
-around it: those carrying their rows are named by the failed load's search and set aside,
-those in files (which the search does not read) are found by bisection.
+around it: the failed load's search names them (rows, spilled rows and landing files
+alike), and they are set aside while the rest of the batch loads.
 
 At the end the service is restarted without failpoints, the producers finish, every
 acknowledged update is loaded, and each Delta table is read back with independent
@@ -121,9 +121,8 @@ POISONED = "alpha"
 CONSTRAINT = {"no_negative_ids": "id >= 0"}
 #: Of the requests once the constraint is in place, how many are a poison update.
 POISON_RATE = 0.02
-#: Of the poison updates, how many name a landing file: its rows carry no arrival the failed
-#: load's search can name them by, so its batch is bisected (retries, halving, the update
-#: alone) rather than cut at named updates.
+#: Of the poison updates, how many name a landing file: the failed load's search must read
+#: the file again to name its update (``ordered_rows(read_files=True)``).
 POISON_FILE_RATE = 0.2
 
 #: Kill from outside at a random delay after the start, before /readyz is expected to answer.

@@ -164,8 +164,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         "through every kill. Once the first life is ready, another tool adds a CHECK constraint (`id >= 0`) "
         "to `alpha` while the loader writes to it, and from then on one request in fifty is a poison update "
         "(negative ids), one in five of them in a landing file: acknowledged, never loadable; the failed load's "
-        "search names every such update of its batch that carries its rows, and they are set aside in quarantine "
-        "while the rest of the batch loads; a batch with one in a file is bisected until it is alone. "
+        "search (its rows, its spilled rows and its landing files read again) names every such update of its "
+        "batch, and they are set aside in quarantine while the rest of the batch loads (bisection is what is left "
+        "for a failure that names no update). "
         "At the end the service restarts cleanly, loads everything, "
         "and each Delta table is read back with the `deltalake` package and DuckDB and compared with "
         "the acknowledged set; the view with the join recomputed from its inputs.",
