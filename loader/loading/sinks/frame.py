@@ -53,6 +53,14 @@ def spark_struct(schema: TableSchema) -> StructType:
     return from_arrow_schema(pa.schema([f.with_nullable(True) for f in arrow]), prefer_timestamp_ntz=False)
 
 
+def arrow_frame(spark: SparkSession, rows: pa.Table, struct: StructType) -> DataFrame:
+    """``rows`` as a Spark frame sent inline, every column in one chunk layout first: pyspark's
+    ``createDataFrame`` silently drops rows of a table whose columns are chunked differently
+    (a column appended to concatenated tables: 3 rows in, 1 out, pyspark 4), and the tables
+    the loader hands it are built that way."""
+    return spark.createDataFrame(rows.combine_chunks(), schema=struct)
+
+
 def escape_glob(path: str) -> str:
     """Spark expands glob characters in paths; a landing file named ``a[1].csv`` is literal."""
     return _GLOB.sub(r"\\\1", path)
@@ -91,7 +99,7 @@ def _rows_frame(
     arrow = schema.arrow()
     data = pa.concat_tables([t.select(arrow.names).cast(arrow) for t in tables])
     if "inline_small_rows" in lean and data.nbytes <= INLINE_ROWS_MAX_BYTES:
-        return spark.createDataFrame(data, schema=spark_struct(schema))
+        return arrow_frame(spark, data, spark_struct(schema))
     scratch.mkdir(parents=True, exist_ok=True)
     written = scratch / "rows.parquet"
     pq.write_table(data, written, compression="none")

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from loader.core.schema import SPARK_TYPES, TableSchema
 from loader.core.updates import ARRIVAL_SHIFT, Batch
 from loader.loading.failures import RefusalReason, TableChanged, TableRefusesWrites
-from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
+from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, arrow_frame, spark_struct
 from loader.loading.spark import spark_unreachable
 
 log = logging.getLogger(__name__)
@@ -489,7 +489,7 @@ class RuleChecks:
 
         struct = struct.add(StructField(LOCATOR, LongType(), True))
         if rows.nbytes <= INLINE_ROWS_MAX_BYTES:
-            return self.spark.createDataFrame(rows, schema=struct)
+            return arrow_frame(self.spark, rows, struct)
         scratch.mkdir(parents=True, exist_ok=True)
         pq.write_table(rows, scratch / "locate.parquet", compression="none")
         return self.spark.read.schema(struct).parquet(str(scratch / "locate.parquet"))

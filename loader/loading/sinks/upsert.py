@@ -43,7 +43,7 @@ from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult, arrival
 from loader.durability.transactions import load_commit
 from loader.intake.landing import read_landing_file
-from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, spark_struct
+from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, arrow_frame, spark_struct
 from loader.loading.sinks.table_rules import LOCATOR, RuleChecks, TableRules, committing
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def ordered_rows(batch: Batch, schema: TableSchema, read_files: bool = False) ->
         order = update.arrived or [arrival(update.seq, i) for i in range(n)]
         parts.append(data.append_column(ORDER_COLUMN, pa.array(order, pa.int64())))
     return (
-        pa.concat_tables(parts).combine_chunks()  # (one chunk layout for every column: a file's rows came in chunks)
+        pa.concat_tables(parts)
         if parts
         else pa.schema([*arrow, pa.field(ORDER_COLUMN, pa.int64(), False)]).empty_table()
     )
@@ -116,7 +116,7 @@ def newest_per_key(
     struct = spark_struct(schema)
     struct = struct.add(StructField(ORDER_COLUMN, LongType(), True))
     if rows.nbytes <= INLINE_ROWS_MAX_BYTES:
-        frame = spark.createDataFrame(rows, schema=struct)
+        frame = arrow_frame(spark, rows, struct)
     else:  # executors read a file rather than the rows passing through the driver
         scratch.mkdir(parents=True, exist_ok=True)
         pq.write_table(rows, scratch / "rows.parquet", compression="none")

@@ -32,6 +32,7 @@ from loader.intake.landing import read_landing_file
 from loader.loading.sinks import make_sink
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
 from loader.loading.sinks.delta_spark import DeltaSparkSink
+from loader.loading.sinks.frame import arrow_frame
 from loader.loading.sinks.probe import DeltaJarsMissing
 from loader.loading.spark import delta_jvm_available, use_pool
 from testing.tables import read_delta, read_duckdb, read_spark
@@ -517,3 +518,19 @@ def test_spilled_segments_are_read_in_place_whole_or_in_part_after_a_partial_com
     assert by_id(read_delta(path)) == by_id(pa.concat_tables(parts))
     store.loaded("orders")
     assert not list((tmp_path / "spill").rglob("*.parquet"))
+
+
+def test_rows_chunked_differently_by_column_reach_spark_whole(spark) -> None:
+    """pyspark's createDataFrame drops rows of an Arrow table whose columns are chunked
+    differently (a column appended to concatenated tables, as the failed load's search and a
+    latest table's rows are built); ``arrow_frame`` hands it every row."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    parts = [pa.table({"id": pa.array(ids, pa.int64())}) for ids in ([3], [], [2, 7000])]
+    rows = pa.concat_tables(parts).append_column(
+        "at", pa.chunked_array([pa.array([1], pa.int64()), pa.array([2, 3], pa.int64())])
+    )
+    assert [c.num_chunks for c in rows.columns] == [3, 2]
+    struct = StructType([StructField("id", LongType()), StructField("at", LongType())])
+    got = sorted(tuple(r) for r in arrow_frame(spark, rows, struct).collect())
+    assert got == [(2, 2), (3, 1), (7000, 3)]
