@@ -24,19 +24,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.harness.cli import Benchmark, Run
+from benchmarks.harness.results import repeat
+from benchmarks.harness.views import interleaved
 from benchmarks.scheduling import claims, report
 from schedulers import generators
 from schedulers.base import Policy
 from schedulers.freshness import evaluate_schedule
 from schedulers.model import TableSpec, TableState, Trace
-from schedulers.peers import IntervalPolicy
 from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import SimulationResult, simulate
 from testing.report import log, median, timed, timed_with_cpu
 
 SEED = 1
 UTILIZATIONS = (0.2, 0.5, 0.8)
-WEIGHTINGS = generators.WEIGHTINGS
 QUASI_PERIODS = (1.0, 10.0, 100.0)
 GENERATOR_ARGS: dict[str, dict[str, Any]] = {"quasiperiodic": {"periods": QUASI_PERIODS}, "poisson": {}, "bursty": {}}
 #: fleet name -> (tables, workers)
@@ -44,25 +44,27 @@ FLEETS: dict[str, tuple[int, int]] = {"fleet": (100, 4), "contended": (8, 2), "w
 #: Spark append job's fixed cost measured on this machine (seconds per job).
 JOB_OVERHEAD = 0.25
 OVERHEAD_UTILIZATION = 0.5
-#: Inside Theorem 4.3's premises for "wide" (g = 3 groups):
-#: alpha = U p / t = 0.006 <= (p - g) / 8t = 0.00625.
+#: Inside Theorem 4.3's premises for "wide" (g = 3 groups): alpha = U p / t = 0.006 <= (p - g) / 8t.
 PAPER_UTILIZATION = 0.075
-#: Horizon (s) per (generator, fleet): ~12,000 updates per workload for seed 1 (each count is
+#: Horizon (s) per generator and fleet: ~12,000 updates per workload for seed 1 (each count is
 #: reported), enough for stable ratios while the full run stays under ~10 minutes on 2 cores.
-HORIZONS: dict[tuple[str, str], float] = {
-    ("quasiperiodic", "fleet"): 240.0,
-    ("quasiperiodic", "contended"): 2700.0,
-    ("quasiperiodic", "wide"): 240.0,
-    ("poisson", "fleet"): 600.0,
-    ("poisson", "contended"): 5400.0,
-    ("bursty", "fleet"): 110.0,
-    ("bursty", "contended"): 1100.0,
+HORIZONS: dict[str, dict[str, float]] = {
+    "quasiperiodic": {"fleet": 240.0, "contended": 2700.0, "wide": 240.0},
+    "poisson": {"fleet": 600.0, "contended": 5400.0},
+    "bursty": {"fleet": 110.0, "contended": 1100.0},
 }
 QUICK_HORIZON_SCALE = 0.1
-BIG_TABLES, BIG_WORKERS, BIG_UTILIZATION = 1000, 8, 0.5
+#: The big trace: quasiperiodic, uniform weights, horizon found by ``build_big_trace``.
+BIG: dict[str, Any] = {"tables": 1000, "workers": 8, "utilization": 0.5, "periods": QUASI_PERIODS, "seed": SEED}
 DECISION_TABLES = 10_000
 DECISION_WORKERS = 8
 DECISION_MIN_RUNS = 3
+QUALITY_FIELDS = (
+    "updates batches total_staleness low_bound staleness_ratio max_stretch weighted_staleness weighted_low_bound "
+    "weighted_ratio makespan"
+).split()
+#: The figures ``evaluate_schedule`` computes from a recorded schedule too.
+CHECKED_FIELDS = [f for f in QUALITY_FIELDS if f not in ("staleness_ratio", "weighted_ratio", "makespan")]
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class Workload:
     suite: str
     generator: str
     fleet: str
+    tables: int
+    workers: int
     weighting: str
     utilization: float
     overhead: float
@@ -79,79 +83,31 @@ class Workload:
     seed: int = SEED
 
     @property
-    def tables(self) -> int:
-        return FLEETS[self.fleet][0]
-
-    @property
-    def workers(self) -> int:
-        return FLEETS[self.fleet][1]
-
-    @property
     def key(self) -> str:
         key = f"{self.generator}/{self.fleet}/{self.weighting}/U={self.utilization:g}"
         return key + (f"/oh={self.overhead:g}s" if self.overhead else "")
 
     def build(self) -> Trace:
-        factory = getattr(generators, self.generator)
-        return factory(
-            tables=self.tables,
-            workers=self.workers,
-            utilization=self.utilization,
-            horizon=self.horizon,
-            overhead=self.overhead,
-            weighting=self.weighting,
-            seed=self.seed,
-            **GENERATOR_ARGS[self.generator],
-        )
+        settings = {k: v for k, v in asdict(self).items() if k not in ("suite", "generator", "fleet")}
+        return getattr(generators, self.generator)(**settings, **GENERATOR_ARGS[self.generator])
 
 
 def suite(quick: bool) -> list[Workload]:
     """The fixed workload list: main grid, overhead variant, paper regime (see the module doc)."""
     scale = QUICK_HORIZON_SCALE if quick else 1.0
-
-    def grid(
-        name: str,
-        fleets: tuple[str, ...],
-        utilizations: tuple[float, ...],
-        overhead: float,
-        gens: tuple[str, ...] = tuple(GENERATOR_ARGS),
-    ) -> list[Workload]:
-        return [
-            Workload(name, gen, fleet, weighting, u, overhead, HORIZONS[(gen, fleet)] * scale)
-            for gen in gens
-            for fleet in fleets
-            for weighting in WEIGHTINGS
-            for u in utilizations
-        ]
-
-    return (
-        grid("main", ("fleet", "contended"), UTILIZATIONS, 0.0)
-        + grid("overhead", ("fleet", "contended"), (OVERHEAD_UTILIZATION,), JOB_OVERHEAD)
-        + grid("paper", ("wide",), (PAPER_UTILIZATION,), 0.0, gens=("quasiperiodic",))
-    )
-
-
-QUALITY_FIELDS = (
-    "updates",
-    "batches",
-    "total_staleness",
-    "low_bound",
-    "staleness_ratio",
-    "max_stretch",
-    "weighted_staleness",
-    "weighted_low_bound",
-    "weighted_ratio",
-    "makespan",
-)
-CHECKED_FIELDS = (
-    "updates",
-    "batches",
-    "total_staleness",
-    "low_bound",
-    "max_stretch",
-    "weighted_staleness",
-    "weighted_low_bound",
-)
+    grids = [  # suite, generators, fleets, utilizations, per-job overhead
+        ("main", GENERATOR_ARGS, ("fleet", "contended"), UTILIZATIONS, 0.0),
+        ("overhead", GENERATOR_ARGS, ("fleet", "contended"), (OVERHEAD_UTILIZATION,), JOB_OVERHEAD),
+        ("paper", ("quasiperiodic",), ("wide",), (PAPER_UTILIZATION,), 0.0),
+    ]
+    return [
+        Workload(name, gen, fleet, *FLEETS[fleet], weighting, u, overhead, HORIZONS[gen][fleet] * scale)
+        for name, gens, fleets, us, overhead in grids
+        for gen in gens
+        for fleet in fleets
+        for weighting in generators.WEIGHTINGS
+        for u in us
+    ]
 
 
 def _quality(result: SimulationResult) -> dict[str, Any]:
@@ -159,33 +115,30 @@ def _quality(result: SimulationResult) -> dict[str, Any]:
     return {k: summary[k] for k in QUALITY_FIELDS}
 
 
-def _close(a: float, b: float, rel: float = 1e-9) -> bool:
-    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * max(abs(a), abs(b)))
-
-
 def _evaluator_mismatches(trace: Trace, result: SimulationResult) -> list[str]:
     """Re-score the recorded schedule independently; the figures that disagree (none expected)."""
-    independent = evaluate_schedule(trace, result.schedule or [])
+    ours, theirs = result.freshness, evaluate_schedule(trace, result.schedule or [])
     return [
-        f"{name}: simulator {getattr(result.freshness, name)!r} vs evaluate_schedule {getattr(independent, name)!r}"
+        f"{name}: simulator {getattr(ours, name)!r} vs evaluate_schedule {getattr(theirs, name)!r}"
         for name in CHECKED_FIELDS
-        if not _close(float(getattr(result.freshness, name)), float(getattr(independent, name)))
+        if not math.isclose(getattr(ours, name), getattr(theirs, name), rel_tol=1e-9)
     ]
 
 
 def _policy_extras(result: SimulationResult) -> dict[str, Any]:
     """GroupAndRun's partition and regroup count (empty for the other policies)."""
     state = result.policy_state or {}
-    extras: dict[str, Any] = {}
-    if "regroups" in state:
-        extras["regroups"] = state["regroups"]
+    extras = {"regroups": state["regroups"]} if "regroups" in state else {}
     if "groups" in state:
-        extras["groups"] = [
-            {"period_range": g["period_range"], "tables": len(g["tables"]), "workers": g["workers"]}
-            for g in state["groups"]
-        ]
+        groups = state["groups"]
+        extras["groups"] = [{**g, "tables": len(g["tables"])} for g in groups]
         extras["spare_workers"] = state.get("spare_workers", [])
     return extras
+
+
+def simulated(trace: Trace, name: str, workers: int) -> tuple[SimulationResult, float, float]:
+    """A timed simulation with a fresh policy: (result, wall s, CPU s)."""
+    return timed_with_cpu(functools.partial(simulate, trace, make_policy(name), workers))
 
 
 def run_quality(workloads: list[Workload], policies: list[str], repeats: int, verify: bool) -> list[dict[str, Any]]:
@@ -196,38 +149,25 @@ def run_quality(workloads: list[Workload], policies: list[str], repeats: int, ve
         trace, generation = timed(workload.build)
         alphas = [spec.alpha for spec in trace.tables]
         weights = [spec.weight for spec in trace.tables]
-        record: dict[str, Any] = {
-            "workload": workload.key,
-            **asdict(workload),
-            "tables": workload.tables,
-            "workers": workload.workers,
-            "updates": trace.n_updates,
-            "generation_seconds": generation,
-            "alpha_mean": sum(alphas) / len(alphas),
-            "alpha_max": max(alphas),
-            "weight_range": [min(weights), max(weights)],
-            "policies": {},
-        }
+        record = {"workload": workload.key, **asdict(workload), "updates": trace.n_updates}
+        record |= {"generation_seconds": generation, "alpha_mean": sum(alphas) / len(alphas), "alpha_max": max(alphas)}
+        record |= {"weight_range": [min(weights), max(weights)], "policies": {}}
         for name in policies:  # the recorded run: quality figures (and the independent re-scoring)
             result = simulate(trace, make_policy(name), workload.workers, record_schedule=verify)
             record["policies"][name] = {
                 "quality": _quality(result),
                 "extras": _policy_extras(result),
                 "evaluator_mismatches": _evaluator_mismatches(trace, result) if verify else None,
-                "nondeterministic": [],
-                "seconds": [],
             }
-        for _ in range(repeats):  # timed runs, interleaved across policies so load drift hits all alike
-            for name in policies:
-                entry = record["policies"][name]
-                result, seconds = timed(functools.partial(simulate, trace, make_policy(name), workload.workers))
-                entry["seconds"].append(seconds)
-                quality = _quality(result)
-                if quality != entry["quality"]:
-                    entry["nondeterministic"].append([k for k in QUALITY_FIELDS if quality[k] != entry["quality"][k]])
-        for entry in record["policies"].values():
-            entry["median_seconds"] = median(entry["seconds"])
-            entry["updates_per_second"] = trace.n_updates / entry["median_seconds"]
+        # Timed runs, interleaved across policies so load drift hits all alike.
+        plans = {name: functools.partial(simulated, trace, name, workload.workers) for name in policies}
+        for name, runs in interleaved(repeats, plans).items():
+            entry, seconds = record["policies"][name], [wall for _, wall, _ in runs]
+            qualities = [_quality(result) for result, _, _ in runs]
+            differ = [[k for k in QUALITY_FIELDS if q[k] != entry["quality"][k]] for q in qualities]
+            entry["nondeterministic"] = [fields for fields in differ if fields]
+            entry["seconds"], entry["median_seconds"] = seconds, median(seconds)
+            entry["updates_per_second"] = trace.n_updates / median(seconds)
         records.append(record)
         myopic = record["policies"].get("myopic", {}).get("quality", {}).get("staleness_ratio", math.nan)
         log(
@@ -238,75 +178,32 @@ def run_quality(workloads: list[Workload], policies: list[str], repeats: int, ve
 
 
 def build_big_trace(target_updates: int) -> tuple[Trace, float, float]:
-    """Quasiperiodic, 1000 tables, the shortest horizon giving at least ``target_updates``."""
-    per_table = [
-        BIG_TABLES // len(QUASI_PERIODS) + (i < BIG_TABLES % len(QUASI_PERIODS)) for i in range(len(QUASI_PERIODS))
-    ]
-    rate = sum(count / (0.75 * b) for count, b in zip(per_table, QUASI_PERIODS, strict=True))  # mean gap is 0.75 B
+    """The big trace over the shortest horizon (in steps of 2%) giving at least ``target_updates``."""
+    periods, tables = BIG["periods"], BIG["tables"]
+    per_period = [tables // len(periods) + (i < tables % len(periods)) for i in range(len(periods))]
+    rate = sum(count / (0.75 * b) for count, b in zip(per_period, periods, strict=True))  # mean gap is 0.75 B
     horizon = math.ceil(1.01 * target_updates / rate)
     while True:
-        trace, generation = timed(
-            functools.partial(
-                generators.quasiperiodic,
-                tables=BIG_TABLES,
-                periods=QUASI_PERIODS,
-                horizon=float(horizon),
-                utilization=BIG_UTILIZATION,
-                workers=BIG_WORKERS,
-                weighting="uniform",
-                seed=SEED,
-            )
-        )
+        trace, generation = timed(functools.partial(generators.quasiperiodic, horizon=float(horizon), **BIG))
         if trace.n_updates >= target_updates:
             return trace, float(horizon), generation
         horizon = math.ceil(horizon * 1.02)
 
 
 def run_big(policies: list[str], target_updates: int, repeats: int, repeats_others: int) -> dict[str, Any]:
-    """Simulation time of the big trace per policy (a fresh policy each run)."""
+    """Simulation time of the big trace per policy (a fresh policy each run; myopic, the target, first)."""
     trace, horizon, generation = build_big_trace(target_updates)
-    log(
-        f"[big] trace: {trace.n_updates:,} updates over {BIG_TABLES} tables, horizon "
-        f"{horizon:.0f} s, generated in {generation:.1f} s"
-    )
-    out: dict[str, Any] = {
-        "generator": "quasiperiodic",
-        "tables": BIG_TABLES,
-        "workers": BIG_WORKERS,
-        "utilization": BIG_UTILIZATION,
-        "periods": list(QUASI_PERIODS),
-        "horizon": horizon,
-        "seed": SEED,
-        "updates": trace.n_updates,
-        "generation_seconds": generation,
-        "policies": {},
-    }
-    order = (["myopic"] if "myopic" in policies else []) + [p for p in policies if p != "myopic"]
-    for name in order:
-        runs = repeats if name == "myopic" else repeats_others
-        seconds: list[float] = []
-        cpu: list[float] = []
-        for _ in range(max(1, runs)):
-            result, elapsed, cpu_seconds = timed_with_cpu(
-                functools.partial(simulate, trace, make_policy(name), BIG_WORKERS)
-            )
-            seconds.append(elapsed)
-            cpu.append(cpu_seconds)
-        out["policies"][name] = {
-            "runs": len(seconds),
-            "seconds": seconds,
-            "median_seconds": median(seconds),
-            "cpu_seconds": cpu,
-            "median_cpu_seconds": median(cpu),
-            "updates_per_second": trace.n_updates / median(seconds),
-            "quality": _quality(result),
-            "extras": _policy_extras(result),
-        }
-        del result
-        log(
-            f"[big] {name}: median {median(seconds):.2f} s (CPU {median(cpu):.2f} s) over "
-            f"{len(seconds)} run(s), {trace.n_updates / median(seconds):,.0f} updates/s"
-        )
+    log(f"[big] trace: {trace.n_updates:,} updates, horizon {horizon:.0f} s, generated in {generation:.1f} s")
+    out: dict[str, Any] = {"generator": "quasiperiodic", **BIG, "horizon": horizon, "updates": trace.n_updates}
+    out |= {"generation_seconds": generation, "policies": {}}
+    for name in sorted(policies, key=lambda p: p != "myopic"):
+        times = max(1, repeats if name == "myopic" else repeats_others)
+        results, seconds, cpu = zip(*repeat(times, f"[big] {name}", simulated, trace, name, BIG["workers"]))
+        result, seconds, cpu = results[-1], list(seconds), list(cpu)
+        entry = {"runs": len(seconds), "seconds": seconds, "median_seconds": median(seconds), "cpu_seconds": cpu}
+        entry |= {"median_cpu_seconds": median(cpu), "updates_per_second": trace.n_updates / median(seconds)}
+        out["policies"][name] = entry | {"quality": _quality(result), "extras": _policy_extras(result)}
+        log(f"[big] {name}: median {median(seconds):.2f} s (CPU {median(cpu):.2f} s) over {len(seconds)} run(s)")
     return out
 
 
@@ -328,10 +225,8 @@ class HarnessOnly(Policy):
         return tid
 
 
-#: Decision-loop clock step (simulated seconds per decision) and the interval policy's
-#: trigger period here: half a step, so every batch "overruns" its trigger and the table is
-#: due the moment it finishes (Spark's behaviour): the trigger path runs on every decision
-#: without the loop ever waiting for a trigger.
+#: Simulated seconds per decision, and the interval policy's trigger period: half a step, so every
+#: batch overruns its trigger (Spark's behaviour) and the trigger path runs on every decision.
 DECISION_STEP = 1e-3
 INTERVAL_DECISION_PERIOD = DECISION_STEP / 2
 
@@ -339,25 +234,15 @@ INTERVAL_DECISION_PERIOD = DECISION_STEP / 2
 def decision_specs(tables: int) -> list[TableSpec]:
     rng = random.Random(SEED)
     alpha = 0.5 * DECISION_WORKERS / tables
-    return [
-        TableSpec(
-            name=f"d{i:05d}",
-            alpha=alpha,
-            weight=round(20.0 ** rng.random(), 3),
-            period=QUASI_PERIODS[i % len(QUASI_PERIODS)],
-        )
-        for i in range(tables)
-    ]
+    weights = [round(20.0 ** rng.random(), 3) for _ in range(tables)]
+    periods = [QUASI_PERIODS[i % len(QUASI_PERIODS)] for i in range(tables)]
+    return [TableSpec(name=f"d{i:05d}", alpha=alpha, weight=weights[i], period=periods[i]) for i in range(tables)]
 
 
 def decision_factories() -> dict[str, Callable[[], Policy]]:
-    factories: dict[str, Callable[[], Policy]] = {"(harness only)": HarnessOnly}
-    for name in POLICIES:
-        if name == "interval":
-            factories[name] = functools.partial(IntervalPolicy, period=INTERVAL_DECISION_PERIOD)
-        else:
-            factories[name] = functools.partial(make_policy, name)
-    return factories
+    """The baseline, then every policy (``period`` is the interval policy's trigger; the others drop it)."""
+    policies = {name: functools.partial(make_policy, name, period=INTERVAL_DECISION_PERIOD) for name in POLICIES}
+    return {"(harness only)": HarnessOnly, **policies}
 
 
 def decision_run(factory: Callable[[], Policy], specs: list[TableSpec], decisions: int, warmup: int) -> dict[str, Any]:
@@ -393,10 +278,9 @@ def decision_run(factory: Callable[[], Policy], specs: list[TableSpec], decision
                 notify(tid, now)
                 free.append(worker)
             worker = take()
-            chosen = choose(worker, now)
-            if chosen is None:
+            tid = choose(worker, now)
+            if tid is None:
                 raise RuntimeError(f"{policy.name}: choose returned None with every table pending")
-            tid = chosen
             state = states[tid]
             released = len(state.releases)
             state.dispatched = released if limit is None else min(released, state.dispatched + limit)
@@ -408,57 +292,34 @@ def decision_run(factory: Callable[[], Policy], specs: list[TableSpec], decision
 
     now = cycle(warmup, 3.0)
     _, elapsed = timed(functools.partial(cycle, decisions, now))
-    return {
-        "ns_per_decision": elapsed * 1e9 / decisions,
-        "setup_ms": setup_ns / 1e6,
-        **_index_size(policy),
-        "workers_driven": len(workers),
-    }
-
-
-def _index_size(policy: Policy) -> dict[str, int | None]:
-    """Live entries and raw length of the policy's LazyHeap(s): the index holds ~10k tables."""
+    # The index's size: live entries and raw length of the policy's LazyHeap(s), ~10k tables.
     heaps = [getattr(policy, attr) for attr in ("_heap", "_queue", "_due") if getattr(policy, attr, None) is not None]
     heaps += [group.heap for group in getattr(policy, "_groups", None) or []]
-    if not heaps:
-        return {"index_live_entries": None, "index_heap_entries": None}
-    return {
-        "index_live_entries": sum(len(h) for h in heaps),
-        "index_heap_entries": sum(len(getattr(h, "_heap", ())) for h in heaps),
-    }
+    live = sum(len(h) for h in heaps) if heaps else None
+    entries = sum(len(getattr(h, "_heap", ())) for h in heaps) if heaps else None
+    out = {"ns_per_decision": elapsed * 1e9 / decisions, "setup_ms": setup_ns / 1e6, "index_live_entries": live}
+    return out | {"index_heap_entries": entries, "workers_driven": len(workers)}
 
 
 def run_decisions(policies: list[str], tables: int, decisions: int, warmup: int, repeats: int) -> dict[str, Any]:
     """Decision cost per policy, median of ``repeats`` runs interleaved across policies."""
-    specs = decision_specs(tables)
-    factories = decision_factories()
+    specs, factories = decision_specs(tables), decision_factories()
     names = ["(harness only)"] + [p for p in policies if p in factories]
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    for _ in range(repeats):
-        for name in names:
-            runs[name].append(decision_run(factories[name], specs, decisions, warmup))
-    out: dict[str, Any] = {
-        "tables": tables,
-        "workers": DECISION_WORKERS,
-        "decisions_timed": decisions,
-        "warmup_decisions": warmup,
-        "repeats": repeats,
-        "interval_trigger_period": INTERVAL_DECISION_PERIOD,
-        "clock_step": DECISION_STEP,
-        "policies": {},
-    }
+    runs = interleaved(
+        repeats, {n: functools.partial(decision_run, factories[n], specs, decisions, warmup) for n in names}
+    )
+    out: dict[str, Any] = {"tables": tables, "workers": DECISION_WORKERS, "decisions_timed": decisions}
+    out |= {"warmup_decisions": warmup, "repeats": repeats, "interval_trigger_period": INTERVAL_DECISION_PERIOD}
+    out |= {"clock_step": DECISION_STEP, "policies": {}}
     baseline = median([r["ns_per_decision"] for r in runs["(harness only)"]])
-    for name in names:
-        samples = [r["ns_per_decision"] for r in runs[name]]
-        last = runs[name][-1]
+    for name, done in runs.items():
+        samples = [r["ns_per_decision"] for r in done]
         out["policies"][name] = {
             "ns_per_decision_samples": samples,
             "ns_per_decision": median(samples),
             "ns_policy_share": median(samples) - baseline,
-            "setup_ms": median([r["setup_ms"] for r in runs[name]]),
-            "index_live_entries": last["index_live_entries"],
-            "index_heap_entries": last["index_heap_entries"],
-            "workers_driven": last["workers_driven"],
+            "setup_ms": median([r["setup_ms"] for r in done]),
+            **{k: done[-1][k] for k in ("index_live_entries", "index_heap_entries", "workers_driven")},
         }
         log(f"[decision] {name}: {median(samples):,.0f} ns per decision at {tables:,} tables")
     return out
@@ -472,17 +333,10 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 def suite_description(quick: bool) -> dict[str, Any]:
     """The suite's parameters, stored with the results: the report never restates them."""
-    return {
-        "seed": SEED,
-        "utilizations": list(UTILIZATIONS),
-        "weightings": list(WEIGHTINGS),
-        "quasi_periods": list(QUASI_PERIODS),
-        "fleets": {k: list(v) for k, v in FLEETS.items()},
-        "job_overhead": JOB_OVERHEAD,
-        "overhead_utilization": OVERHEAD_UTILIZATION,
-        "paper_utilization": PAPER_UTILIZATION,
-        "horizon_scale": QUICK_HORIZON_SCALE if quick else 1.0,
-    }
+    out = {"seed": SEED, "utilizations": list(UTILIZATIONS), "weightings": list(generators.WEIGHTINGS)}
+    out |= {"quasi_periods": list(QUASI_PERIODS), "fleets": {k: list(v) for k, v in FLEETS.items()}}
+    out |= {"job_overhead": JOB_OVERHEAD, "overhead_utilization": OVERHEAD_UTILIZATION}
+    return out | {"paper_utilization": PAPER_UTILIZATION, "horizon_scale": QUICK_HORIZON_SCALE if quick else 1.0}
 
 
 def measure(run: Run) -> dict[str, Any]:
@@ -491,24 +345,14 @@ def measure(run: Run) -> dict[str, Any]:
     if unknown := [p for p in policies if p not in POLICIES]:
         raise SystemExit(f"unknown policies: {', '.join(unknown)}")
     decisions, verify = args.decisions, not args.no_verify
-    run.meta.update(
-        decision_repeats=max(DECISION_MIN_RUNS, args.repeats),
-        verify=verify,
-        policies=policies,
-        suite=suite_description(quick),
-    )
+    decision_repeats = max(DECISION_MIN_RUNS, args.repeats)
+    run.meta.update(decision_repeats=decision_repeats, verify=verify, policies=policies, suite=suite_description(quick))
     big = claims.BIG_UPDATES // 10 if quick else claims.BIG_UPDATES
     return run.parts(
         quality=lambda: run_quality(suite(quick), policies, args.repeats, verify),
         big=lambda: run_big(policies, big, args.repeats, args.big_repeats_others),
-        decisions=lambda: run_decisions(policies, DECISION_TABLES, decisions, decisions // 2, max(3, args.repeats)),
+        decisions=lambda: run_decisions(policies, DECISION_TABLES, decisions, decisions // 2, decision_repeats),
     )
-
-
-def judge(results: dict[str, Any]) -> None:
-    results["targets"] = claims.evaluate_targets(results)
-    results["claims"] = claims.evaluate_claims(results)
-    results["notes"] = claims.build_notes(results)
 
 
 BENCHMARK = Benchmark(
@@ -523,7 +367,7 @@ BENCHMARK = Benchmark(
     parts=("quality", "big", "decisions"),
     counts={"decisions": (10_000, 50_000, "timed decisions per run")},
     options=options,
-    finish=judge,
+    finish=claims.judge,
 )
 
 if __name__ == "__main__":

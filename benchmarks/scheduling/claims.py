@@ -8,7 +8,7 @@ workload is not counted for or against it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchmarks.harness.markdown import Template
@@ -21,14 +21,41 @@ POLICY_ABBREV = {
     "max-benefit": "max-ben",
     "no-batching": "no-batch",
 }
+
+
+def abbrev(name: str) -> str:
+    return POLICY_ABBREV.get(name, name)
+
+
+def _groups(groups: list[dict[str, Any]]) -> str:
+    """GroupAndRun's groups: period range → tables, workers."""
+    return "; ".join(
+        f"[{fmt_num(g['period_range'][0], 3)}, {fmt_num(g['period_range'][1], 3)}] → "
+        f"{g['tables']}t, w{','.join(map(str, g['workers']))}"
+        for g in groups
+    )
+
+
+def _index(d: dict[str, Any]) -> str:
+    """A policy's index: live entries / heap entries (lazy deletion leaves dead ones)."""
+    live, heap = d["index_live_entries"], d["index_heap_entries"]
+    return "–" if live is None else f"{live:,} / {heap:,}"
+
+
 T = Template(
     "scheduling",
     {
-        "opt": lambda v: "–" if v is None else fmt_num(v),
-        "abbrev": lambda name: POLICY_ABBREV.get(name, name),
+        "bound": lambda v: "no bound" if v is None else fmt_num(v),
+        "abbrev": abbrev,
+        "eager": lambda worst: f"{fmt_num(worst[1])} ({abbrev(worst[0])})" if worst else "–",
+        "yes": lambda ok: "yes" if ok else "no",
+        "groups": _groups,
+        "list": lambda values: ",".join(map(str, values)) or "–",
         "seconds": lambda values: ", ".join(f"{s:.2f}" for s in values),
         "micro": lambda values: ", ".join(f"{s / 1000:.2f}" for s in values),
         "us": lambda ns: f"{ns / 1000:.2f}",
+        "cpu": lambda entry: f"{entry['median_cpu_seconds']:.2f}" if "median_cpu_seconds" in entry else "–",
+        "index": _index,
     },
 )
 BIG_UPDATES = 1_000_000
@@ -63,9 +90,7 @@ def eager_bound(alpha: float, tables: int, workers: int, steps: int = 2000) -> f
     minimisation over beta in (0, 1 - gamma), gamma = sqrt(3) x / (1 - x). None when nothing fits.
     """
     x = alpha * tables / workers
-    if x >= 1.0:
-        return None
-    gamma = math.sqrt(3.0) * x / (1.0 - x)
+    gamma = math.sqrt(3.0) * x / (1.0 - x) if x < 1.0 else math.inf
     if gamma >= 1.0:
         return None
     best = math.inf
@@ -101,23 +126,17 @@ def bound_rows(quality: list[Record]) -> list[dict[str, Any]]:
     rows = []
     for r in quality:
         pol = r["policies"]
-        bound = eager_bound(r["alpha_max"], r["tables"], r["workers"]) if r["overhead"] == 0 else None
         eager = {name: pol[name]["quality"]["staleness_ratio"] for name in EAGER_POLICIES if name in pol}
         gar_ok, gar_why = gar_premises(r)
-        gar = pol.get("group-and-run", {}).get("quality")
-        rows.append(
-            {
-                "workload": r["workload"],
-                "x": r["alpha_max"] * r["tables"] / r["workers"],
-                "bound": bound,
-                "myopic_ratio": eager.get("myopic"),
-                "worst_eager": max(eager.items(), key=lambda kv: kv[1]) if eager else None,
-                "gar_applies": gar_ok,
-                "gar_premises": gar_why,
-                "gar_stretch": gar["max_stretch"] if gar else None,
-                "gar_weighted_ratio": gar["weighted_ratio"] if gar else None,
-            }
-        )
+        gar = pol.get("group-and-run", {}).get("quality") or {}
+        bound = eager_bound(r["alpha_max"], r["tables"], r["workers"]) if r["overhead"] == 0 else None
+        row = {"workload": r["workload"], "x": r["alpha_max"] * r["tables"] / r["workers"], "bound": bound}
+        row |= {
+            "myopic_ratio": eager.get("myopic"),
+            "worst_eager": max(eager.items(), key=lambda kv: kv[1], default=None),
+        }
+        row |= {"gar_applies": gar_ok, "gar_premises": gar_why}
+        rows.append(row | {"gar_stretch": gar.get("max_stretch"), "gar_weighted_ratio": gar.get("weighted_ratio")})
     return rows
 
 
@@ -129,27 +148,14 @@ def max_benefit_rows(quality: list[Record]) -> list[dict[str, Any]]:
         if r["weighting"] != "skewed" or "myopic" not in pol or "max-benefit" not in pol:
             continue
         my, mb = pol["myopic"]["quality"], pol["max-benefit"]["quality"]
-        wlow = my["weighted_low_bound"]
-        avoidable_my = my["weighted_staleness"] - wlow
-        gain = 1.0 - mb["weighted_staleness"] / my["weighted_staleness"]
-        rows.append(
-            {
-                "workload": r["workload"],
-                "suite": r["suite"],
-                "myopic_weighted": my["weighted_staleness"],
-                "max_benefit_weighted": mb["weighted_staleness"],
-                "weighted_low": wlow,
-                "gain": gain,
-                # A scheduler controls only W - W_LOW; the best possible gain is down to W_LOW.
-                "avoidable_gain": (1.0 - (mb["weighted_staleness"] - wlow) / avoidable_my)
-                if avoidable_my > 0
-                else math.nan,
-                "ceiling": 1.0 - wlow / my["weighted_staleness"],
-                "myopic_stretch": my["max_stretch"],
-                "max_benefit_stretch": mb["max_stretch"],
-                "meets": gain >= MAX_BENEFIT_GAIN_TARGET,
-            }
-        )
+        w_my, w_mb, low = my["weighted_staleness"], mb["weighted_staleness"], my["weighted_low_bound"]
+        # A scheduler controls only W - W_LOW; the best possible gain is down to W_LOW.
+        gain = 1.0 - w_mb / w_my
+        avoidable = 1.0 - (w_mb - low) / (w_my - low) if w_my > low else math.nan
+        row = {"workload": r["workload"], "suite": r["suite"], "gain": gain, "meets": gain >= MAX_BENEFIT_GAIN_TARGET}
+        row |= {"myopic_weighted": w_my, "max_benefit_weighted": w_mb, "weighted_low": low}
+        row |= {"avoidable_gain": avoidable, "ceiling": 1.0 - low / w_my}
+        rows.append(row | {"myopic_stretch": my["max_stretch"], "max_benefit_stretch": mb["max_stretch"]})
     return rows
 
 
@@ -161,71 +167,72 @@ def factor(record: Record, peer: str, good: str, field: str = "total_staleness")
     return pol[peer]["quality"][field] / pol[good]["quality"][field]
 
 
+def _row(block: str, heads: Sequence[str], ok: bool | None, **values: Any) -> dict[str, Any]:
+    """A table row from its template line (its ``heads``, `` | ``-separated) and its verdict."""
+    return {**dict(zip(heads, T.line(block, **values).split(" | "), strict=True)), "status": status(ok)}
+
+
 def _claim(block: str, ok: bool, **values: Any) -> dict[str, Any]:
-    claim, source, measured = T.line(block, **values).split(" | ")
-    return {"claim": claim, "source": source, "measured": measured, "status": status(ok)}
+    return _row(block, ("claim", "source", "measured"), ok, **values)
 
 
 def _factor_claim(block: str, quality: Iterable[Record], peer: str, good: str, goal: float) -> dict[str, Any] | None:
-    values = [(r["workload"], f) for r in quality if (f := factor(r, peer, good)) is not None]
+    values = {r["workload"]: f for r in quality if (f := factor(r, peer, good)) is not None}
     if not values:
         return None
-    met = [w for w, f in values if f >= goal]
-    numbers = [f for _, f in values]
+    numbers = list(values.values())
+    met, worst = sum(f >= goal for f in numbers), min(values, key=values.__getitem__)
     figures = {"low": min(numbers), "median": median(numbers), "high": max(numbers)}
-    measured = T.line(
-        "claim-factor", met=len(met), n=len(values), worst=min(values, key=lambda wf: wf[1])[0], **figures
-    )
-    return _claim(block, len(met) == len(values), goal=goal, measured=measured)
+    measured = T.line("claim-factor", met=met, n=len(values), worst=worst, **figures)
+    return _claim(block, met == len(values), goal=goal, measured=measured)
 
 
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Speed targets: 1M-update simulation with myopic; decision cost per policy at 10k tables."""
-    targets: list[dict[str, Any]] = []
+    heads, targets = ("target", "measured", "goal"), []
     big = results.get("big")
     if big and "myopic" in big["policies"]:
         entry = big["policies"]["myopic"]
-        seconds = entry["median_seconds"]
-        full = big["updates"] >= BIG_UPDATES
+        seconds, full = entry["median_seconds"], big["updates"] >= BIG_UPDATES
         more = "" if full else T.line("target-big-extrapolated", seconds=seconds * BIG_UPDATES / big["updates"])
-        values = {"big": big, "seconds": seconds, "runs": entry["runs"], "extrapolated": more}
-        name, measured, goal = T.line("target-big", goal_updates=BIG_UPDATES, goal=BIG_SECONDS_TARGET, **values).split(
-            " | "
-        )
+        values = {
+            "big": big,
+            "seconds": seconds,
+            "runs": entry["runs"],
+            "extrapolated": more,
+            "goal_updates": BIG_UPDATES,
+        }
         ok = seconds < BIG_SECONDS_TARGET if full else None
-        targets.append({"target": name, "measured": measured, "goal": goal, "status": status(ok)})
+        targets.append(_row("target-big", heads, ok, goal=BIG_SECONDS_TARGET, **values))
     decisions = results.get("decisions")
     for name, d in decisions["policies"].items() if decisions else ():
         if name != "(harness only)":
-            samples, goal = len(d["ns_per_decision_samples"]), DECISION_NS_TARGET / 1000
-            text = T.line("target-decision", tables=decisions["tables"], name=name, d=d, samples=samples, goal=goal)
-            target, measured, goal_text = text.split(" | ")
+            values = {"tables": decisions["tables"], "samples": len(d["ns_per_decision_samples"])}
             ok = d["ns_per_decision"] < DECISION_NS_TARGET
-            targets.append({"target": target, "measured": measured, "goal": goal_text, "status": status(ok)})
+            targets.append(_row("target-decision", heads, ok, name=name, d=d, goal=DECISION_NS_TARGET / 1000, **values))
     return targets
 
 
 def _myopic_ratio_claim(quality: list[Record]) -> dict[str, Any] | None:
     """The issue's target: myopic's staleness ratio < 1.10 at U = 0.5, quasiperiodic suite, each
     workload's floor 1 + 2 alpha beside it (above the target, no schedule can meet it)."""
-    rows = [
-        r
+    ratios = [
+        (r, r["policies"]["myopic"]["quality"]["staleness_ratio"])
         for r in quality
         if r["generator"] == "quasiperiodic"
         and r["suite"] == "main"
         and math.isclose(r["utilization"], MYOPIC_RATIO_UTILIZATION)
         and "myopic" in r["policies"]
     ]
-    if not rows:
+    if not ratios:
         return None
-    ratios = [(r, r["policies"]["myopic"]["quality"]["staleness_ratio"]) for r in rows]
     met = sum(ratio < MYOPIC_RATIO_TARGET for _, ratio in ratios)
     parts = "; ".join(
         T.line("claim-myopic-part", workload=r["workload"], ratio=ratio, floor=processing_floor(r["alpha_max"]))
         for r, ratio in ratios
     )
-    values = {"goal": MYOPIC_RATIO_TARGET, "utilization": MYOPIC_RATIO_UTILIZATION, "met": met, "n": len(rows)}
-    return _claim("claim-myopic", met == len(rows), parts=parts, **values)
+    values = {"goal": MYOPIC_RATIO_TARGET, "utilization": MYOPIC_RATIO_UTILIZATION, "met": met, "n": len(ratios)}
+    return _claim("claim-myopic", met == len(ratios), parts=parts, **values)
 
 
 def evaluate_claims(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -233,42 +240,33 @@ def evaluate_claims(results: dict[str, Any]) -> list[dict[str, Any]]:
     quality: list[Record] = results.get("quality") or []
     claims: list[dict[str, Any] | None] = []
     bounds = bound_rows(quality)
-    covered = [b for b in bounds if b["bound"] is not None and b["myopic_ratio"] is not None]
-    if covered:
-        held = [b for b in covered if b["myopic_ratio"] <= b["bound"]]
+    if covered := [b for b in bounds if b["bound"] is not None and b["myopic_ratio"] is not None]:
+        held = sum(b["myopic_ratio"] <= b["bound"] for b in covered)
         closest = min(covered, key=lambda b: b["bound"] / b["myopic_ratio"])
-        values = {"covered": len(covered), "workloads": len(bounds), "held": len(held), "closest": closest}
-        claims.append(_claim("claim-bound", len(held) == len(covered), **values))
+        values = {"covered": len(covered), "workloads": len(bounds), "held": held, "closest": closest}
+        claims.append(_claim("claim-bound", held == len(covered), **values))
     if gar := [b for b in bounds if b["gar_applies"] and b["gar_stretch"] is not None]:
-        held = [b for b in gar if b["gar_stretch"] < GAR_STRETCH_BOUND]
-        values = {"bound": GAR_STRETCH_BOUND, "applies": len(gar), "workloads": len(bounds), "held": len(held)}
+        held = sum(b["gar_stretch"] < GAR_STRETCH_BOUND for b in gar)
+        values = {"bound": GAR_STRETCH_BOUND, "applies": len(gar), "workloads": len(bounds), "held": held}
         stretches = ", ".join(f"{b['gar_stretch']:.3f}" for b in gar)
-        claims.append(_claim("claim-stretch", len(held) == len(gar), values=stretches, **values))
-        weighted = [b for b in gar if b["gar_weighted_ratio"] is not None]
-        held_w = [b for b in weighted if b["gar_weighted_ratio"] <= GAR_WEIGHTED_FACTOR]
-        ratios = ", ".join(f"{b['gar_weighted_ratio']:.3f}" for b in weighted)
-        values = {"factor": GAR_WEIGHTED_FACTOR, "held": len(held_w), "n": len(weighted), "values": ratios}
-        claims.append(_claim("claim-weighted", len(held_w) == len(weighted), **values))
+        claims.append(_claim("claim-stretch", held == len(gar), values=stretches, **values))
+        weighted = [b["gar_weighted_ratio"] for b in gar if b["gar_weighted_ratio"] is not None]
+        held = sum(w <= GAR_WEIGHTED_FACTOR for w in weighted)
+        values = {"factor": GAR_WEIGHTED_FACTOR, "held": held, "n": len(weighted)}
+        ratios = ", ".join(f"{w:.3f}" for w in weighted)
+        claims.append(_claim("claim-weighted", held == len(weighted), values=ratios, **values))
     claims.append(_myopic_ratio_claim(quality))
     if mb := max_benefit_rows(quality):
-        met = [row for row in mb if row["meets"]]
-        which = f" ({', '.join(row['workload'] for row in met)})" if met else ""
+        met = [row["workload"] for row in mb if row["meets"]]
+        which = f" ({', '.join(met)})" if met else ""
         reachable = sum(1 for row in mb if row["ceiling"] >= MAX_BENEFIT_GAIN_TARGET)
         best, worst = max(mb, key=lambda row: row["gain"]), min(mb, key=lambda row: row["gain"])
         values = {"goal": MAX_BENEFIT_GAIN_TARGET, "met": len(met), "n": len(mb), "which": which}
-        claims.append(
-            _claim("claim-max-benefit", len(met) == len(mb), best=best, worst=worst, reachable=reachable, **values)
-        )
-    claims.append(
-        _factor_claim(
-            "claim-interval", [r for r in quality if r["overhead"] == 0], "interval", "myopic", INTERVAL_FACTOR
-        )
-    )
-    claims.append(
-        _factor_claim(
-            "claim-collapse", [r for r in quality if r["overhead"] > 0], "no-batching", "myopic", COLLAPSE_FACTOR
-        )
-    )
+        ok = len(met) == len(mb)
+        claims.append(_claim("claim-max-benefit", ok, best=best, worst=worst, reachable=reachable, **values))
+    no_overhead, overhead = [r for r in quality if r["overhead"] == 0], [r for r in quality if r["overhead"] > 0]
+    claims.append(_factor_claim("claim-interval", no_overhead, "interval", "myopic", INTERVAL_FACTOR))
+    claims.append(_factor_claim("claim-collapse", overhead, "no-batching", "myopic", COLLAPSE_FACTOR))
     return [c for c in claims if c is not None]
 
 
@@ -285,11 +283,11 @@ def build_notes(results: dict[str, Any]) -> list[str]:
     if uncovered := [b for b in bound_rows(quality) if b["bound"] is None]:
         notes.append(T.line("note-no-bound", uncovered=len(uncovered), n=len(quality)))
     meta = results.get("meta") or {}
-    loads = [(meta.get("machine") or {}).get("loadavg_start"), meta.get("loadavg_end")]
-    peak = max((load[0] for load in loads if load), default=0.0)
-    cores = (meta.get("machine") or {}).get("nproc") or 1
-    if peak > cores:  # more runnable processes than cores: the benchmark was kept waiting
-        notes.append(T.line("note-load", peak=peak, cores=cores))
+    machine = meta.get("machine") or {}
+    loads = [load[0] for load in (machine.get("loadavg_start"), meta.get("loadavg_end")) if load]
+    cores = machine.get("nproc") or 1
+    if max(loads, default=0.0) > cores:  # more runnable processes than cores: the benchmark was kept waiting
+        notes.append(T.line("note-load", peak=max(loads), cores=cores))
     big = results.get("big")
     if big and (slow := [(n, e) for n, e in big["policies"].items() if e["median_seconds"] >= BIG_SECONDS_TARGET]):
         policies = ", ".join(f"{n} {e['median_seconds']:.1f} s" for n, e in slow)
@@ -305,3 +303,8 @@ def build_notes(results: dict[str, Any]) -> list[str]:
         worst = max(starved, key=lambda s: s[2])
         notes.append(T.line("note-starved", starved=len(starved), n=len(quality), worst=worst))
     return notes
+
+
+def judge(results: dict[str, Any]) -> None:
+    """The verdicts and notes of a run (after it and on ``--render``): targets, claims, notes."""
+    results.update(targets=evaluate_targets(results), claims=evaluate_claims(results), notes=build_notes(results))

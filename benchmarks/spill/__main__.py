@@ -25,7 +25,6 @@ from testing.report import log
 
 def measure(run: Run) -> dict[str, Any]:
     args = run.args
-    run.meta["seeds"] = args.seeds
     return run.parts(
         model=lambda: run_competitive(args.quick, log),
         io=lambda: run_io(args.repeats, args.dir, log, args.io_mib),

@@ -12,9 +12,7 @@ from schedulers.generators import bursty
 from schedulers.registry import make_policy
 from schedulers.simulator import SimulationResult, simulate
 
-TABLES = 20
-WORKERS = 2
-OVERHEAD = 0.2
+TRACE = {"tables": 20, "workers": 2, "overhead": 0.2}
 #: (high, low) watermarks as fractions of M: the service's default, and a lower pair.
 WATERMARKS = ((0.8, 0.5), (0.4, 0.2))
 CAP = 300.0  # the service's default staleness cap, seconds
@@ -32,55 +30,36 @@ def payload_sizes(trace_tables: int, update_tables: list[int], seed: int) -> tup
 
 
 def _figures(result: SimulationResult) -> dict[str, Any]:
-    f = result.freshness
-    pressure = result.policy_state.get("pressure_mode", {})
+    freshness = ("total_staleness", "staleness_ratio", "max_stretch", "batches")
     return {
         "peak_pending_bytes": result.peak_pending_bytes,
         "peak_memory_bytes": result.peak_memory_bytes,
-        "total_staleness": f.total_staleness,
-        "staleness_ratio": f.staleness_ratio,
-        "max_stretch": f.max_stretch,
-        "batches": f.batches,
-        "times_entered": pressure.get("times_entered"),
+        **{k: getattr(result.freshness, k) for k in freshness},
+        "times_entered": result.policy_state.get("pressure_mode", {}).get("times_entered"),
         "wall_seconds": result.wall_seconds,
     }
 
 
 def run_chain(quick: bool, seeds: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    horizon = 900.0 if quick else 3600.0
+    horizon, workers = 900.0 if quick else 3600.0, TRACE["workers"]
     cases = []
     for utilization in UTILIZATIONS:
         for seed in range(1, seeds + 1):
-            trace = bursty(
-                tables=TABLES, horizon=horizon, utilization=utilization, workers=WORKERS, overhead=OVERHEAD, seed=seed
-            )
+            trace = bursty(horizon=horizon, utilization=utilization, seed=seed, **TRACE)
             sizes, means = payload_sizes(len(trace.tables), trace.update_tables, seed)
-            plain = simulate(trace, make_policy("myopic"), WORKERS, sizes=sizes)
+            plain = simulate(trace, make_policy("myopic"), workers, sizes=sizes)
             budget = int(M_FRACTION * plain.peak_pending_bytes)
             runs = {"myopic": _figures(plain)}
             for high, low in WATERMARKS:
                 policy = ChainPressure(make_policy("myopic"), int(high * budget), int(low * budget), CAP)
-                runs[f"chain {high:g}/{low:g}"] = _figures(simulate(trace, policy, WORKERS, sizes=sizes))
-            busy = sum(spec.alpha for spec in trace.tables) / WORKERS
-            progress(
-                f"[chain] U={utilization} seed {seed}: {trace.n_updates:,} updates, "
-                + ", ".join(f"{k} peak {v['peak_pending_bytes'] / 2**20:,.0f} MiB" for k, v in runs.items())
-            )
-            cases.append(
-                {
-                    "utilization": utilization,
-                    "seed": seed,
-                    "updates": trace.n_updates,
-                    "budget_bytes": budget,
-                    "alpha_utilization": busy,
-                    "table_mean_bytes": means,
-                    "runs": runs,
-                }
-            )
+                runs[f"chain {high:g}/{low:g}"] = _figures(simulate(trace, policy, workers, sizes=sizes))
+            peaks = (f"{k} peak {v['peak_pending_bytes'] / 2**20:,.0f} MiB" for k, v in runs.items())
+            progress(f"[chain] U={utilization} seed {seed}: {trace.n_updates:,} updates, " + ", ".join(peaks))
+            busy = sum(spec.alpha for spec in trace.tables) / workers
+            case = {"utilization": utilization, "seed": seed, "updates": trace.n_updates, "budget_bytes": budget}
+            cases.append(case | {"alpha_utilization": busy, "table_mean_bytes": means, "runs": runs})
     return {
-        "tables": TABLES,
-        "workers": WORKERS,
-        "overhead": OVERHEAD,
+        **TRACE,
         "horizon": horizon,
         "watermarks": [list(w) for w in WATERMARKS],
         "cap": CAP,
