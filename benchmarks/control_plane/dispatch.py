@@ -1,21 +1,13 @@
 """One dispatch decision in the live dispatcher (loader/loading/dispatcher.py) at N tables.
 
-The pure policy's cost is in the scheduling section (``benchmarks/scheduling``, "One
-dispatch decision at 10,000 tables"); this is the driver around it, as the service runs
-it: every table has a pending update; when a batch finishes, its table gets its next
-update (``Dispatcher.released``: pending store, scheduler state, freshness ledger, the
-observed trace) and the free worker is offered to the policy (``choose``), the chosen
-table's queue taken from the pending store and started, the finish accounted (ledger,
-cost estimate, stretches, the handler's ``loaded``). One decision is that whole cycle.
-
-Two ways to run a batch:
-
-- ``inline``: the worker pool is replaced by an executor that runs the (empty) load at
-  once on the event loop's thread; the finish still comes back through the loop, as it
-  does from a worker thread. This is the dispatcher's own cost per decision.
-- ``threads``: the real pool of worker threads; the load returns at once and the finish
-  is handed back with ``call_soon_threadsafe``. This adds the hand-offs between threads:
-  the most decisions per second one service can drive whatever Spark does.
+The driver around the pure policy (whose cost is in ``benchmarks/scheduling``), as the
+service runs it: every table has a pending update; one decision is a finished batch's
+table getting its next update (``Dispatcher.released``), the free worker offered to the
+policy (``choose``), the chosen queue taken and started, the finish accounted (ledger,
+cost estimate, stretches, the handler's ``loaded``). ``inline``: the pool is replaced by
+an executor that runs the (empty) load at once on the event loop's thread, the
+dispatcher's own cost; ``threads``: the real pool, with its hand-offs between threads
+(``call_soon_threadsafe``): the most decisions per second one service can drive.
 """
 
 from __future__ import annotations
@@ -34,6 +26,7 @@ from schedulers.model import TableSpec
 from schedulers.registry import make_policy
 
 SEED = 5
+WORKERS = 2
 
 
 class InlineExecutor(Executor):
@@ -49,13 +42,14 @@ class InlineExecutor(Executor):
 
 
 class Cycle:
-    """The dispatcher's handler: an empty load, and the table's next update once it finished."""
+    """The dispatcher's handler: an empty load, and the table's next update once it finished.
+    ``marks``: the clock at the end of the warm-up and at the last decision."""
 
-    def __init__(self, target: int) -> None:
-        self.dispatcher: Dispatcher | None = None
+    def __init__(self, warmup: int, decisions: int) -> None:
+        self.dispatcher: Dispatcher
+        self.warmup, self.target = warmup, warmup + decisions
         self.decisions = 0
-        self.target = target
-        self.marks: dict[int, float] = {}
+        self.marks: list[float] = []
         self.done = asyncio.Event()
         self.next_seq: dict[str, int] = {}
         self.last_release: dict[str, float] = {}
@@ -65,71 +59,46 @@ class Cycle:
 
     def loaded(self, done: FinishedBatch) -> None:
         self.decisions += 1
-        if self.decisions in self.marks:
-            self.marks[self.decisions] = time.perf_counter()
+        if self.decisions in (self.warmup, self.target):
+            self.marks.append(time.perf_counter())
         if self.decisions >= self.target:
             self.done.set()
-            return
-        self.release(done.table)
+        else:
+            self.release(done.table)
 
     def release(self, table: str) -> None:
-        assert self.dispatcher is not None
-        seq = self.next_seq.get(table, 1)
-        self.next_seq[table] = seq + 1
-        release = max(time.time(), self.last_release.get(table, 0.0) + 1e-6)
-        self.last_release[table] = release
+        seq = self.next_seq[table] = self.next_seq.get(table, 0) + 1
+        release = self.last_release[table] = max(time.time(), self.last_release[table] + 1e-6)
         self.dispatcher.released(Update(table, seq, release))
 
     def failed(self, failed: object) -> None:
         raise AssertionError(f"an empty load failed: {failed}")
 
-    def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
-        raise AssertionError("nothing is quarantined here")
 
-    def quarantined(self, batch: object) -> None:
-        raise AssertionError("nothing is quarantined here")
-
-
-async def _measure(tables: int, policy: str, workers: int, warmup: int, decisions: int, inline: bool) -> dict[str, Any]:
+async def _measure(tables: int, policy: str, decisions: int, inline: bool) -> float:
     rng = random.Random(SEED)
-    cycle = Cycle(warmup + decisions)
-    cycle.marks = {warmup: 0.0, warmup + decisions: 0.0}
-    dispatcher = Dispatcher(make_policy(policy), workers, PendingStore(), cycle)
-    cycle.dispatcher = dispatcher
+    cycle = Cycle(decisions // 5, decisions)
+    dispatcher = cycle.dispatcher = Dispatcher(make_policy(policy), WORKERS, PendingStore(), cycle)
     if inline:
         dispatcher._executor.shutdown()
         dispatcher._executor = InlineExecutor()  # type: ignore[assignment]  # (benchmark only)
     now = time.time()
-    began = time.perf_counter()
-    for i in range(tables):
+    names = [f"t{i:05d}" for i in range(tables)]
+    for name in names:
         weight = round(20.0 ** rng.random(), 3)
-        spec = TableSpec(name=f"t{i:05d}", alpha=0.001, overhead=0.2, weight=weight, period=rng.choice((1, 10, 100)))
-        origin = now - 300 + rng.random() * 200
+        spec = TableSpec(name=name, alpha=0.001, overhead=0.2, weight=weight, period=rng.choice((1, 10, 100)))
+        cycle.last_release[name] = origin = now - 300 + rng.random() * 200
         dispatcher.add_table(spec, origin=origin)
-        cycle.last_release[spec.name] = origin
-    for i in range(tables):
-        cycle.release(f"t{i:05d}")
-    setup = time.perf_counter() - began
-    cpu0 = time.process_time()
+    for name in names:
+        cycle.release(name)
     dispatcher.start()
     await cycle.done.wait()
-    cpu = time.process_time() - cpu0
     await dispatcher.wait_idle()
     dispatcher.shutdown()
-    wall = cycle.marks[warmup + decisions] - cycle.marks[warmup]
-    return {
-        "tables": tables,
-        "policy": policy,
-        "workers": workers,
-        "mode": "inline" if inline else "threads",
-        "decisions": decisions,
-        "us_per_decision": wall / decisions * 1e6,
-        "decisions_per_s": decisions / wall,
-        "setup_s": setup,
-        "cpu_s_all": cpu,
-    }
+    return (cycle.marks[1] - cycle.marks[0]) / decisions * 1e6
 
 
-def measure(tables: int, policy: str, *, workers: int, warmup: int, decisions: int, inline: bool) -> dict[str, Any]:
-    """One run on a fresh event loop, dispatcher and policy."""
-    return asyncio.run(_measure(tables, policy, workers, warmup, decisions, inline))
+def measure(tables: int, policy: str, decisions: int, inline: bool) -> float:
+    """Microseconds per decision, over ``decisions`` after a warm-up of a fifth as many, on a
+    fresh event loop, dispatcher and policy."""
+    return asyncio.run(_measure(tables, policy, decisions, inline))

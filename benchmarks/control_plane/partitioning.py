@@ -1,20 +1,12 @@
 """100,000 tables across loader instances, checked with the simulator (docs/scaling.md).
 
-The trace: every table receives Poisson updates at the same rate; every load is a
-single-table Spark job of fixed cost (today's ~0.2 s of overhead, alpha 0), the paper's
-model as ``schedulers.simulator.simulate`` runs it, policy myopic (the service's default).
-
-A configuration is k instances with P workers each. Tables are partitioned by a hash of
-their name (crc32 mod k), as a deployment would route them, and each instance is
-simulated alone on its tables' updates: instances share nothing but the warehouse, so
-this is exact for the model. "pooled" is one instance with all k x P workers, the same
-Spark capacity driven by a single control plane.
-
-Figures over the window [0, horizon] (common to every configuration, so a drain after
-the last update does not count): mean staleness (time average over tables and time),
-the same for an ideal loader that makes every update visible the moment it arrives,
-their ratio, and update latency (arrival to the finish of the job that loaded it),
-mean and p99. The simulator's run time is the sum over instances (one machine
+Every table gets Poisson updates at one rate (``schedulers.generators.many_feeds``), every
+load is a single-table job of fixed cost, policy myopic, ``schedulers.simulator.simulate``
+as it is. k instances x P workers: tables partitioned by crc32(name) mod k, as a
+deployment would route them, each instance simulated alone (instances share nothing but
+the warehouse, so this is exact for the model); "pooled" is one instance with all k x P
+workers. Figures over [0, horizon], so a drain after the last update does not count
+(``testing.observed_staleness``). Simulator time: the sum over instances (one machine
 simulating all) and the largest instance's (instances simulated in parallel).
 """
 
@@ -22,93 +14,64 @@ from __future__ import annotations
 
 import bisect
 import math
-import random
+import statistics
 import time
 import zlib
 from typing import Any
 
-from schedulers.model import BatchRecord, TableSpec, Trace
+from schedulers.generators import many_feeds
+from schedulers.model import BatchRecord, Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
+from testing.observed_staleness import ObservedUpdate, summarize
+from testing.report import log
 
 SEED = 14
-
-
-def workload(tables: int, rate: float, horizon: float, job_seconds: float) -> Trace:
-    """Poisson updates at ``rate`` per table until ``horizon``; every job costs ``job_seconds``."""
-    rng = random.Random(SEED)
-    events: list[tuple[float, int]] = []
-    specs = []
-    for tid in range(tables):
-        specs.append(TableSpec(name=f"t{tid:06d}", alpha=0.0, overhead=job_seconds, period=1.0 / rate))
-        at = rng.expovariate(rate)
-        while at <= horizon:
-            events.append((at, tid))
-            at += rng.expovariate(rate)
-    events.sort()
-    return Trace(tables=specs, update_tables=[t for _, t in events], update_releases=[r for r, _ in events])
+RATE, JOB_SECONDS = 0.01, 0.2
+#: (tables, horizon s, configurations: (instances, workers per instance)), quick and full.
+QUICK = (10_000, 600.0, [(1, 2), (10, 2), (1, 20)])
+FULL = (100_000, 1200.0, [(1, 2), (10, 2), (50, 2), (100, 2), (1, 200), (10, 20)])
 
 
 def partition(trace: Trace, instances: int) -> list[Trace]:
     """One trace per instance: the tables whose crc32(name) mod k is its number, in trace order."""
+    if instances == 1:
+        return [trace]
     owner = [zlib.crc32(spec.name.encode()) % instances for spec in trace.tables]
-    local: list[dict[int, int]] = [{} for _ in range(instances)]
     parts = [Trace(tables=[]) for _ in range(instances)]
-    for tid, spec in enumerate(trace.tables):
-        part = parts[owner[tid]]
-        local[owner[tid]][tid] = len(part.tables)
-        part.tables.append(spec)
+    local = []  # each table's number in its instance
+    for spec, k in zip(trace.tables, owner):
+        local.append(len(parts[k].tables))
+        parts[k].tables.append(spec)
     for tid, release in zip(trace.update_tables, trace.update_releases):
-        k = owner[tid]
-        parts[k].update_tables.append(local[k][tid])
-        parts[k].update_releases.append(release)
+        parts[owner[tid]].update_tables.append(local[tid])
+        parts[owner[tid]].update_releases.append(release)
     return parts
 
 
-def _upto_integral(changes: list[tuple[float, float]], horizon: float) -> float:
-    """Integral over [0, horizon] of current_upto(t), which is 0 until the first change and
-    then the value of the latest change (at, value) with at <= t."""
-    total, previous_at, previous_value = 0.0, 0.0, 0.0
-    for at, value in changes:
-        if at >= horizon:
-            break
-        total += previous_value * (at - previous_at)
-        previous_at, previous_value = at, value
-    return total + previous_value * (horizon - previous_at)
-
-
 def freshness(trace: Trace, schedule: list[BatchRecord], horizon: float) -> dict[str, float]:
-    """Staleness over [0, horizon] of this schedule and of the ideal one; update latencies."""
-    releases = trace.releases_by_table()
+    """Staleness over [0, horizon] of this schedule and of the ideal one, every update visible
+    when the batch that loaded it finished; update latencies."""
     index = trace.table_index()
-    batches: list[list[BatchRecord]] = [[] for _ in trace.tables]
-    for record in schedule:
-        batches[index[record.table]].append(record)
-    n = len(trace.tables)
-    square = n * horizon * horizon / 2
-    actual = ideal = 0.0
-    latencies: list[float] = []
-    for tid in range(n):
-        done = sorted(batches[tid], key=lambda b: b.finish)
-        actual += _upto_integral([(b.finish, b.last_release) for b in done], horizon)
-        ideal += _upto_integral([(r, r) for r in releases[tid]], horizon)
-        lasts = [b.last_release for b in done]
-        for release in releases[tid]:
-            latencies.append(done[bisect.bisect_left(lasts, release)].finish - release)
-    latencies.sort()
-    mean = (square - actual) / (n * horizon)
-    ideal_mean = (square - ideal) / (n * horizon)
+    done: list[list[BatchRecord]] = [[] for _ in trace.tables]
+    for record in sorted(schedule, key=lambda b: b.finish):
+        done[index[record.table]].append(record)
+    observed = {}
+    for tid, releases in enumerate(trace.releases_by_table()):
+        lasts = [b.last_release for b in done[tid]]
+        observed[tid] = [ObservedUpdate(r, done[tid][bisect.bisect_left(lasts, r)].finish) for r in releases]
+    summary = summarize(observed, 0.0, horizon, dict.fromkeys(observed, 0.0), math.inf)
     return {
-        "mean_staleness_s": mean,
-        "ideal_mean_staleness_s": ideal_mean,
-        "ratio_to_ideal": mean / ideal_mean if ideal_mean else math.nan,
-        "mean_latency_s": sum(latencies) / len(latencies) if latencies else math.nan,
-        "p99_latency_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else math.nan,
+        "mean_staleness_s": summary.mean_staleness,
+        "ideal_mean_staleness_s": summary.ideal_mean_staleness,
+        "ratio_to_ideal": summary.ratio,
+        "mean_latency_s": statistics.fmean(u.visible - u.arrival for us in observed.values() for u in us),
+        "p99_latency_s": summary.latency_p99,
     }
 
 
 def run_configuration(trace: Trace, instances: int, workers: int, horizon: float) -> dict[str, Any]:
-    parts = partition(trace, instances) if instances > 1 else [trace]
+    parts = partition(trace, instances)
     schedule: list[BatchRecord] = []
     runs: list[float] = []
     batches = 0
@@ -116,36 +79,30 @@ def run_configuration(trace: Trace, instances: int, workers: int, horizon: float
         began = time.perf_counter()
         result = simulate(part, make_policy("myopic"), workers, record_schedule=True)
         runs.append(time.perf_counter() - began)
-        assert result.schedule is not None
-        schedule.extend(result.schedule)
+        schedule.extend(result.schedule or ())
         batches += result.freshness.batches
-    figures = freshness(trace, schedule, horizon)
     return {
         "instances": instances,
         "workers_per_instance": workers,
-        "workers": instances * workers,
-        "tables_per_instance": [len(p.tables) for p in parts] if instances > 1 else [len(trace.tables)],
-        "updates": trace.n_updates,
+        "tables_per_instance": [len(p.tables) for p in parts],
         "batches": batches,
         "simulate_s_total": sum(runs),
         "simulate_s_largest": max(runs),
-        **figures,
+        **freshness(trace, schedule, horizon),
     }
 
 
-def measure(
-    tables: int, rate: float, horizon: float, job_seconds: float, configurations: list[tuple[int, int]]
-) -> dict[str, Any]:
-    """``configurations``: (instances, workers per instance)."""
+def measure(quick: bool) -> dict[str, Any]:
+    tables, horizon, configurations = QUICK if quick else FULL
+    log(f"partitioning: {tables:,} tables, {len(configurations)} configurations")
     began = time.perf_counter()
-    trace = workload(tables, rate, horizon, job_seconds)
-    generated = time.perf_counter() - began
+    trace = many_feeds(tables=tables, rate=RATE, horizon=horizon, overhead=JOB_SECONDS, seed=SEED)
     return {
         "tables": tables,
-        "rate_per_table": rate,
+        "rate_per_table": RATE,
         "horizon_s": horizon,
-        "job_seconds": job_seconds,
+        "job_seconds": JOB_SECONDS,
         "updates": trace.n_updates,
-        "generate_s": generated,
+        "generate_s": time.perf_counter() - began,
         "configurations": [run_configuration(trace, k, p, horizon) for k, p in configurations],
     }

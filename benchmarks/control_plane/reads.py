@@ -1,17 +1,12 @@
 """What operators and Prometheus read at N tables: a /metrics scrape and GET /v1/tables pages.
 
-A service of N configured tables without Spark (``load=False``: nothing is loaded, no
-Delta table is made) behind FastAPI's TestClient, so each figure is the route's work on
-the event loop, JSON or text included, without a network. Every table has the metric
-children a loaded table has (one batch, one stretch, rows, received updates), and one
-table in ten has a pending update, so the top-k choice and the staleness order have work.
-
-- ``/metrics``: every table's series (``per_table_series = "all"``) against the top-k
-  (``"top-k"``, k = 100): wall time of GET /metrics, bytes and lines. The scrape runs on
-  the event loop: its time is a pause of intake.
-- ``GET /v1/tables``: the default page (1,000 tables), a page of 100 by name, the page
-  after it (cursor), a page of 100 stalest first, and every table in one page (limit
-  10,000).
+A service of N configured tables without Spark (``load=False``: nothing loaded, no Delta
+table made) behind FastAPI's TestClient: each figure is the route's work on the event
+loop (a pause of intake), JSON or text included, without a network. Every table has the
+metric children of one load, one in ten a pending update, so the top-k choice and the
+staleness order have work. /metrics with every table's series and with the top-k (k =
+100); pages of GET /v1/tables: the default (1,000), 100 by name, the next 100 (cursor),
+100 stalest first, every table (limit 10,000).
 """
 
 from __future__ import annotations
@@ -19,27 +14,29 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from benchmarks.harness.spark import timed
 from loader.config import load_settings
 from loader.core.updates import Update
+from testing.report import log
+from testing.service_harness import OPERATOR
 
-OPERATOR = "operator-token-0123456789"
 TOP_K = 100
 
 
-def _timed(call: Callable[[], Any], repeats: int) -> tuple[Any, list[float]]:
-    times, result = [], None
+def _get(client: TestClient, path: str, repeats: int, **params: Any) -> tuple[Any, dict[str, Any]]:
+    """The last answer, and the median and every wall time of ``repeats`` GETs, the answer's bytes."""
+    times = []
     for _ in range(repeats):
-        began = time.perf_counter()
-        result = call()
-        times.append(time.perf_counter() - began)
-    return result, times
+        answer, seconds = timed(lambda: client.get(path, params=params))
+        times.append(seconds)
+    assert answer.status_code == 200, answer.text[:300]
+    return answer, {"median_s": statistics.median(times), "all_s": times, "bytes": len(answer.content)}
 
 
 def _populate(service: Any) -> None:
@@ -58,7 +55,9 @@ def _populate(service: Any) -> None:
 
 
 def measure(tables: int, repeats: int) -> dict[str, Any]:
+    log(f"reads: {tables:,} tables")
     declared = [{"name": f"t{i:05d}", "schema": {"columns": [{"name": "k", "type": "int64"}]}} for i in range(tables)]
+    out: dict[str, Any] = {"tables": tables, "metrics": {}, "pages": {}}
     with tempfile.TemporaryDirectory(prefix="control-plane-reads-") as tmp:
         settings = load_settings(
             None,
@@ -67,37 +66,22 @@ def measure(tables: int, repeats: int) -> dict[str, Any]:
             auth_tokens=[{"token": OPERATOR, "role": "operator"}],
             maintenance={"wal_truncate_seconds": 3600, "compact_seconds": 0, "vacuum_seconds": 0},
         )
-        headers = {"Authorization": f"Bearer {OPERATOR}"}
-        out: dict[str, Any] = {"tables": tables, "metrics": {}, "pages": {}}
-        with TestClient(create_app(settings, load=False)) as client:
+        with TestClient(create_app(settings, load=False), headers={"Authorization": f"Bearer {OPERATOR}"}) as client:
             service = client.app.state.service  # type: ignore[attr-defined]
             client.portal.call(_populate, service)  # type: ignore[union-attr]
             for mode, top_k in (("all", None), ("top-k", TOP_K)):
                 client.portal.call(service.metrics.attach, service.dispatcher, top_k)  # type: ignore[union-attr]
-                answer, times = _timed(lambda: client.get("/metrics", headers=headers), repeats)
-                assert answer.status_code == 200
-                out["metrics"][mode] = {
-                    "median_s": statistics.median(times),
-                    "all_s": times,
-                    "bytes": len(answer.content),
-                    "lines": answer.content.count(b"\n"),
-                    "top_k": top_k,
-                }
-            first_100 = client.get("/v1/tables", params={"limit": 100}, headers=headers).json()
+                answer, figures = _get(client, "/metrics", repeats)
+                out["metrics"][mode] = figures | {"lines": answer.content.count(b"\n"), "top_k": top_k}
+            cursor = client.get("/v1/tables", params={"limit": 100}).json()["next_cursor"]
             asks = {
                 "default page (limit 1,000)": {},
                 "100 by name": {"limit": 100},
-                "the next 100 (cursor)": {"limit": 100, "cursor": first_100["next_cursor"]},
+                "the next 100 (cursor)": {"limit": 100, "cursor": cursor},
                 "100 stalest first": {"limit": 100, "sort": "staleness"},
                 "every table (limit 10,000)": {"limit": 10_000},
             }
             for label, params in asks.items():
-                answer, times = _timed(lambda p=params: client.get("/v1/tables", params=p, headers=headers), repeats)
-                assert answer.status_code == 200, answer.text[:300]
-                out["pages"][label] = {
-                    "median_s": statistics.median(times),
-                    "all_s": times,
-                    "bytes": len(answer.content),
-                    "tables": len(answer.json()["tables"]),
-                }
-        return out
+                answer, figures = _get(client, "/v1/tables", repeats, **params)
+                out["pages"][label] = figures | {"tables": len(answer.json()["tables"])}
+    return out

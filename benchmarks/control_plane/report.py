@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
-import statistics
+import functools
+import operator
 from typing import Any
 
 from benchmarks.harness.markdown import Template
-from testing.report import fmt_num, machine_markdown
+from testing.report import fmt_num, machine_markdown, median
 
 #: Goals of this section (set here, not by the issue): "1,000 and 10,000 tables must work",
 #: made concrete. Start-up: intake open within this many seconds at the largest size.
@@ -19,18 +19,12 @@ GOAL_TOP_K_GROWTH = 1.5
 GOAL_PAGE_S = 0.05
 #: The dispatcher's own work per decision grows at most this much from the smallest size to the largest.
 GOAL_DISPATCH_GROWTH = 2.0
-T = Template("control-plane", {"s3": lambda v: fmt_num(v, 3), "ms": lambda seconds: fmt_num(seconds * 1e3, 3)})
+T = Template("control-plane", {"ms": lambda seconds: fmt_num(seconds * 1e3, 3)})
 TIMES = (("first", "intake_open_s"), ("first", "ready_s"), ("restart", "intake_open_s"), ("restart", "ready_s"))
 
 
 def _median(runs: list[dict[str, Any]], *path: str) -> float:
-    values = []
-    for run in runs:
-        value: Any = run
-        for key in path:
-            value = value[key]
-        values.append(value)
-    return statistics.median(values) if values else math.nan
+    return median([functools.reduce(operator.getitem, path, run) for run in runs])
 
 
 def _check(block: str, ok: bool, **values: Any) -> dict[str, Any]:
@@ -95,19 +89,10 @@ def bulk_table(registration: dict[str, Any]) -> str:
 
 
 def dispatch_table(dispatch: dict[str, Any]) -> str:
-    by_key: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
+    modes: dict[tuple[int, str], dict[str, float]] = {}
     for row in dispatch["rows"]:
-        by_key.setdefault((row["tables"], row["policy"]), {})[row["mode"]] = row
-    rows = [
-        [
-            f"{tables:,}",
-            policy,
-            fmt_num(modes["inline"]["median_us"], 3) if "inline" in modes else "–",
-            fmt_num(modes["threads"]["median_us"], 3) if "threads" in modes else "–",
-            f"{1e6 / modes['threads']['median_us']:,.0f}" if "threads" in modes else "–",
-        ]
-        for (tables, policy), modes in by_key.items()
-    ]
+        modes.setdefault((row["tables"], row["policy"]), {})[row["mode"]] = row["median_us"]
+    rows = [(n, policy, us["inline"], us["threads"], 1e6 / us["threads"]) for (n, policy), us in modes.items()]
     return T.table("dispatch-table", rows)
 
 
@@ -146,29 +131,16 @@ def measured(part: dict[str, Any]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    parts = [
-        T(
-            "head",
-            machine=machine_markdown(results["meta"], "loader"),
-            checks=T.table("checks-table", checks(results), "llll"),
-        )
-    ]
+    checks_table = T.table("checks-table", checks(results), "llll")
+    parts = [T("head", machine=machine_markdown(results["meta"], "loader"), checks=checks_table)]
     if registration := results.get("registration"):
         config, bulk = config_table(registration), bulk_table(registration)
-        parts.append(
-            T(
-                "registration",
-                measured=measured(registration),
-                repeats=registration["repeats"],
-                config=config,
-                bulk=bulk,
-            )
-        )
+        parts.append(T("registration", measured=measured(registration), r=registration, config=config, bulk=bulk))
     if dispatch := results.get("dispatch"):
         parts.append(T("dispatch", measured=measured(dispatch), d=dispatch, table=dispatch_table(dispatch)))
     if reads := results.get("reads"):
         tables = {"metrics": metrics_table(reads), "pages": pages_table(reads)}
-        parts.append(T("reads", measured=measured(reads), repeats=reads["repeats"], **tables))
+        parts.append(T("reads", measured=measured(reads), r=reads, **tables))
     if part := results.get("partitioning"):
         parts.append(T("partitioning", measured=measured(part), p=part, table=partitioning_table(part)))
     return "".join(parts).rstrip() + "\n"

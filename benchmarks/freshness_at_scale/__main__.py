@@ -15,39 +15,26 @@ Per workload and system (``variants.py``), one after the other: ``cell.py`` meas
 from __future__ import annotations
 
 import argparse
+import itertools
 import signal
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from benchmarks.freshness_at_scale import report
 from benchmarks.freshness_at_scale.analyze import analyze
-from benchmarks.freshness_at_scale.cell import Options, run_cell
+from benchmarks.freshness_at_scale.cell import run_cell
 from benchmarks.freshness_at_scale.variants import DEFAULT_VARIANTS, Variant, check_code_dir, load_variants
 from benchmarks.freshness_at_scale.workload import Workload, schedule
 from benchmarks.harness.cli import Benchmark, Run
-from testing.report import LoadMonitor, fmt_duration, load_average, log, write_json
+from testing.report import LoadMonitor, fmt_duration, log, write_json
 
 MODULE = "benchmarks.freshness_at_scale"
 FULL_WORKLOADS = "50:0.5,200:0.5,1000:0.1"
 QUICK_WORKLOADS = "10:0.5"
 #: Warm-up: this many mean inter-arrival times of a table (the cold-start backlog settles).
 WARMUP_INTERARRIVALS = 3.0
-
-
-def parse_workloads(text: str, duration: float, warmup: float | None, seed: int, rows: int) -> list[Workload]:
-    workloads = []
-    for item in text.split(","):
-        try:
-            tables, rate = item.split(":")
-            n, r = int(tables), float(rate)
-        except ValueError:
-            raise ValueError(f"workload {item!r}: write TABLES:RATE, e.g. 200:0.5") from None
-        if n < 1 or r <= 0:
-            raise ValueError(f"workload {item!r}: at least one table and a positive rate")
-        w = warmup if warmup is not None else max(4.0, WARMUP_INTERARRIVALS / r)
-        workloads.append(Workload(tables=n, rate=r, warmup=w, duration=duration, rows_per_update=rows, seed=seed))
-    return workloads
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -74,13 +61,17 @@ def options(parser: argparse.ArgumentParser) -> None:
 def plan(args: argparse.Namespace) -> tuple[list[Workload], list[Variant]]:
     """The workloads and the systems to run (SystemExit for a wrong argument)."""
     try:
-        workloads = parse_workloads(
-            args.workloads or (QUICK_WORKLOADS if args.quick else FULL_WORKLOADS),
-            args.duration,
-            args.warmup,
-            args.seed,
-            args.rows,
-        )
+        workloads = []
+        for item in (args.workloads or (QUICK_WORKLOADS if args.quick else FULL_WORKLOADS)).split(","):
+            try:
+                tables, rates = item.split(":")
+                n, rate = int(tables), float(rates)
+            except ValueError:
+                raise ValueError(f"workload {item!r}: write TABLES:RATE, e.g. 200:0.5") from None
+            if n < 1 or rate <= 0:
+                raise ValueError(f"workload {item!r}: at least one table and a positive rate")
+            warmup = args.warmup if args.warmup is not None else max(4.0, WARMUP_INTERARRIVALS / rate)
+            workloads.append(Workload(n, rate, warmup, args.duration, args.rows, args.seed))
         variants = load_variants(args.variants) if args.variants else list(DEFAULT_VARIANTS)
         if args.systems:
             wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -98,27 +89,23 @@ def estimate_seconds(workloads: list[Workload], variants: list[Variant]) -> floa
     """A rough duration from smoke runs on 2 busy cores: start-up, priming, arrivals, drain,
     read-back and stop per measurement (the peer's priming and drain grow fastest)."""
     total = 0.0
-    for w in workloads:
+    for w, v in itertools.product(workloads, variants):
         n = w.tables
-        for v in variants:
-            if v.kind == "peer":
-                total += (20 + 0.15 * n) + 0.45 * n + w.horizon + min(600.0, 30 + 0.6 * n) + 10
-            else:
-                total += (25 + 0.03 * n) + (5 + n / 10) + w.horizon + (10 + n / 100) + 0.05 * n + 5
+        if v.kind == "peer":
+            total += (20 + 0.15 * n) + 0.45 * n + w.horizon + min(600.0, 30 + 0.6 * n) + 10
+        else:
+            total += (25 + 0.03 * n) + (5 + n / 10) + w.horizon + (10 + n / 100) + 0.05 * n + 5
     return total
 
 
-def measure_cell(variant: Variant, workload: Workload, options: Options, args: argparse.Namespace) -> dict[str, Any]:
+def measure_cell(variant: Variant, workload: Workload, args: argparse.Namespace) -> dict[str, Any]:
     """One system under one workload: its figures, or the error that stopped it."""
-    cell: dict[str, Any] = {"variant": variant.name, "loadavg_start": load_average()}
-    started = time.perf_counter()
+    cell: dict[str, Any] = {"variant": variant.name}
     with LoadMonitor() as load:
         try:
-            record = run_cell(variant, workload, options)
+            record = run_cell(variant, workload, args)
             if args.raw is not None:
-                args.raw.mkdir(parents=True, exist_ok=True)
                 write_json(args.raw / f"{workload.tables}-{variant.name}.json", record)
-            cell["system"] = record.get("system")
             cell["figures"] = f = analyze(record, args.starved_factor)
             log(
                 f"[{workload.name}] {variant.name}: mean staleness {f['mean_staleness']:.2f} s, ideal "
@@ -129,28 +116,15 @@ def measure_cell(variant: Variant, workload: Workload, options: Options, args: a
         except Exception as exc:  # noqa: BLE001 - one failed system must not lose the others
             cell["error"] = f"{type(exc).__name__}: {exc}"[:3000]
             log(f"[{workload.name}] {variant.name}: FAILED {cell['error']}")
-    cell["run_seconds"] = time.perf_counter() - started
     cell["loadavg_peak"] = load.peak
     return cell
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def measure(run: Run) -> dict[str, Any]:
     # SIGTERM unwinds like Ctrl-C, so every system and helper process is stopped on the way out.
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     args = run.args
     workloads, variants = plan(args)
-    options = Options(
-        poll_interval=args.poll,
-        drain_timeout=args.drain_timeout,
-        ready_timeout=args.ready_timeout,
-        prime_timeout=args.prime_timeout,
-        starved_factor=args.starved_factor,
-        keep_dir=args.keep_dir,
-    )
     results: dict[str, Any] = {
         "options": {
             "poll_interval": args.poll,
@@ -164,16 +138,15 @@ def measure(run: Run) -> dict[str, Any]:
         "workloads": [],
     }
     began = time.perf_counter()
-    estimate = estimate_seconds(workloads, variants)
     log(
-        f"freshness at scale: {', '.join(w.name for w in workloads)} x "
-        f"{', '.join(v.name for v in variants)}; roughly {fmt_duration(estimate)} (estimate)"
+        f"freshness at scale: {', '.join(w.name for w in workloads)} x {', '.join(v.name for v in variants)}; "
+        f"roughly {fmt_duration(estimate_seconds(workloads, variants))} (estimate)"
     )
     for workload in workloads:
-        entry: dict[str, Any] = {"workload": workload.to_json(), "updates": len(schedule(workload)), "cells": []}
+        entry: dict[str, Any] = {"workload": asdict(workload), "updates": len(schedule(workload)), "cells": []}
         results["workloads"].append(entry)
         for variant in variants:
-            entry["cells"].append(measure_cell(variant, workload, options, args))
+            entry["cells"].append(measure_cell(variant, workload, args))
             run.meta["run_seconds"] = time.perf_counter() - began
             run.save(results)  # an interrupted run keeps what it measured
     return results

@@ -1,24 +1,14 @@
-"""The producer of the freshness benchmark, run as its own process.
+"""The producer of the freshness benchmark, run as its own process (``python -m ... SPEC.json``).
 
-    python -m benchmarks.freshness_at_scale.generator SPEC.json     # writes spec["out"]
-
-Once set up (imports, connections) it fixes ``start_at`` = now + ``lead`` and writes it to
-the ``ready`` file, so a slow start on a busy machine delays the schedule instead of
-bunching its first updates. It sends each scheduled update at ``start_at + offset`` and
-records its *arrival*, the instant the system accepted it:
-
-- ``http`` (the loader): ``POST /v1/tables/{t}/updates`` with the update's rows as JSON;
-  arrival = when the 202 was read (the update is durable in the WAL then). Raw HTTP/1.1
-  keep-alive connections from ``testing.loadgen`` (never resent: a request that got no
-  answer is reported, not repeated). One table's updates are sent one after the other, so
-  its sequence numbers follow its arrivals; different tables' run concurrently.
-- ``files`` (the Structured Streaming peer): the rows are written as a Parquet file in a
-  staging directory and renamed into the table's landing directory (the same
-  filesystem: atomic); arrival = when the rename returned.
-
-Each record: ``[uid, table, scheduled, arrival or None, sequence or None, status,
-release_time or None]`` (Unix seconds; ``release_time`` is the loader's own release of
-the update, from its acknowledgement).
+Once set up it fixes ``start_at`` = now + ``lead`` and writes it to the ``ready`` file (a
+slow start delays the schedule instead of bunching its first updates), sends each update
+at ``start_at + offset`` and records its *arrival*, the instant the system accepted it:
+``http`` (the loader): the 202 of ``POST /v1/tables/{t}/updates`` was read (the update is
+durable in the WAL), over ``testing.loadgen``'s raw keep-alive connections, never resent,
+one table's updates one after the other (its sequence numbers follow its arrivals);
+``files`` (the peer): a Parquet file written aside was renamed into the table's landing
+directory (atomic). Each record: ``[uid, table, scheduled, arrival or None, sequence or
+None, status, release_time or None]`` (Unix seconds; the loader's release of the update).
 """
 
 from __future__ import annotations
@@ -26,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -39,26 +28,16 @@ from benchmarks.harness import child
 from testing.loadgen import Connection, Stats
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def announce_start(spec: dict[str, Any]) -> float:
     """Fix the schedule's start now that everything is set up, and tell the harness."""
     start = time.time() + float(spec["lead"])
-    ready = Path(spec["ready"])
-    tmp = ready.with_name(ready.name + ".tmp")
-    tmp.write_text(json.dumps({"start_at": start}), encoding="utf-8")
-    os.replace(tmp, ready)
+    child.write(spec["ready"], {"start_at": start})
     return start
 
 
-async def run_http(spec: dict[str, Any]) -> dict[str, Any]:
+async def run_http(spec: dict[str, Any], stats: Stats) -> None:
     http = spec["http"]
     tables: list[str] = spec["tables"]
-    rows = int(spec["rows"])
-    stats = Stats()
     pool: asyncio.Queue[Connection] = asyncio.Queue()
     for _ in range(int(http["connections"])):
         conn = Connection(http["host"], int(http["port"]), stats, resend=False)
@@ -73,10 +52,9 @@ async def run_http(spec: dict[str, Any]) -> dict[str, Any]:
         )
         for name in tables
     ]
-    records: list[list[Any]] = []
 
     async def send(offset: float, table: int, uid: int) -> None:
-        body = update_body(uid, rows)
+        body = update_body(uid, int(spec["rows"]))
         raw = (heads[table] + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
         async with locks[table]:
             conn = await pool.get()
@@ -85,30 +63,28 @@ async def run_http(spec: dict[str, Any]) -> dict[str, Any]:
                 done = time.time()
             except Exception as exc:  # noqa: BLE001 - reported, never resent
                 stats.error(type(exc).__name__, repr(exc))
-                records.append([uid, table, start + offset, None, None, 0, None])
+                stats.records.append([uid, table, start + offset, None, None, 0, None])
                 return
             finally:
                 pool.put_nowait(conn)
         if status != 202:
             stats.error(str(status), f"HTTP {status}: {answer[:300]!r}")
-            records.append([uid, table, start + offset, None, None, status, None])
+            stats.records.append([uid, table, start + offset, None, None, status, None])
             return
         ack = json.loads(answer)["updates"][0]
-        records.append([uid, table, start + offset, done, ack["sequence"], status, ack["release_time"]])
+        stats.records.append([uid, table, start + offset, done, ack["sequence"], status, ack["release_time"]])
 
     tasks = []
     for offset, table, uid in spec["events"]:
-        wait = start + offset - time.time()
-        if wait > 0:
+        if (wait := start + offset - time.time()) > 0:
             await asyncio.sleep(wait)
         tasks.append(asyncio.create_task(send(offset, table, uid)))
     await asyncio.gather(*tasks)
     while not pool.empty():
         await pool.get_nowait().close()
-    return {"records": records, "errors": stats.errors, "first_error": stats.first_error}
 
 
-def run_files(spec: dict[str, Any]) -> dict[str, Any]:
+def run_files(spec: dict[str, Any], stats: Stats) -> None:
     landing = [Path(p) for p in spec["files"]["landing"]]
     staging = Path(spec["files"]["staging"])
     staging.mkdir(parents=True, exist_ok=True)
@@ -118,43 +94,31 @@ def run_files(spec: dict[str, Any]) -> dict[str, Any]:
     pq.write_table(rows_arrow(-1, rows), warm)
     warm.unlink()
     start = announce_start(spec)
-    records: list[list[Any]] = []
-    errors: dict[str, int] = {}
-    first_error = None
     for offset, table, uid in spec["events"]:
-        wait = start + offset - time.time()
-        if wait > 0:
-            time.sleep(wait)
+        time.sleep(max(0.0, start + offset - time.time()))
         name = f"u{uid:010d}.parquet"
         try:
             pq.write_table(rows_arrow(uid, rows), staging / name)
             os.rename(staging / name, landing[table] / name)
         except OSError as exc:
-            errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-            first_error = first_error or repr(exc)
-            records.append([uid, table, start + offset, None, None, 0, None])
-            continue
-        records.append([uid, table, start + offset, time.time(), None, 0, None])
-    return {"records": records, "errors": errors, "first_error": first_error}
+            stats.error(type(exc).__name__, repr(exc))
+            stats.records.append([uid, table, start + offset, None, None, 0, None])
+        else:
+            stats.records.append([uid, table, start + offset, time.time(), None, 0, None])
 
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    cpu0 = _cpu_seconds()
+    cpu0, stats = time.process_time(), Stats()
     if spec["mode"] == "http":
-        try:
-            import uvloop
+        import uvloop  # comes with uvicorn[standard]
 
-            uvloop.install()
-        except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-            pass
-        out = asyncio.run(run_http(spec))
-    elif spec["mode"] == "files":
-        out = run_files(spec)
+        uvloop.install()
+        asyncio.run(run_http(spec, stats))
     else:
-        raise SystemExit(f"unknown mode {spec['mode']!r}: http or files")
-    out["cpu_seconds"] = _cpu_seconds() - cpu0
-    child.write(spec["out"], out)
+        run_files(spec, stats)
+    out = {"records": stats.records, "errors": stats.errors, "first_error": stats.first_error}
+    child.write(spec["out"], out | {"cpu_seconds": time.process_time() - cpu0})
     return 0
 
 

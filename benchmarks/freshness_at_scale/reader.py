@@ -1,24 +1,16 @@
-"""The outside reader of the freshness benchmark, run as its own process.
+"""The outside reader of the freshness benchmark, run as its own process (``python -m ... SPEC.json``).
 
-    python -m benchmarks.freshness_at_scale.reader SPEC.json     # writes spec["out"]
-
-Polls every table's commit log (``testing.commit_logs``: the loader's ``_delta_log/``,
-the peer's ``_spark_metadata/``) every ``interval`` seconds and records when it first saw
-each commit and which data files it added. It reads no data file while the measurement
-runs, so that its own cost stays a few stat-like calls per table and round.
-
-Once the harness writes the control file (``{"expected": {table: [uid, ...]},
-"deadline": t}``) the reader *drains*: it keeps polling and reads the update ids of the
-committed files (a bounded amount of reading per round, so the polling resolution
-holds), until every expected update is visible or the deadline passes. Then it reads
-whatever is left and writes, per table, its commits and, per update id, how many rows
-the table holds, the first commit that held it and in how many commits it appeared.
+Polls every table's commit log (``testing.commit_logs``) every ``interval`` seconds and
+records when it first saw each commit and which files it added, reading no data file
+meanwhile (a few stat-like calls per table and round). Once the control file names every
+expected update id it drains: it reads the committed files' update ids (a bounded time per
+round, so the polling resolution holds) until every one is visible or the deadline passes,
+then writes per table its commits and, per update id, its rows, first commit and commits.
 """
 
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from collections import Counter, defaultdict
@@ -27,6 +19,7 @@ from typing import Any
 
 from benchmarks.harness import child
 from testing.commit_logs import CommitLogFollower, ObservedCommit, follower, value_counts
+from testing.observed_staleness import percentile
 
 #: Seconds of file reading per round while draining.
 READ_BUDGET = 0.05
@@ -40,8 +33,7 @@ class Reader:
         self.column = column
         self.commits: dict[str, list[ObservedCommit]] = defaultdict(list)
         self.unread: list[tuple[str, int, str]] = []  # (table, version, path)
-        #: Per table: uid -> rows, uid -> versions holding it.
-        self.rows: dict[str, Counter[int]] = defaultdict(Counter)
+        #: Per table: uid -> versions holding it; removed files; rows per uid of each file read.
         self.versions: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
         self.removed: dict[str, set[str]] = defaultdict(set)
         self.file_counts: dict[str, dict[str, Counter[int]]] = defaultdict(dict)
@@ -61,13 +53,9 @@ class Reader:
         began = time.perf_counter()
         while self.unread and (budget is None or time.perf_counter() - began < budget):
             name, version, path = self.unread.pop()
-            counts = value_counts(path, self.column)
-            self.file_counts[name][path] = counts
+            self.file_counts[name][path] = counts = value_counts(path, self.column)
             for uid in counts:
                 self.versions[name][uid].append(version)
-
-    def visible_uids(self, name: str) -> set[int]:
-        return set(self.versions[name])
 
     def result(self) -> dict[str, Any]:
         tables: dict[str, Any] = {}
@@ -90,26 +78,12 @@ class Reader:
         return {"tables": tables}
 
 
-def _round_stats(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"rounds": 0}
-    ordered = sorted(values)
-    return {
-        "rounds": len(ordered),
-        "mean_seconds": sum(ordered) / len(ordered),
-        "p50_seconds": ordered[len(ordered) // 2],
-        "p99_seconds": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-        "max_seconds": ordered[-1],
-    }
-
-
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     interval = float(spec["interval"])
     control = Path(spec["control"])
     reader = Reader(spec["kind"], spec["tables"], spec["column"])
-    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    started = time.time()
+    cpu0, started = time.process_time(), time.time()
     reader.poll()  # what is already there (the priming commits)
     Path(spec["ready"]).write_text(json.dumps({"started": started}), encoding="utf-8")
     expected: dict[str, set[int]] | None = None
@@ -126,11 +100,10 @@ def main(argv: list[str]) -> int:
                 deadline = float(order["deadline"])
                 drain_started = time.time()
                 measured_rounds = len(reader.round_seconds)
-                usage = resource.getrusage(resource.RUSAGE_SELF)
-                cpu_measuring = (usage.ru_utime - cpu0.ru_utime) + (usage.ru_stime - cpu0.ru_stime)
+                cpu_measuring = time.process_time() - cpu0
         else:
             reader.read(READ_BUDGET)
-            if not reader.unread and all(uids <= reader.visible_uids(name) for name, uids in expected.items()):
+            if not reader.unread and all(uids <= reader.versions[name].keys() for name, uids in expected.items()):
                 drained_at = time.time()
                 break
             if time.time() > deadline:  # type: ignore[operator]
@@ -140,17 +113,20 @@ def main(argv: list[str]) -> int:
             time.sleep(pause)
     measuring = reader.round_seconds[:measured_rounds]
     reader.read(None)
-    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     out = reader.result()
     out.update(
         {
             "started": started,
             "interval": interval,
-            "poll_rounds": _round_stats(measuring),
+            "poll_rounds": {
+                "rounds": len(measuring),
+                "p50_seconds": percentile(measuring, 0.5),
+                "p99_seconds": percentile(measuring, 0.99),
+            },
             "drain_started": drain_started,
             "drained": drained_at is not None,
             "drain_seconds": (drained_at or time.time()) - drain_started if drain_started else None,
-            "cpu_seconds": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
+            "cpu_seconds": time.process_time() - cpu0,
             "cpu_seconds_before_drain": cpu_measuring,
         }
     )

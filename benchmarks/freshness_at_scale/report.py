@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
-from benchmarks.harness.markdown import Template, bullets
+from benchmarks.harness.markdown import Template, bullets, missing, pct
 from testing.report import fmt_num, machine_markdown
 
 #: Issue 14's targets: staleness ratio to ideal by table count; own metrics within 5%.
@@ -16,20 +17,25 @@ OWN_TOLERANCE = 0.05
 
 
 def _s(value: float | None, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """Seconds to ``digits`` significant digits; "never" for an update never visible."""
+    if missing(value):
         return "–"
-    if isinstance(value, float) and math.isinf(value):
-        return "never"
-    return fmt_num(float(value), digits)
+    return "never" if value == math.inf else fmt_num(float(value), digits)  # type: ignore[arg-type]
 
 
 def _pct(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
-    return f"{100 * value:+.1f}%"
+    return pct(value) if value is not None and math.isfinite(value) else "–"
 
 
-T = Template("freshness-at-scale", {"s": _s, "diff": _pct})
+#: Cell formats: seconds (``s``, ``s2``), a relative difference, seconds as ms (``ms``: 1 decimal, ``ms0``: none).
+FORMATS = {
+    "s": _s,
+    "s2": lambda v: _s(v, 2),
+    "diff": _pct,
+    "ms": lambda v: f"{1e3 * v:.1f}",
+    "ms0": lambda v: f"{1e3 * v:.0f}",
+}
+T = Template("freshness-at-scale", FORMATS)
 
 
 def _cells(results: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -112,7 +118,7 @@ def build_notes(results: dict[str, Any]) -> list[str]:
         gen = f["generator"]
         if gen["errors"]:
             notes.append(T.line("note-errors", tag=tag, gen=gen))
-        if gen["lag_p99"] is not None and isinstance(gen["lag_p99"], float) and gen["lag_p99"] > 0.25:
+        if isinstance(gen["lag_p99"], float) and gen["lag_p99"] > 0.25:
             notes.append(T.line("note-lag", tag=tag, gen=gen))
         if not f["reader"]["drained"]:
             notes.append(T.line("note-undrained", tag=tag, timeout=results["options"]["drain_timeout"]))
@@ -132,42 +138,16 @@ def workload_table(workload: dict[str, Any]) -> str:
         if (f := cell.get("figures")) is None:
             rows.append([cell["variant"], f"failed: {cell.get('error', '?')[:120]}"] + ["–"] * 13)
             continue
-        cpu = f["cpu"] or {}
-        own = f.get("own_staleness")
-        own_text = "n/a"
-        if own and "relative_difference" in own:
-            loader, outside = own["loader_mean_staleness"], own["outside_mean_staleness"]
-            own_text = f"{_s(loader)} / {_s(outside)} ({_pct(own['relative_difference'])})"
-        integrity = f["integrity"]
-        rows.append(
-            [
-                cell["variant"],
-                _s(f["mean_staleness"]),
-                _s(f["ideal_mean_staleness"]),
-                f"{f['ratio']:.2f}",
-                f"{_s(f['latency_p50'])} / {_s(f['latency_p99'])} / {_s(f['latency_max'])}",
-                str(f["starved"]),
-                _s(f["worst_table"]["mean_staleness"]),
-                f"{f['commits_per_second']:.1f}",
-                f"{_s(cpu.get('seconds'))} ({_s(cpu.get('python_seconds'))} + {_s(cpu.get('jvm_seconds'))})",
-                _s(cpu.get("cores")),
-                own_text,
-                "0 / 0" if integrity["ok"] else _integrity_short(integrity),
-                _s(f["ready_seconds"]),
-                _s(f["prime_seconds"]),
-                _s(cell.get("loadavg_peak"), 2),
-            ]
-        )
+        own = f.get("own_staleness") or {}
+        own_text = T.line("own", own=own) if "relative_difference" in own else "n/a"
+        lost = "0 / 0" if f["integrity"]["ok"] else _integrity_short(f["integrity"])
+        cpu = defaultdict(lambda: None, f["cpu"] or {})
+        rows.append(T.line("workload-row", cell=cell, f=f, cpu=cpu, own=own_text, lost=lost).split(" | "))
     return T.table("workload-table", rows)
 
 
 def resolution_table(workload: dict[str, Any]) -> str:
-    rows = []
-    for cell in workload["cells"]:
-        if (f := cell.get("figures")) is not None:
-            rounds = f["reader"]["poll_rounds"]
-            p50, p99 = (1e3 * rounds.get(f"{q}_seconds", math.nan) for q in ("p50", "p99"))
-            rows.append({"variant": cell["variant"], "r": f["reader"], "g": f["generator"], "p50": p50, "p99": p99})
+    rows = [{"variant": c["variant"], **c["figures"]} for c in workload["cells"] if c.get("figures") is not None]
     return T.table("reader-table", rows)
 
 
@@ -187,26 +167,15 @@ def _variant(v: dict[str, Any]) -> str:
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    meta, options = results["meta"], results["options"]
+    options, machine = results["options"], machine_markdown(results["meta"], "loader")
     variants = bullets(_variant(v) for v in results["variants"])
     targets = T.table("targets-table", results["targets"], "lllll")
-    out = [
-        T(
-            "head",
-            machine=machine_markdown(meta, "loader"),
-            variants=variants,
-            options=options,
-            poll_ms=options["poll_interval"] * 1e3,
-            targets=targets,
-        )
-    ]
-    for workload in results["workloads"]:
-        w = workload["workload"]
-        total = w["tables"] * w["rate"]
-        out.append(T("workload", w=w, total=total, updates=workload["updates"], table=workload_table(workload)))
+    out = [T("head", machine=machine, variants=variants, options=options, targets=targets)]
+    for entry in results["workloads"]:
+        w, table = entry["workload"], workload_table(entry)
+        out.append(T("workload", w=w, total=w["tables"] * w["rate"], updates=entry["updates"], table=table))
     out.append(T("readers"))
-    for workload in results["workloads"]:
-        out.append(T("reader", tables=workload["workload"]["tables"], table=resolution_table(workload)))
+    out += [T("reader", tables=e["workload"]["tables"], table=resolution_table(e)) for e in results["workloads"]]
     if results.get("notes"):
         out.append(T("notes", notes=bullets(results["notes"])))
     return "".join(out).removesuffix("\n")

@@ -15,41 +15,31 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benchmarks.freshness_at_scale.variants import Variant
 from benchmarks.freshness_at_scale.workload import SCHEMA
-from testing.report import REPO_ROOT
-from testing.server_process import free_port, write_config
-from testing.service_server import OPERATOR_TOKEN, PRODUCER_TOKEN, scrape
+from testing.report import REPO_ROOT, log
+from testing.server_process import ServerProcess, free_port, write_config
+from testing.service_server import OPERATOR_TOKEN, PRODUCER_TOKEN, scrape, stop
 
 SPARK_MASTER = "local[2]"
 
 
-# -- processes ----------------------------------------------------------------------------
-def spawn(
-    args: list[str], log_path: Path, *, env: dict[str, str] | None = None, cwd: Path = REPO_ROOT
-) -> subprocess.Popen[bytes]:
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def harness_env() -> dict[str, str]:
-    """The benchmark's own children import this checkout (the venv's editable install may
-    point elsewhere)."""
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-
-
 def spawn_module(module: str, spec: dict[str, Any], workdir: Path, tag: str) -> subprocess.Popen[bytes]:
-    """``python -m module SPEC`` with the spec written to ``workdir/<tag>.json``."""
+    """``python -m module SPEC``, the spec in ``workdir/<tag>.json``, its output in ``<tag>.log``.
+    It imports this checkout (the venv's editable install may point elsewhere)."""
     spec_path = workdir / f"{tag}.json"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    return spawn([sys.executable, "-m", module, str(spec_path)], workdir / f"{tag}.log", env=harness_env())
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    with open(workdir / f"{tag}.log", "ab") as out:
+        command = [sys.executable, "-m", module, str(spec_path)]
+        return subprocess.Popen(
+            command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
@@ -75,15 +65,29 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout: float, what: str, log_path
         raise RuntimeError(f"{what} failed (exit {code}):\n{log_tail(log_path)}")
 
 
+def wait_until(
+    done: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float, what: str, log_path: Path
+) -> None:
+    """Poll ``done`` until it holds; if ``proc`` exits or ``timeout`` passes first, stop it and say why."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_group(proc, grace=1.0)
+            raise RuntimeError(f"{what} (after {timeout:.0f} s at most):\n{log_tail(log_path)}")
+        time.sleep(0.05)
+
+
 def log_tail(path: Path, lines: int = 30) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
-# -- systems --------------------------------------------------------------------------------
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 @dataclass
 class RunningSystem:
     variant: Variant
@@ -94,36 +98,34 @@ class RunningSystem:
     ready_seconds: float
     #: What the generator needs: {"mode": "http", "http": {...}} or {"mode": "files", ...}.
     feed: dict[str, Any]
-    base_url: str | None = None
-    status_path: Path | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def pgid(self) -> int:
-        return self.proc.pid
+    server: ServerProcess | None = None  #: the loader's
+    status_path: Path | None = None  #: the peer's
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def scrape(self) -> dict[str, float] | None:
-        """The loader's /metrics (None for the peer)."""
-        if self.base_url is None:
+        """The loader's /metrics (None for the peer, or if it failed: reported, not fatal)."""
+        if self.server is None:
             return None
-        with httpx.Client(
-            base_url=self.base_url, headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}, timeout=60.0
-        ) as http:
-            return scrape(http)
+        try:
+            with self.server.client(timeout=60.0) as http:
+                return scrape(http)
+        except Exception as exc:  # noqa: BLE001
+            log(f"scrape of {self.variant.name} failed: {exc!r}")
+            return None
 
     def peer_status(self) -> dict[str, Any] | None:
-        if self.status_path is None or not self.status_path.exists():
-            return None
-        return json.loads(self.status_path.read_text(encoding="utf-8"))
+        return read_json(self.status_path) if self.status_path and self.status_path.exists() else None
 
 
-def loader_settings(port: int, workdir: Path, tables: list[str], variant: Variant) -> dict[str, Any]:
-    """Defaults except what a measurement needs: loopback port, Spark ``local[2]``, no
-    compaction or vacuum (they would rewrite the files the reader counts), bench tokens."""
-    settings: dict[str, Any] = {
+@contextlib.contextmanager
+def running_loader(variant: Variant, tables: list[str], workdir: Path, ready_timeout: float) -> Iterator[RunningSystem]:
+    """``loader serve`` of the variant's code: defaults except what a measurement needs (loopback
+    port, Spark ``local[2]``, no compaction or vacuum: they would rewrite the files the reader
+    counts, bench tokens), then the variant's settings and environment."""
+    port = free_port()
+    settings = {
         "port": port,
         "data_dir": str(workdir / "data"),
         "spark": {"master": SPARK_MASTER},
@@ -134,119 +136,49 @@ def loader_settings(port: int, workdir: Path, tables: list[str], variant: Varian
         ],
         "tables": [{"name": t, "schema": SCHEMA} for t in tables],
     }
-    settings.update(variant.settings)
-    return settings
-
-
-def loader_env(variant: Variant) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("LOADER_")}
-    env.update(PYTHONPATH=str(variant.code_dir), PYTHONUNBUFFERED="1", LOADER_FAILPOINTS="")
-    env.update(variant.env)
-    return env
-
-
-def imported_code(variant: Variant, workdir: Path) -> str:
-    """Where ``loader`` is imported from under the variant's environment (must be its code)."""
-    out = subprocess.run(
-        [sys.executable, "-c", "import loader, cli; print(loader.__file__)"],
-        cwd=workdir,
-        env=loader_env(variant),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"variant {variant.name!r}: cannot import the loader: {out.stderr[-2000:]}")
-    path = out.stdout.strip()
-    if not Path(path).resolve().is_relative_to(variant.code_dir):
-        raise RuntimeError(f"variant {variant.name!r} imports {path}, not code from {variant.code_dir}")
-    return path
-
-
-@contextlib.contextmanager
-def running_loader(variant: Variant, tables: list[str], workdir: Path, ready_timeout: float) -> Iterator[RunningSystem]:
-    port = free_port()
-    config = write_config(workdir / "loader.toml", loader_settings(port, workdir, tables, variant))
-    imported = imported_code(variant, workdir)
-    log_path = workdir / "loader.log"
+    config = write_config(workdir / "loader.toml", settings | variant.settings)
+    # PYTHONPATH first on the path: the variant's checkout (check_code_dir) is the code that runs.
+    env = {k: None for k in os.environ if k.upper().startswith("LOADER_")} | {"PYTHONPATH": str(variant.code_dir)}
+    server = ServerProcess(workdir, config, port, OPERATOR_TOKEN, env=env | variant.env)
     began = time.monotonic()
-    proc = spawn(
-        [sys.executable, "-m", "cli", "serve", "--config", str(config)], log_path, env=loader_env(variant), cwd=workdir
-    )
-    base = f"http://127.0.0.1:{port}"
+    server.start()
     try:
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}, timeout=5.0) as http:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"loader serve ({variant.name}) exited during start-up:\n{log_tail(log_path)}")
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get("/readyz").status_code == 200:
-                        break
-                if time.monotonic() - began > ready_timeout:
-                    raise RuntimeError(f"loader serve ({variant.name}) not ready after {ready_timeout:.0f} s")
-                time.sleep(0.2)
-        warehouse = workdir / "data" / "warehouse"
-        yield RunningSystem(
-            variant=variant,
-            proc=proc,
-            log_path=log_path,
-            roots={t: warehouse / t for t in tables},
-            ready_seconds=time.monotonic() - began,
-            feed={
-                "mode": "http",
-                "http": {"host": "127.0.0.1", "port": port, "token": PRODUCER_TOKEN, "connections": 16},
-            },
-            base_url=base,
-            details={"imported": imported, "config": str(config)},
-        )
+        if not server.wait_ready(timeout=ready_timeout):
+            raise RuntimeError(f"loader serve ({variant.name}) exited during start-up:\n{server.log_tail()}")
+        assert server.proc is not None
+        http = {"host": "127.0.0.1", "port": port, "token": PRODUCER_TOKEN, "connections": 16}
+        roots = {t: workdir / "data" / "warehouse" / t for t in tables}
+        ready = time.monotonic() - began
+        yield RunningSystem(variant, server.proc, server.log_path, roots, ready, {"mode": "http", "http": http}, server)
     finally:
-        stop_group(proc, grace=60.0)
+        stop(server)
 
 
 @contextlib.contextmanager
 def running_peer(variant: Variant, tables: list[str], workdir: Path, ready_timeout: float) -> Iterator[RunningSystem]:
-    base = workdir / "peer"
-    landing = {t: base / "landing" / t for t in tables}
-    for directory in landing.values():
+    peer, status_path = workdir / "peer", workdir / "peer-status.json"
+    landing = [peer / "landing" / t for t in tables]
+    for directory in landing:
         directory.mkdir(parents=True)
-    out = {t: base / "out" / t for t in tables}
-    status_path = workdir / "peer-status.json"
+    out = {t: peer / "out" / t for t in tables}
     spec = {
         "master": SPARK_MASTER,
         "trigger": "1 second",
         "conf": variant.conf,
         "status": str(status_path),
-        "tables": [[t, str(landing[t]), str(base / "checkpoint" / t), str(out[t])] for t in tables],
+        "tables": [[t, str(landing[k]), str(peer / "checkpoint" / t), str(out[t])] for k, t in enumerate(tables)],
     }
     began = time.monotonic()
     proc = spawn_module("benchmarks.freshness_at_scale.peer", spec, workdir, "peer")
-    log_path = workdir / "peer.log"
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the peer exited during start-up:\n{log_tail(log_path)}")
-            status = json.loads(status_path.read_text(encoding="utf-8")) if status_path.exists() else {}
-            if status.get("phase") == "running":
-                break
-            if time.monotonic() - began > ready_timeout:
-                raise RuntimeError(
-                    f"the peer started {status.get('started', 0)} of {len(tables)} queries in "
-                    f"{ready_timeout:.0f} s; giving up"
-                )
-            time.sleep(0.2)
-        yield RunningSystem(
-            variant=variant,
-            proc=proc,
-            log_path=log_path,
-            roots=out,
-            ready_seconds=time.monotonic() - began,
-            feed={
-                "mode": "files",
-                "files": {"landing": [str(landing[t]) for t in tables], "staging": str(base / "staging")},
-            },
-            status_path=status_path,
-            details={"startup": status},
-        )
+
+        def running() -> bool:
+            return status_path.exists() and read_json(status_path)["phase"] == "running"
+
+        wait_until(running, proc, ready_timeout, "the peer did not start its queries", workdir / "peer.log")
+        feed = {"mode": "files", "files": {"landing": [str(p) for p in landing], "staging": str(peer / "staging")}}
+        ready = time.monotonic() - began
+        yield RunningSystem(variant, proc, workdir / "peer.log", out, ready, feed, status_path=status_path)
     finally:
         stop_group(proc, grace=60.0)
 
@@ -255,6 +187,4 @@ def running_system(
     variant: Variant, tables: list[str], workdir: Path, ready_timeout: float
 ) -> contextlib.AbstractContextManager[RunningSystem]:
     """The variant's system, ready to take updates; stopped on exit."""
-    if variant.kind == "peer":
-        return running_peer(variant, tables, workdir, ready_timeout)
-    return running_loader(variant, tables, workdir, ready_timeout)
+    return (running_peer if variant.kind == "peer" else running_loader)(variant, tables, workdir, ready_timeout)

@@ -1,17 +1,10 @@
 """The systems compared: the Structured Streaming peer and loader variants.
 
-A loader variant is a code directory (a checkout of the repository; its ``loader serve``
-runs with ``PYTHONPATH`` pointing there, so any git revision can be measured from a
-worktree) plus environment overrides (``LOADER_*``, applied over the benchmark's config
-file) and config settings. The default list is issue 14's; ``--variants FILE`` replaces
-it with a JSON list of objects with the same fields, e.g.::
-
-    [{"name": "before", "kind": "loader", "code": "/work/wt-before",
-      "label": "loader before issue 14 (7d9de65)"},
-     {"name": "grouped-8", "kind": "loader", "env": {"LOADER_LOADING__MAX_TABLES_PER_JOB": "8"}},
-     {"name": "peer", "kind": "peer", "conf": {"spark.driver.memory": "2g"}}]
-
-``code`` may be relative to this repository's root (default: the root itself).
+A loader variant is a code directory (a checkout, absolute or relative to this repository,
+put on ``PYTHONPATH``: any git revision can be measured from a worktree), environment
+overrides (``LOADER_*``) and config settings. ``--variants FILE`` replaces the default list
+with a JSON list of objects of the same fields, e.g.
+``[{"name": "grouped-8", "kind": "loader", "env": {"LOADER_LOADING__MAX_TABLES_PER_JOB": "8"}}]``.
 """
 
 from __future__ import annotations
@@ -44,8 +37,7 @@ class Variant:
 
     @property
     def code_dir(self) -> Path:
-        path = Path(self.code)
-        return (path if path.is_absolute() else REPO_ROOT / path).resolve()
+        return (REPO_ROOT / self.code).resolve()  # (an absolute ``code`` replaces the root)
 
     @property
     def log_kind(self) -> str:
@@ -84,39 +76,21 @@ DEFAULT_VARIANTS: tuple[Variant, ...] = (
 def load_variants(path: Path) -> list[Variant]:
     """Variants from a JSON list (see the module docstring); a clear error for a bad entry."""
     try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the variants file {path}: {exc}") from exc
-    if not isinstance(items, list) or not items:
-        raise ValueError(f"{path} must hold a non-empty JSON list of variants")
-    variants = []
-    for k, item in enumerate(items):
-        try:
-            variant = Variant(**item)
-        except TypeError as exc:
-            raise ValueError(
-                f"variant {k} of {path}: {exc}; fields: {', '.join(Variant.__dataclass_fields__)}"
-            ) from exc
-        if variant.kind not in ("loader", "peer"):
-            raise ValueError(f"variant {variant.name!r} of {path}: kind must be 'loader' or 'peer'")
-        variants.append(variant)
+        variants = [Variant(**item) for item in json.loads(path.read_text(encoding="utf-8"))]
+    except (OSError, TypeError, ValueError) as exc:
+        raise ValueError(f"the variants file {path}: {exc}; fields: {', '.join(Variant.__dataclass_fields__)}") from exc
     names = [v.name for v in variants]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{path}: variant names must be unique, got {names}")
+    if not names or len(set(names)) != len(names) or any(v.kind not in ("loader", "peer") for v in variants):
+        raise ValueError(f"{path} must hold a JSON list of variants with unique names, kind 'loader' or 'peer'")
     return variants
 
 
 def check_code_dir(variant: Variant) -> None:
     """A loader variant's code directory must hold the loader; say how to make it if not."""
-    if variant.kind != "loader":
-        return
     code = variant.code_dir
-    if not (code / "loader" / "__init__.py").is_file() or not (code / "cli" / "__init__.py").is_file():
-        hint = (
-            f"; create it with: git worktree add --detach {BEFORE_CODE} {BEFORE_REV}"
-            if variant.code == BEFORE_CODE
-            else ""
-        )
+    if variant.kind == "loader" and not all((code / p / "__init__.py").is_file() for p in ("loader", "cli")):
+        how = f"; create it with: git worktree add --detach {BEFORE_CODE} {BEFORE_REV}"
+        hint = how if variant.code == BEFORE_CODE else ""
         raise ValueError(f"variant {variant.name!r}: {code} holds no loader checkout (loader/, cli/){hint}")
 
 
@@ -124,13 +98,8 @@ def code_revision(code: Path) -> dict[str, Any]:
     """git revision of a code directory and whether its code differs from that revision."""
 
     def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(code), *args], capture_output=True, text=True, timeout=10, check=True
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip()
+        done = subprocess.run(["git", "-C", str(code), *args], capture_output=True, text=True, timeout=10, check=False)
+        return done.stdout.strip() if done.returncode == 0 else None
 
     dirty = git("status", "--porcelain", "--", "loader", "api", "cli", "schedulers")
     return {"commit": git("rev-parse", "--short", "HEAD"), "modified": bool(dirty) if dirty is not None else None}

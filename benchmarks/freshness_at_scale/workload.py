@@ -10,11 +10,13 @@ measurement starts), the scheduled ones follow in arrival order.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from loader.core.schema import TableSchema
 
 #: The tables' schema in the loader's declaration format (loader/core/tables.py).
 SCHEMA: dict[str, Any] = {
@@ -25,14 +27,7 @@ SCHEMA: dict[str, Any] = {
         {"name": "s", "type": "string"},
     ]
 }
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("u", pa.int64(), nullable=False),
-        pa.field("r", pa.int32(), nullable=False),
-        pa.field("v", pa.float64()),
-        pa.field("s", pa.string()),
-    ]
-)
+ARROW_SCHEMA = TableSchema.model_validate(SCHEMA).arrow()
 UPDATE_ID = "u"
 
 
@@ -53,10 +48,6 @@ class Workload:
         return f"{self.tables} tables"
 
     @property
-    def total_rate(self) -> float:
-        return self.tables * self.rate
-
-    @property
     def horizon(self) -> float:
         return self.warmup + self.duration
 
@@ -64,41 +55,24 @@ class Workload:
         width = max(4, len(str(self.tables - 1)))
         return [f"t{i:0{width}d}" for i in range(self.tables)]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-@dataclass(frozen=True)
-class Arrival:
-    """A scheduled update: ``offset`` seconds after the start, of table ``table`` (index)."""
-
-    offset: float
-    table: int
-    uid: int
-
-
-def schedule(workload: Workload) -> list[Arrival]:
-    """Poisson arrivals of every table over the horizon, merged in time order.
-
-    Seeded per workload (seed, table count), so every system replays the same schedule.
-    """
+def schedule(workload: Workload) -> list[list[Any]]:
+    """``[offset s, table, update id]`` of every table's Poisson arrivals over the horizon, in
+    time order. Seeded per workload (seed, table count), so every system replays the same schedule."""
     rng = np.random.default_rng([workload.seed, workload.tables])
     events: list[tuple[float, int]] = []
     for table in range(workload.tables):
-        t = 0.0
-        while True:
-            t += float(rng.exponential(1.0 / workload.rate))
-            if t >= workload.horizon:
-                break
+        t = float(rng.exponential(1.0 / workload.rate))
+        while t < workload.horizon:
             events.append((t, table))
+            t += float(rng.exponential(1.0 / workload.rate))
     events.sort()
-    first = workload.tables  # 0..N-1 are the priming updates
-    return [Arrival(offset, table, first + k) for k, (offset, table) in enumerate(events)]
+    return [[offset, table, workload.tables + k] for k, (offset, table) in enumerate(events)]
 
 
-def priming(workload: Workload) -> list[Arrival]:
+def priming(workload: Workload) -> list[list[Any]]:
     """One update per table at the start, visible before the window opens."""
-    return [Arrival(0.0, table, table) for table in range(workload.tables)]
+    return [[0.0, table, table] for table in range(workload.tables)]
 
 
 def rows_json(uid: int, rows: int) -> list[dict[str, Any]]:
@@ -112,13 +86,4 @@ def update_body(uid: int, rows: int) -> bytes:
 
 def rows_arrow(uid: int, rows: int) -> pa.Table:
     """The same rows as an Arrow table (the peer's landing files)."""
-    r = np.arange(rows, dtype=np.int32)
-    return pa.table(
-        {
-            "u": pa.array(np.full(rows, uid, dtype=np.int64)),
-            "r": pa.array(r),
-            "v": pa.array(uid + r / 1000.0),
-            "s": pa.array([f"u{uid:08d}-r{x:03d}" for x in range(rows)]),
-        },
-        schema=ARROW_SCHEMA,
-    )
+    return pa.Table.from_pylist(rows_json(uid, rows), schema=ARROW_SCHEMA)
