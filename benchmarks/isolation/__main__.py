@@ -29,19 +29,25 @@ import httpx
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
-from benchmarks.service.__main__ import generate, requests_for
+from benchmarks.harness.results import medians
+from benchmarks.service.__main__ import (
+    CONNECTIONS,
+    INTAKE_TABLES,
+    OPEN_CONNECTIONS,
+    ROWS_PER_UPDATE,
+    WORKERS,
+    generate,
+    pause,
+    requests_for,
+)
+from benchmarks.service.__main__ import run_freshness as replay_against_simulator
 from testing import service_server as srv
-from testing.report import log, median
+from testing.report import log
 from testing.server_process import free_port
 
-TABLES = [f"t{i:02d}" for i in range(8)]
-ROWS_PER_UPDATE = 3
-WORKERS = 2
 MODES = ("connect", "classic")
 RATES = (250, 500, 1000, 1500)
 ENDPOINTS = (1, 10, 100)  # updates per request; 1 = POST /v1/tables/{t}/updates
-CONNECTIONS = {1: 16, 10: 8, 100: 4}
-OPEN_CONNECTIONS = {1: 32, 10: 32, 100: 32}
 TARGET_P99_MS = 20.0
 TARGET_RATE = 1000
 TARGET_CEILING_SHARE = 0.6
@@ -49,58 +55,39 @@ TARGET_MULTI_UPDATES = 10_000.0
 TARGET_GAP = 0.15
 
 
-class Target:
-    """A server under the generator: its port and the process tree whose CPU is measured by kind."""
-
-    def __init__(self, port: int, pid: int) -> None:
-        self.port, self.pid = port, pid
-
-
-def drive(target: Target, spec: dict[str, Any]) -> dict[str, Any]:
+def drive(target: tuple[int, int], size: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """One generator run of ``size`` updates per request against ``target``: a server's port, and the
+    process tree whose CPU is measured by kind."""
+    port, pid = target
+    connections = OPEN_CONNECTIONS if spec["mode"] == "open" else CONNECTIONS[size]
+    spec |= {"connections": connections, "requests": requests_for(size, INTAKE_TABLES, ROWS_PER_UPDATE, stride=10)}
     timeout = spec["warmup"] + spec["duration"] + 240
-    out, record, c0, c1, seconds, _ = generate(target.port, spec, timeout, lambda: srv.tree_cpu(target.pid))
+    out, record, c0, c1, seconds, _ = generate(port, spec, timeout, lambda: srv.tree_cpu(pid))
     record["cores"] = {k: (c1[k] - c0[k]) / seconds for k in c0}
     if spec["mode"] == "open":
         record["answered_per_second"] = out["done_in_window"] / out["window_seconds"]
+    log(
+        f"[{spec['mode']} loop, {size}/request {spec.get('rate', '')}] {record['requests_per_second']:,.0f} req/s, "
+        f"p50 {record['p50_ms']:.1f} ms, p99 {record['p99_ms']:.1f} ms, cores {record['cores']}"
+    )
     return record
 
 
-def closed(target: Target, size: int, warmup: float, duration: float, repeats: int) -> dict[str, Any]:
-    spec = {
-        "mode": "closed",
-        "connections": CONNECTIONS[size],
-        "warmup": warmup,
-        "duration": duration,
-        "requests": requests_for(size, TABLES, ROWS_PER_UPDATE, stride=10),
-    }
-    runs = [drive(target, spec) for _ in range(repeats)]
+def closed(target: tuple[int, int], size: int, timing: tuple[float, float], repeats: int) -> dict[str, Any]:
+    warmup, duration = timing
+    runs = [drive(target, size, {"mode": "closed", "warmup": warmup, "duration": duration}) for _ in range(repeats)]
+    figures = medians(runs, ("requests_per_second", "updates_per_second", "p99_ms"))
     return {
         "updates_per_request": size,
         "runs": runs,
-        "median_requests_per_second": median([r["requests_per_second"] for r in runs]),
-        "median_updates_per_second": median([r["updates_per_second"] for r in runs]),
-        "median_p99_ms": median([r["p99_ms"] for r in runs]),
-        "median_cores": {k: median([r["cores"][k] for r in runs]) for k in runs[0]["cores"]},
+        **{f"median_{k}": v for k, v in figures.items()},
+        "median_cores": medians(r["cores"] for r in runs),
     }
 
 
-def open_loop(target: Target, size: int, rate: int, warmup: float, duration: float) -> dict[str, Any]:
-    spec = {
-        "mode": "open",
-        "rate": rate,
-        "connections": OPEN_CONNECTIONS[size],
-        "warmup": warmup,
-        "duration": duration,
-        "drain_seconds": 30.0,
-        "requests": requests_for(size, TABLES, ROWS_PER_UPDATE, stride=10),
-    }
-    return dict(drive(target, spec), updates_per_request=size)
-
-
-def _pause(service: srv.Service, paused: bool) -> None:
-    with service.client() as http:
-        for table in TABLES:
-            http.post(f"/v1/admin/tables/{table}/{'pause' if paused else 'resume'}").raise_for_status()
+def open_loop(target: tuple[int, int], size: int, rate: int, timing: tuple[float, float]) -> dict[str, Any]:
+    spec = {"mode": "open", "rate": rate, "warmup": timing[0], "duration": timing[1], "drain_seconds": 30.0}
+    return drive(target, size, spec) | {"updates_per_request": size}
 
 
 def _drain(service: srv.Service) -> float:
@@ -112,53 +99,32 @@ def _drain(service: srv.Service) -> float:
 
 
 def run_mode(mode: str, quick: bool, repeats: int) -> dict[str, Any]:
-    warmup, duration = (1.0, 3.0) if quick else (2.0, 8.0)
-    rates = (TARGET_RATE,) if quick else RATES
+    timing = (1.0, 3.0) if quick else (2.0, 8.0)
     out: dict[str, Any] = {"mode": mode, "paused": {}, "closed": [], "open": []}
     extra = {"spark": {"master": srv.SPARK_MASTER, "mode": mode}}
-    with srv.running_service(tables=TABLES, workers=WORKERS, extra=extra) as service:
-        target = Target(service.port, service.pid)
+    with srv.running_service(tables=INTAKE_TABLES, workers=WORKERS, extra=extra) as service:
+        target = (service.port, service.pid)
         out["ready_seconds"] = service.ready_seconds
-        log(f"[{mode}] server ready in {service.ready_seconds:.1f} s")
-        _pause(service, True)
-        out["paused"]["closed"] = closed(target, 1, warmup, duration, repeats)
-        out["paused"]["open"] = open_loop(target, 1, TARGET_RATE, warmup, duration)
-        p = out["paused"]
-        log(
-            f"[{mode}] loading paused: single {p['closed']['median_requests_per_second']:,.0f} req/s; "
-            f"open {TARGET_RATE}/s p99 {p['open']['p99_ms']:.1f} ms"
-        )
-        _pause(service, False)
+        log(f"[{mode}] server ready in {service.ready_seconds:.1f} s; first with every table paused")
+        pause(service, INTAKE_TABLES, True)
+        out["paused"]["closed"] = closed(target, 1, timing, repeats)
+        out["paused"]["open"] = open_loop(target, 1, TARGET_RATE, timing)
+        pause(service, INTAKE_TABLES, False)
         out["paused"]["backlog_seconds"] = _drain(service)
         for size in ENDPOINTS:
-            result = closed(target, size, warmup, duration, repeats)
-            out["closed"].append(result)
-            log(
-                f"[{mode}] loading on, {size}/request closed: {result['median_requests_per_second']:,.0f} req/s, "
-                f"{result['median_updates_per_second']:,.0f} updates/s, p99 {result['median_p99_ms']:.1f} ms, "
-                f"cores {result['median_cores']}"
-            )
-            result["drain_seconds"] = _drain(service)
-            for rate in rates:
-                r = open_loop(target, size, rate, warmup, duration)
-                out["open"].append(r)
-                log(
-                    f"[{mode}] loading on, {size}/request open {rate}/s: answered {r['answered_per_second']:,.0f}/s, "
-                    f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, p99.9 {r['p999_ms']:.1f} ms, "
-                    f"unanswered {r['unanswered']}, cores {r['cores']}"
-                )
-                r["drain_seconds"] = _drain(service)
+            result = closed(target, size, timing, repeats)
+            out["closed"].append(result | {"drain_seconds": _drain(service)})
+            for rate in (TARGET_RATE,) if quick else RATES:
+                result = open_loop(target, size, rate, timing)
+                out["open"].append(result | {"drain_seconds": _drain(service)})
     return out
 
 
 @contextlib.contextmanager
-def bare_server() -> Iterator[Target]:
+def bare_server() -> Iterator[tuple[int, int]]:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "benchmarks.isolation.bare_app:app", "--port", str(port)]
-        + ["--log-level", "warning"],
-        start_new_session=True,
-    )
+    app = ["benchmarks.isolation.bare_app:app", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", *app], start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -168,7 +134,7 @@ def bare_server() -> Iterator[Target]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the bare FastAPI server did not start")
             time.sleep(0.2)
-        yield Target(port, proc.pid)
+        yield port, proc.pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -176,15 +142,14 @@ def bare_server() -> Iterator[Target]:
 
 
 def run_all(quick: bool, repeats: int) -> dict[str, Any]:
-    warmup, duration = (1.0, 3.0) if quick else (2.0, 8.0)
     out: dict[str, Any] = {
-        "tables": len(TABLES),
+        "tables": len(INTAKE_TABLES),
         "rows_per_update": ROWS_PER_UPDATE,
         "workers": WORKERS,
         "spark_master": srv.SPARK_MASTER,
     }
     with bare_server() as bare:
-        out["bare"] = closed(bare, 1, warmup, duration, repeats)
+        out["bare"] = closed(bare, 1, (1.0, 3.0) if quick else (2.0, 8.0), repeats)
     log(f"[bare] ceiling {out['bare']['median_requests_per_second']:,.0f} req/s")
     out["modes"] = {mode: run_mode(mode, quick, repeats) for mode in MODES}
     spec = {"master": srv.SPARK_MASTER, "rows": 100, "runs": 10 if quick else 40, "warmup": 3}
@@ -203,21 +168,23 @@ def run_intake_cost(quick: bool) -> dict[str, Any]:
 
 
 def run_freshness(quick: bool) -> dict[str, Any]:
-    from benchmarks.service.__main__ import run_freshness as replay_against_simulator
-
     result = replay_against_simulator(quick, ["myopic"])
-    record = result["policies"][0]
-    log(f"[freshness] myopic, connect mode: gap to the simulator {100 * record['gap']:+.1f}%")
-    return {"horizon": result["horizon"], "policy": "myopic", "gap": record["gap"], "result": result}
+    gap = result["policies"][0]["gap"]
+    log(f"[freshness] myopic, connect mode: gap to the simulator {100 * gap:+.1f}%")
+    return {"horizon": result["horizon"], "policy": "myopic", "gap": gap, "result": result}
 
 
-def _ms(value: float | str) -> str:
-    """Milliseconds; "∞" for a request never answered (saved results spell it "inf")."""
-    value = float(value)
+def _ms(value: float) -> str:
+    """Milliseconds; "∞" for a request never answered."""
     return "∞" if math.isinf(value) else f"{value:,.1f}"
 
 
-T = Template("isolation", {"ms": _ms, "met": lambda ok: "yes" if ok else "NO"})
+def _dash(spec: str) -> Any:
+    """A format that shows "—" for a figure a row does not have."""
+    return lambda value: "—" if value is None else format(value, spec)
+
+
+T = Template("isolation", {"ms": _ms, "met": lambda ok: "yes" if ok else "NO", "n0": _dash(",.0f"), "c2": _dash(".2f")})
 
 
 def judge(out: dict[str, Any]) -> dict[str, Any]:
@@ -238,24 +205,17 @@ def judge(out: dict[str, Any]) -> dict[str, Any]:
 
 def render(out: dict[str, Any]) -> str:
     meta, bare = out["meta"], out["bare"]
-    closed = [["bare FastAPI", "—", 1, f"{bare['median_requests_per_second']:,.0f}", "—", _ms(bare["median_p99_ms"])]]
-    closed[0] += [f"{bare['median_cores']['service']:.2f}", "—", "—"]
+    cores = bare["median_cores"] | {"workers": None, "spark": None}
+    closed = [
+        {"mode": "bare FastAPI", "loading": "—", "c": bare | {"median_updates_per_second": None, "median_cores": cores}}
+    ]
     opened = []
     for mode, result in out["modes"].items():
-        for loading, c in [("paused", result["paused"]["closed"])] + [("on", c) for c in result["closed"]]:
-            rates = [f"{c[k]:,.0f}" for k in ("median_requests_per_second", "median_updates_per_second")]
-            cores = [f"{c['median_cores'][k]:.2f}" for k in ("service", "workers", "spark")]
-            closed.append([mode, loading, c["updates_per_request"], *rates, _ms(c["median_p99_ms"]), *cores])
-        p = result["paused"]["open"]
-        runs = [(f"{p['rate']:,} (paused)", 1, p)] + [
-            (f"{r['rate']:,}", r["updates_per_request"], r) for r in result["open"]
-        ]
-        for offered, size, r in runs:
-            latencies = [_ms(r[k]) for k in ("p50_ms", "p99_ms", "p999_ms")]
-            cores = [f"{r['cores'][k]:.2f}" for k in ("service", "workers", "spark")]
-            opened.append(
-                [mode, size, offered, f"{r['answered_per_second']:,.0f}", *latencies, r["unanswered"], *cores]
-            )
+        closed.append({"mode": mode, "loading": "paused", "c": result["paused"]["closed"]})
+        closed += [{"mode": mode, "loading": "on", "c": c} for c in result["closed"]]
+        paused = result["paused"]["open"]
+        opened.append({"mode": mode, "offered": f"{paused['rate']:,} (paused)", "r": paused})
+        opened += [{"mode": mode, "offered": f"{r['rate']:,}", "r": r} for r in result["open"]]
     paused = out["modes"]["connect"]["paused"]["closed"]
     freshness = ""
     if "freshness" in out:
@@ -291,10 +251,8 @@ def measure(run: Run) -> dict[str, Any]:
     if run.args.only is None:
         return run_all(run.args.quick, run.args.repeats)
     out = run.previous()  # one part again, into the saved results (and their provenance)
-    out[run.args.only.replace("-", "_")] = (run_freshness if run.args.only == "freshness" else run_intake_cost)(
-        run.args.quick
-    )
-    return out
+    part = run_freshness if run.args.only == "freshness" else run_intake_cost
+    return out | {run.args.only.replace("-", "_"): part(run.args.quick)}
 
 
 BENCHMARK = Benchmark(

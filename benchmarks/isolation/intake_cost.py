@@ -24,33 +24,33 @@ from starlette.types import ASGIApp
 from api.app import create_app
 from benchmarks.harness import child
 from benchmarks.isolation.bare_app import app as bare_app
+from benchmarks.service.__main__ import INTAKE_TABLES, requests_for
 from loader.config import load_settings
 from testing.service_server import PRODUCER_TOKEN, SCHEMA
 
 CONCURRENCY = 16
+#: The service's apps: submit routes ahead of FastAPI's (``fast_intake``), the WAL's group delay.
+SERVICES = {"routes": (False, 0.001), "fast": (True, 0.001), "fast, no group delay": (True, 0.0)}
+
+#: An HTTP request's ASGI scope, but for its path and headers.
+SCOPE = {
+    "type": "http",
+    "asgi": {"version": "3.0"},
+    "http_version": "1.1",
+    "method": "POST",
+    "scheme": "http",
+    "query_string": b"",
+    "root_path": "",
+    "client": ("127.0.0.1", 1),
+    "server": ("127.0.0.1", 80),
+}
+HEADERS = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
+HEADERS.append((b"authorization", f"Bearer {PRODUCER_TOKEN}".encode()))
 
 
 def _scope(path: str, body: bytes) -> dict[str, Any]:
-    headers = [
-        (b"host", b"127.0.0.1"),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"authorization", f"Bearer {PRODUCER_TOKEN}".encode()),
-    ]
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
+    headers = [*HEADERS, (b"content-length", str(len(body)).encode())]
+    return SCOPE | {"path": path, "raw_path": path.encode(), "headers": headers}
 
 
 def _receiver(body: bytes) -> Any:
@@ -89,13 +89,13 @@ async def drive(app: ASGIApp, requests: list[dict[str, Any]], n: int) -> dict[st
 
 
 @contextlib.asynccontextmanager
-async def service(tables: list[str], fast: bool, group_delay: float) -> AsyncIterator[ASGIApp]:
+async def service(fast: bool, group_delay: float) -> AsyncIterator[ASGIApp]:
     with tempfile.TemporaryDirectory(prefix="intake-cost-") as data:
         settings = load_settings(
             None,
             data_dir=Path(data),
             workers=2,
-            tables=[{"name": t, "schema": SCHEMA} for t in tables],
+            tables=[{"name": t, "schema": SCHEMA} for t in INTAKE_TABLES],
             auth_tokens=[{"token": PRODUCER_TOKEN, "role": "producer", "name": "bench"}],
             wal={"group_delay_seconds": group_delay},
         )
@@ -105,16 +105,13 @@ async def service(tables: list[str], fast: bool, group_delay: float) -> AsyncIte
 
 
 async def measure(spec: dict[str, Any]) -> dict[str, Any]:
-    from benchmarks.isolation.__main__ import TABLES, requests_for
-
     requests = requests_for(1)
     n, rounds = int(spec.get("requests", 8000)), int(spec.get("rounds", 5))
     out: dict[str, list[dict[str, Any]]] = {}
     async with contextlib.AsyncExitStack() as stack:
         ways: dict[str, ASGIApp] = {"bare": bare_app}
-        ways["routes"] = await stack.enter_async_context(service(TABLES, False, 0.001))
-        ways["fast"] = await stack.enter_async_context(service(TABLES, True, 0.001))
-        ways["fast, no group delay"] = await stack.enter_async_context(service(TABLES, True, 0.0))
+        for name, (fast, group_delay) in SERVICES.items():
+            ways[name] = await stack.enter_async_context(service(fast, group_delay))
         for app in ways.values():
             await drive(app, requests, n // 2)  # warm-up
         for _ in range(rounds):

@@ -42,20 +42,8 @@ def change_variants() -> dict[str, list[str]]:
     return variants
 
 
-def breakdown_variants() -> dict[str, list[str]]:
-    return {"baseline": [], "default": sorted(DEFAULT_LEAN)}
-
-
 def run_changes(args: argparse.Namespace) -> dict[str, Any]:
-    spec = {
-        "mode": "changes",
-        "master": "local[2]",
-        "rows_per_update": ROWS_PER_UPDATE,
-        "sizes": [1],
-        "warmup": args.change_warmup,
-        "runs": args.change_rounds,
-        "variants": change_variants(),
-    }
+    spec = _spec("changes", "local[2]", [1], args.change_warmup, args.change_rounds, change_variants())
     runs = []
     for k in range(args.change_runs):
         log(f"[changes] run {k + 1}/{args.change_runs}: {args.change_warmup} warm-up + {args.change_rounds} rounds")
@@ -65,22 +53,18 @@ def run_changes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_breakdown(args: argparse.Namespace, master: str, conf: dict[str, str]) -> dict[str, Any]:
-    spec = {
-        "mode": "breakdown",
-        "master": master,
-        "conf": conf,
-        "rows_per_update": ROWS_PER_UPDATE,
-        "sizes": list(args.sizes),
-        "warmup": args.breakdown_warmup,
-        "runs": args.breakdown_loads,
-        "variants": breakdown_variants(),
-        "event_log": True,
-        "jfr": True,
-        "jfr_loads": args.jfr_loads,
-    }
+    variants = {"baseline": [], "default": sorted(DEFAULT_LEAN)}
+    spec = _spec("breakdown", master, list(SIZES), args.breakdown_warmup, args.breakdown_loads, variants)
+    spec |= {"conf": conf, "event_log": True, "jfr": True, "jfr_loads": args.jfr_loads}
     log(f"[breakdown] {master}: {args.breakdown_warmup} warm-up rounds, {args.breakdown_loads} loads per block")
     load = load_average()
     return {"spec": spec, "result": run_child(WORKER, spec, timeout=3600), "loadavg": [load, load_average()]}
+
+
+def _spec(mode: str, master: str, sizes: list[int], warmup: int, runs: int, variants: dict[str, list[str]]) -> dict:
+    """A worker's spec (``benchmarks.load_cost.worker``)."""
+    spec = {"mode": mode, "master": master, "rows_per_update": ROWS_PER_UPDATE, "sizes": sizes}
+    return spec | {"warmup": warmup, "runs": runs, "variants": variants}
 
 
 def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,34 +99,18 @@ COUNTS = {
 
 
 def _compact(value: Any) -> Any:
-    """Seconds to the microsecond (the report shows tenths of milliseconds), the JSON smaller."""
+    """Seconds to the microsecond (the report shows tenths of milliseconds), and without each load's
+    wall-clock marks (used only to find its Spark job in the event log): the JSON smaller."""
     if isinstance(value, float):
         return round(value, 6)
     if isinstance(value, dict):
-        return {k: _compact(v) for k, v in value.items()}
+        return {k: _compact(v) for k, v in value.items() if k != "marks"}
     if isinstance(value, list):
         return [_compact(v) for v in value]
     return value
 
 
-def compact_loads(results: dict[str, Any]) -> None:
-    """Drop each load's wall-clock marks (used only to find its Spark job in the event log)."""
-    loads = [
-        load
-        for run in results.get("changes", {}).get("runs", [])
-        for v in run["variants"].values()
-        for x in v.values()
-        for load in x
-    ]
-    for part in ("local", "cluster"):
-        for block in results.get(part, {}).get("result", {}).get("blocks", []):
-            loads.extend(block["loads"])
-    for load in loads:
-        load.pop("marks", None)
-
-
 def judge(results: dict[str, Any]) -> None:
-    compact_loads(results)
     results.update(_compact(results))
     results["summary"] = report.summarize(results)
 
@@ -152,7 +120,6 @@ def measure(run: Run) -> dict[str, Any]:
     for name in COUNTS:
         if getattr(args, name) < (0 if name.endswith("warmup") else 1):
             raise SystemExit(f"--{name.replace('_', '-')} is too small")
-    args.sizes = SIZES
     run.meta.update(
         rows_per_update=ROWS_PER_UPDATE,
         # What each change was when measured (the report shows this, not the code of a later day).

@@ -40,25 +40,11 @@ PHASES = (
 BACKGROUND = "py4j object release (other threads)"
 
 
-@dataclass
-class LoadRecord:
-    """One load: seconds per phase, py4j round trips and their seconds per phase, wall marks."""
-
-    phases: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
-    py4j_calls: dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
-    py4j_seconds: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
-    #: Epoch seconds (start, end) of each phase's first run, to line up with Spark's event log.
-    marks: dict[str, tuple[float, float]] = field(default_factory=dict)
-    total: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "phases": dict(self.phases),
-            "py4j_calls": dict(self.py4j_calls),
-            "py4j_seconds": dict(self.py4j_seconds),
-            "marks": self.marks,
-        }
+def _record() -> dict[str, Any]:
+    """One load: its seconds, seconds per phase, py4j round trips and their seconds per phase, and
+    the epoch seconds (start, end) of each phase's first run, to line up with Spark's event log."""
+    phases, calls, seconds = (collections.defaultdict(type_) for type_ in (float, int, float))
+    return {"total": 0.0, "phases": phases, "py4j_calls": calls, "py4j_seconds": seconds, "marks": {}}
 
 
 class PhaseRecorder:
@@ -70,7 +56,7 @@ class PhaseRecorder:
     """
 
     def __init__(self) -> None:
-        self.record: LoadRecord | None = None
+        self.record: dict[str, Any] | None = None
         self.thread: threading.Thread | None = None
         self._stack: list[list[Any]] = []  # [name, perf_counter start, seconds of carved-out children]
 
@@ -87,8 +73,8 @@ class PhaseRecorder:
             finally:
                 self._stack.pop()
                 elapsed = time.perf_counter() - frame[1]
-                record.phases[name] += elapsed - frame[2]
-                record.marks.setdefault(name, (wall, time.time()))
+                record["phases"][name] += elapsed - frame[2]
+                record["marks"].setdefault(name, (wall, time.time()))
                 if self._stack:
                     self._stack[-1][2] += elapsed
 
@@ -98,23 +84,24 @@ class PhaseRecorder:
         record = self.record
         if record is None:
             return
-        if threading.current_thread() is self.thread:
-            where = self._stack[-1][0] if self._stack else "other Python"
-        else:
+        if threading.current_thread() is not self.thread:
             where = BACKGROUND
-        record.py4j_calls[where] += 1
-        record.py4j_seconds[where] += seconds
+        else:
+            where = self._stack[-1][0] if self._stack else "other Python"
+        record["py4j_calls"][where] += 1
+        record["py4j_seconds"][where] += seconds
 
-    def run(self, load: Callable[[], Any]) -> tuple[Any, LoadRecord]:
+    def run(self, load: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
         """Run one load under the recorder; the time outside every phase is "other Python"."""
-        self.record, self.thread, self._stack = LoadRecord(), threading.current_thread(), []
+        record = self.record = _record()
+        self.thread, self._stack = threading.current_thread(), []
         started = time.perf_counter()
         try:
             result = load()
         finally:
-            record, self.record = self.record, None
-            record.total = time.perf_counter() - started
-        record.phases["other Python"] = max(0.0, record.total - sum(record.phases.values()))
+            self.record = None
+            record["total"] = time.perf_counter() - started
+        record["phases"]["other Python"] = max(0.0, record["total"] - sum(record["phases"].values()))
         return result, record
 
 
@@ -156,22 +143,31 @@ OTHER_THREADS = "other threads"
 CHILD_PROCESSES = "forked processes (`chmod`, their own CPU)"
 
 
+THREAD_KIND_NAMES = [*(k for k, _ in THREAD_KINDS), OTHER_THREADS, CHILD_PROCESSES]
+
+
+def _thread_kind(name: str) -> str:
+    return next((kind for kind, rx in THREAD_KINDS if re.search(rx, name)), OTHER_THREADS)
+
+
 class JvmThreads:
     """CPU seconds of one JVM's threads, grouped by ``THREAD_KINDS`` (Linux ``/proc``)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.tick = os.sysconf("SC_CLK_TCK")
-        self._kinds = [(name, re.compile(rx)) for name, rx in THREAD_KINDS]
 
     @staticmethod
     def available(pid: int | None) -> bool:
         return pid is not None and Path(f"/proc/{pid}/task").is_dir()
 
+    def _ticks(self, stat: str, fields: slice) -> float:
+        """User and system CPU (``fields`` 11:13: of the process, 13:15: of its waited-for children)."""
+        return sum(int(v) for v in stat.rsplit(")", 1)[1].split()[fields]) / self.tick
+
     def total(self) -> float:
         """The whole process (threads and waited-for children), one file read."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(v) for v in fields[11:15]) / self.tick
+        return self._ticks(Path(f"/proc/{self.pid}/stat").read_text(), slice(11, 15))
 
     def snapshot(self) -> dict[str, float]:
         out: dict[str, float] = collections.defaultdict(float)
@@ -180,13 +176,8 @@ class JvmThreads:
                 text = Path(f"/proc/{self.pid}/task/{tid}/stat").read_text()
             except OSError:  # the thread ended meanwhile
                 continue
-            name = text[text.index("(") + 1 : text.rindex(")")]
-            fields = text.rsplit(")", 1)[1].split()
-            seconds = (int(fields[11]) + int(fields[12])) / self.tick
-            kind = next((k for k, rx in self._kinds if rx.search(name)), OTHER_THREADS)
-            out[kind] += seconds
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        out[CHILD_PROCESSES] = (int(fields[13]) + int(fields[14])) / self.tick
+            out[_thread_kind(text[text.index("(") + 1 : text.rindex(")")])] += self._ticks(text, slice(11, 13))
+        out[CHILD_PROCESSES] = self._ticks(Path(f"/proc/{self.pid}/stat").read_text(), slice(13, 15))
         return dict(out)
 
 
@@ -406,35 +397,16 @@ class Flight:
     def stop(self) -> None:
         self._jcmd("JFR.stop", "name=load-cost")
 
-    def activities(self, path: Path) -> dict[str, Any]:
-        """Samples per activity and thread kind; forks (``jdk.ProcessStart``) counted by command."""
+    def _print(self, path: Path, event: str, depth: int) -> str:
         assert self.jfr is not None
-        rules = [(name, re.compile(rx)) for name, rx in ACTIVITIES]
-        kinds = [(name, re.compile(rx)) for name, rx in THREAD_KINDS]
+        command = [self.jfr, "print", "--events", event, "--stack-depth", str(depth), str(path)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout
+
+    def activities(self, path: Path) -> dict[str, Any]:
+        """Samples per activity; forks (``jdk.ProcessStart``) counted by command."""
         samples: dict[str, int] = collections.Counter()
-        by_thread: dict[str, int] = collections.Counter()
-        text = subprocess.run(
-            [self.jfr, "print", "--events", "jdk.ExecutionSample", "--stack-depth", "300", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=True,
-        ).stdout
-        for block in text.split("jdk.ExecutionSample {")[1:]:
-            thread = re.search(r'sampledThread = "([^"]*)"', block)
-            name = thread.group(1) if thread else ""
+        for block in self._print(path, "jdk.ExecutionSample", 300).split("jdk.ExecutionSample {")[1:]:
             frames = [line.strip().split("(", 1)[0] for line in block.split("stackTrace = [", 1)[-1].splitlines()[1:]]
-            activity = next((a for frame in frames for a, rx in rules if rx.search(frame)), OTHER_ACTIVITY)
-            samples[activity] += 1
-            by_thread[next((k for k, rx in kinds if rx.search(name)), OTHER_THREADS)] += 1
-        forks = subprocess.run(
-            [self.jfr, "print", "--events", "jdk.ProcessStart", "--stack-depth", "1", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=True,
-        ).stdout
-        commands = collections.Counter(
-            m.group(1).split()[0] for m in re.finditer(r'command = "([^"]*)"', forks) if m.group(1).strip()
-        )
-        return {"samples": dict(samples), "threads": dict(by_thread), "forks": dict(commands)}
+            samples[next((a for f in frames for a, rx in ACTIVITIES if re.search(rx, f)), OTHER_ACTIVITY)] += 1
+        forks = re.findall(r'command = "([^"]*)"', self._print(path, "jdk.ProcessStart", 1))
+        return {"samples": dict(samples), "forks": dict(collections.Counter(c.split()[0] for c in forks if c.strip()))}

@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from benchmarks.harness.markdown import Template, bullets
-from benchmarks.load_cost.probes import (
-    ACTIVITIES,
-    CHILD_PROCESSES,
-    OTHER_ACTIVITY,
-    OTHER_THREADS,
-    PHASES,
-    SPARK_PHASES,
-    THREAD_KINDS,
-)
+from benchmarks.harness.markdown import Template, bullets, missing
+from benchmarks.load_cost.probes import ACTIVITIES, OTHER_ACTIVITY, PHASES, SPARK_PHASES, THREAD_KIND_NAMES
 from loader.loading.spark import LEAN_CHANGES
 from testing.report import machine_markdown, md_table
 
@@ -26,19 +18,17 @@ TARGET_LOADS = 20
 
 
 def _median(values: Iterable[float | None]) -> float:
-    kept = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return statistics.median(kept) if kept else float("nan")
+    kept = [v for v in values if not missing(v)]
+    return statistics.median(kept) if kept else math.nan
 
 
 def _mean(values: Iterable[float | None]) -> float:
     kept = [v for v in values if v is not None]
-    return statistics.fmean(kept) if kept else float("nan")
+    return statistics.fmean(kept) if kept else math.nan
 
 
 def _ms(value: float | None, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:,.{digits}f}"
+    return "–" if missing(value) else f"{value:,.{digits}f}"
 
 
 T = Template("load-cost", {"ms": _ms})
@@ -83,7 +73,6 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
             for load, ref in zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True)
         ]
         out["variants"][name] = {
-            "changes": part["spec"]["variants"][name],
             "reference": reference,
             "median_ms": _median(f["total_ms"] for f in figures),
             "run_medians_ms": [f["total_ms"] for f in figures],
@@ -93,11 +82,9 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
             "python_cpu_ms": _median(f["python_cpu_ms"] for f in figures),
             "jvm_cpu_ms": _median(f["jvm_cpu_ms"] for f in figures),
             "phases_ms": {p: _median(f["phases_ms"][p] for f in figures) for p in PHASES},
-            "pooled_median_ms": _median(1e3 * load["total"] for run in runs for load in run["variants"][name]["1"]),
         }
     out["reference_ms"] = _median(_median(1e3 * s for s in run["reference_range_count"]) for run in runs)
     out["audit_ok"] = all(v["ok"] for run in runs for v in run["audit"].values())
-    out["loadavg"] = [run.get("loadavg") for run in runs]
     return out
 
 
@@ -129,17 +116,13 @@ def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
     return {
         "master": part["spec"]["master"],
         "sizes": part["spec"]["sizes"],
-        "rows_per_update": part["spec"]["rows_per_update"],
         "loads_per_block": part["spec"]["runs"],
         "jfr_loads": part["spec"].get("jfr_loads"),
         "warmup_rounds": part["spec"]["warmup"],
         "blocks": blocks,
         "hadoop_conf": result.get("hadoop_conf"),
         "audit_ok": all(v["ok"] for v in result["audit"].values()),
-        "jfr": result.get("jfr_available", False),
-        "executor_found": result.get("executor_found"),
         "cluster_start_seconds": part.get("cluster_start_seconds"),
-        "loadavg": part.get("loadavg"),
     }
 
 
@@ -163,14 +146,71 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-Table = tuple[list[str], list[list[str]]]
+Columns = tuple[list[dict[str, Any]], list[str]]
+
+
+def _table(head: str, labels: list[str], columns: Columns, cells: Callable[[dict[str, Any]], list[str]]) -> str:
+    """A table of one column per block or variant: ``cells(column)``, one per row label."""
+    figures, names = columns
+    return md_table([head, *names], zip(labels, *map(cells, figures)))
+
+
+def _blocks(part: dict[str, Any], jfr: bool = False) -> Columns:
+    """A breakdown's blocks (``jfr``: those profiled), baseline and lean per batch size, and their labels."""
+    keys = [(f"{v}/{u}", f"{u} upd. {'base' if v == 'baseline' else 'lean'}") for u in part["sizes"] for v in VARIANTS]
+    keys = [(k, label) for k, label in keys if not jfr or "jfr_share" in part["blocks"][k]]
+    return [part["blocks"][k] for k, _ in keys], [label for _, label in keys]
+
+
+VARIANTS = ("baseline", "default")
+PY4J_ROWS = ["py4j round trips (all)", "py4j round trips building the DataFrame", "py4j time (all, ms)"]
+
+
+def phases_table(part: dict[str, Any]) -> str:
+    def cells(b: dict[str, Any]) -> list[str]:
+        by_phase = b["py4j_calls_by_phase"].get("build DataFrame (py4j)", 0)
+        phases = [_ms(b["phases_ms"][p]) for p in PHASES]
+        return [*phases, f"**{_ms(b['total_ms'])}**", f"{b['py4j_calls']:.0f}", f"{by_phase:.0f}", _ms(b["py4j_ms"])]
+
+    return _table("step (ms, median)", [*PHASES, "**load (median of totals)**", *PY4J_ROWS], _blocks(part), cells)
+
+
+def spark_table(part: dict[str, Any]) -> str:
+    def cells(b: dict[str, Any]) -> list[str]:
+        return [*(_ms(b["spark_ms"][p], 0) for p in SPARK_PHASES), _ms(b["phases_ms"]["Spark write job"], 0)]
+
+    labels = [*SPARK_PHASES, "Spark write job (Python timer)"]
+    return _table("Spark write job, by its event log (ms, median)", labels, _blocks(part), cells)
+
+
+def cpu_table(part: dict[str, Any]) -> str:
+    """Thread kinds that took 0.05 ms or more in some block, the JVMs and the Python process."""
+    blocks = _blocks(part)
+    kinds = [k for k in THREAD_KIND_NAMES if any((b["jvm_threads_ms"].get(k) or 0) >= 0.05 for b in blocks[0])]
+    executor = any(b.get("executor_cpu_ms") is not None for b in blocks[0])
+
+    def cells(b: dict[str, Any]) -> list[str]:
+        threads = [_ms(b["jvm_threads_ms"].get(k)) for k in kinds]
+        jvm = f"**{_ms(sum(b['jvm_threads_ms'].values()))}**"
+        return [*threads, jvm, *([_ms(b.get("executor_cpu_ms"))] if executor else []), _ms(b["python_cpu_ms"])]
+
+    labels = [*kinds, "**driver JVM, all threads**", *(["executor JVM (whole process)"] if executor else [])]
+    return _table("CPU per load (ms)", [*labels, "Python process (this process, all threads)"], blocks, cells)
+
+
+def jfr_table(part: dict[str, Any]) -> str | None:
+    names = [a for a, _ in ACTIVITIES] + [OTHER_ACTIVITY]
+
+    def cells(b: dict[str, Any]) -> list[str]:
+        shares = [f"{100 * b['jfr_share'].get(a, 0.0):.0f}%" for a in names]
+        return [*shares, f"{b['jfr_samples']:,}", f"{sum(b['forks_per_load'].values()):.1f}"]
+
+    labels = [*names, "Java samples (1 ms)", "processes forked per load"]
+    blocks = _blocks(part, jfr=True)
+    return _table("driver JVM, Java samples by activity (JFR)", labels, blocks, cells) if blocks[0] else None
 
 
 def _variant_label(name: str) -> str:
-    if name == "baseline":
-        return "baseline (no change)"
-    if name == "default":
-        return "**default set**"
     for prefix, words in (
         ("only-", "only"),
         ("default-without-", "default without"),
@@ -178,96 +218,30 @@ def _variant_label(name: str) -> str:
     ):
         if name.startswith(prefix):
             return f"{words} `{name.removeprefix(prefix)}`"
-    return name
+    return {"baseline": "baseline (no change)", "default": "**default set**"}.get(name, name)
 
 
 def changes_table(changes: dict[str, Any]) -> str:
     rows = []
     for name, v in changes["variants"].items():
-        own = name == v["reference"]
-        rows.append(
-            [
-                _variant_label(name),
-                _ms(v["median_ms"]),
-                f"{min(v['run_medians_ms']):.0f}–{max(v['run_medians_ms']):.0f}",
-            ]
-            + (["–"] * 3 if own else [v["reference"], f"{v['ratio']:.2f}", f"{v['delta_ms']:+.1f}"])
-            + [f"{v['py4j_calls']:.0f}", _ms(v["python_cpu_ms"], 0), _ms(v["jvm_cpu_ms"], 0)]
+        runs = f"{min(v['run_medians_ms']):.0f}–{max(v['run_medians_ms']):.0f}"
+        against = (
+            [v["reference"], f"{v['ratio']:.2f}", f"{v['delta_ms']:+.1f}"] if name != v["reference"] else ["–"] * 3
         )
+        cpu = [_ms(v["python_cpu_ms"], 0), _ms(v["jvm_cpu_ms"], 0)]
+        rows.append([_variant_label(name), _ms(v["median_ms"]), runs, *against, f"{v['py4j_calls']:.0f}", *cpu])
     return T.table("changes-table", rows)
 
 
-def change_phases_table(changes: dict[str, Any]) -> Table:
+def change_phases_table(changes: dict[str, Any]) -> str:
+    """The baseline, each change alone and the default set, by step."""
     names = [n for n in changes["variants"] if not n.startswith("default-")]
-    headers = ["step (ms)", *[n.removeprefix("only-").replace("_", " ") for n in names]]
-    rows = [[p, *[_ms(changes["variants"][n]["phases_ms"][p]) for n in names]] for p in PHASES]
-    rows.append(["load (median of totals)", *[_ms(changes["variants"][n]["median_ms"]) for n in names]])
-    return headers, rows
+    columns = [changes["variants"][n] for n in names], [n.removeprefix("only-").replace("_", " ") for n in names]
 
+    def cells(v: dict[str, Any]) -> list[str]:
+        return [*(_ms(v["phases_ms"][p]) for p in PHASES), _ms(v["median_ms"])]
 
-def _columns(part: dict[str, Any]) -> list[tuple[str, str]]:
-    return [
-        (f"{v}/{u}", f"{u} upd. {'base' if v == 'baseline' else 'lean'}")
-        for u in part["sizes"]
-        for v in ("baseline", "default")
-    ]
-
-
-def phases_table(part: dict[str, Any]) -> Table:
-    cols = _columns(part)
-    blocks = part["blocks"]
-    rows = [[p, *[_ms(blocks[k]["phases_ms"][p]) for k, _ in cols]] for p in PHASES]
-    rows.append(["**load (median of totals)**", *[f"**{_ms(blocks[k]['total_ms'])}**" for k, _ in cols]])
-    rows.append(["py4j round trips (all)", *[f"{blocks[k]['py4j_calls']:.0f}" for k, _ in cols]])
-    rows.append(
-        [
-            "py4j round trips building the DataFrame",
-            *[f"{blocks[k]['py4j_calls_by_phase'].get('build DataFrame (py4j)', 0):.0f}" for k, _ in cols],
-        ]
-    )
-    rows.append(["py4j time (all, ms)", *[_ms(blocks[k]["py4j_ms"]) for k, _ in cols]])
-    return ["step (ms, median)", *[label for _, label in cols]], rows
-
-
-def spark_table(part: dict[str, Any]) -> Table:
-    cols = _columns(part)
-    blocks = part["blocks"]
-    rows = [[p, *[_ms(blocks[k]["spark_ms"][p], 0) for k, _ in cols]] for p in SPARK_PHASES]
-    rows.append(
-        ["Spark write job (Python timer)", *[_ms(blocks[k]["phases_ms"]["Spark write job"], 0) for k, _ in cols]]
-    )
-    return ["Spark write job, by its event log (ms, median)", *[label for _, label in cols]], rows
-
-
-def cpu_table(part: dict[str, Any]) -> Table:
-    cols = _columns(part)
-    blocks = part["blocks"]
-    kinds = [k for k, _ in THREAD_KINDS] + [OTHER_THREADS, CHILD_PROCESSES]
-    rows = []
-    for kind in kinds:
-        values = [blocks[k]["jvm_threads_ms"].get(kind) for k, _ in cols]
-        if all(v is None or v < 0.05 for v in values):
-            continue
-        rows.append([kind, *[_ms(v) for v in values]])
-    rows.append(
-        ["**driver JVM, all threads**", *[f"**{_ms(sum(blocks[k]['jvm_threads_ms'].values()))}**" for k, _ in cols]]
-    )
-    if any(blocks[k].get("executor_cpu_ms") is not None for k, _ in cols):
-        rows.append(["executor JVM (whole process)", *[_ms(blocks[k].get("executor_cpu_ms")) for k, _ in cols]])
-    rows.append(["Python process (this process, all threads)", *[_ms(blocks[k]["python_cpu_ms"]) for k, _ in cols]])
-    return ["CPU per load (ms)", *[label for _, label in cols]], rows
-
-
-def jfr_table(part: dict[str, Any]) -> Table | None:
-    cols = [(k, label) for k, label in _columns(part) if "jfr_share" in part["blocks"][k]]
-    if not cols:
-        return None
-    blocks = part["blocks"]
-    names = [a for a, _ in ACTIVITIES] + [OTHER_ACTIVITY]
-    rows = [[a, *[f"{100 * blocks[k]['jfr_share'].get(a, 0.0):.0f}%" for k, _ in cols]] for a in names]
-    rows.append(["Java samples (1 ms)", *[f"{blocks[k]['jfr_samples']:,}" for k, _ in cols]])
-    rows.append(["processes forked per load", *[f"{sum(blocks[k]['forks_per_load'].values()):.1f}" for k, _ in cols]])
-    return ["driver JVM, Java samples by activity (JFR)", *[label for _, label in cols]], rows
+    return _table("step (ms)", [*PHASES, "load (median of totals)"], columns, cells)
 
 
 def lean_table(meta: dict[str, Any]) -> str:
@@ -342,21 +316,17 @@ def render_markdown(results: dict[str, Any]) -> str:
     out.append(T("lean", table=lean_table(meta)))
     if changes := summary.get("changes"):
         warmup = results["changes"]["spec"]["warmup"]
-        phases = md_table(*change_phases_table(changes))
+        phases = change_phases_table(changes)
         out.append(T("changes", changes=changes, warmup=warmup, table=changes_table(changes), phases=phases))
     for part, title in (("local", "`local[2]`"), ("cluster", "standalone cluster (1 master, 1 worker of 2 cores)")):
         if not (p := summary.get(part)):
             continue
         started = p.get("cluster_start_seconds")
         cluster = "" if started is None else T.line("part-cluster", seconds=started)
-        tables = {
-            "phases": md_table(*phases_table(p)),
-            "spark": md_table(*spark_table(p)),
-            "cpu": md_table(*cpu_table(p)),
-        }
+        tables = {"phases": phases_table(p), "spark": spark_table(p), "cpu": cpu_table(p)}
         out.append(T("part", title=title, p=p, cluster=cluster, **tables))
         if jfr := jfr_table(p):
-            out.append(T("jfr", loads=p["jfr_loads"], table=md_table(*jfr)))
+            out.append(T("jfr", loads=p["jfr_loads"], table=jfr))
     if notes := build_notes(summary):
         out.append(T("notes", notes=bullets(notes)))
     return "".join(out).removesuffix("\n")

@@ -13,6 +13,7 @@ variant and size, with Spark's event log, CPU by JVM thread kind and a JFR profi
 from __future__ import annotations
 
 import collections
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import child
-from benchmarks.harness.rows import SCHEMA, small_rows
+from benchmarks.harness.rows import SCHEMA
 from benchmarks.load_cost.probes import (
     Flight,
     JvmThreads,
@@ -32,29 +33,33 @@ from benchmarks.load_cost.probes import (
     read_event_log,
     spark_phases,
 )
-from loader.core.updates import Batch, Update
+from benchmarks.service.commit import make_batch
+from loader.core.updates import Batch
 
 #: Lean changes with Spark settings of their own, and how a variant switches them at run time.
 RUNTIME_SETTINGS = {"no_call_sites"}
+#: Spark's event log, uncompressed in one file per application (``probes.read_event_log`` reads it).
+EVENT_LOG = {
+    "spark.eventLog.enabled": "true",
+    "spark.eventLog.rolling.enabled": "false",
+    "spark.eventLog.compress": "false",
+}
 
 
+@dataclasses.dataclass
 class Table:
-    """One variant's table: its sink, its next sequence number and id, what it holds."""
+    """One variant's table: its sink and lean changes, its last sequence number, the rows it holds."""
 
-    def __init__(self, sink: Any, name: str, lean: frozenset[str]) -> None:
-        self.sink, self.name, self.lean = sink, name, lean
-        self.seq = 0
-        self.rows = 0
-        sink.ensure_table(name, SCHEMA)
+    sink: Any
+    lean: frozenset[str]
+    name: str = "t"
+    seq: int = 0
+    rows: int = 0
 
     def batch(self, updates: int, rows_per_update: int) -> Batch:
-        made = []
-        for _ in range(updates):
-            data = small_rows(range(self.rows, self.rows + rows_per_update))
-            self.seq += 1
-            self.rows += rows_per_update
-            made.append(Update(self.name, self.seq, float(self.seq), rows=data))
-        return Batch(self.name, tuple(made))
+        batch = make_batch(self.name, updates * rows_per_update, rows_per_update, self.seq + 1, self.rows)
+        self.seq, self.rows = batch.last_seq, self.rows + updates * rows_per_update
+        return batch
 
 
 class Session:
@@ -70,22 +75,12 @@ class Session:
         self.spec = spec
         self.root = root
         conf = dict(spec.get("conf", {}))
-        if spec.get("event_log"):
-            events = root / "events"
-            events.mkdir()
-            conf |= {
-                "spark.eventLog.enabled": "true",
-                "spark.eventLog.dir": str(events),
-                "spark.eventLog.rolling.enabled": "false",
-                "spark.eventLog.compress": "false",
-            }
-            self.events: Path | None = events
-        else:
-            self.events = None
+        self.events = root / "events" if spec.get("event_log") else None
+        if self.events is not None:
+            self.events.mkdir()
+            conf |= EVENT_LOG | {"spark.eventLog.dir": str(self.events)}
         began = time.perf_counter()
-        self.spark = build_spark_session(
-            master=spec["master"], conf=conf, app_name="load-cost", fair_pools=2, lean=frozenset()
-        )
+        self.spark = build_spark_session(spec["master"], conf, "load-cost", fair_pools=2, lean=frozenset())
         self.start_seconds = time.perf_counter() - began
         self.recorder = PhaseRecorder()
         self._undo = count_py4j(self.recorder)
@@ -93,15 +88,15 @@ class Session:
         for name, lean in spec["variants"].items():
             sink = DeltaRsSink(root / "warehouse" / name, self.spark, lean)
             self._instrument(sink)
-            self.tables[name] = Table(sink, "t", frozenset(lean))
+            sink.ensure_table("t", SCHEMA)
+            self.tables[name] = Table(sink, frozenset(lean))
         self._patch_classes()
         gateway = getattr(self.spark.sparkContext._gateway, "proc", None)
-        pid = gateway.pid if gateway is not None else None
-        self.jvm = JvmThreads(pid) if pid is not None and JvmThreads.available(pid) else None
+        self.jvm = JvmThreads(gateway.pid) if gateway is not None and JvmThreads.available(gateway.pid) else None
         self.app_id = self.spark.sparkContext.applicationId
         self.local = spec["master"].startswith("local")
         # The service's worker threads each load in their own FAIR pool; so does this one.
-        self.thread_pool_set = False
+        sink.use_pool("worker-0")
 
     def _instrument(self, sink: Any) -> None:
         r = self.recorder
@@ -123,23 +118,16 @@ class Session:
         delta_rs.build_batch_frame = r.wrap("build DataFrame (py4j)", delta_rs.build_batch_frame)
         shutil.rmtree = r.wrap("staging cleanup", shutil.rmtree)
 
-    def switch(self, variant: str) -> None:
-        """Session-wide parts of the variant's lean changes (the sink's own are its ``lean``)."""
+    def load(self, variant: str, updates: int) -> dict[str, Any]:
+        """One load of the variant's table, measured, after switching the session-wide parts of its
+        lean changes (the sink's own are its ``lean``)."""
         import pyspark.errors.utils as pyspark_errors
 
         from loader.loading.spark import set_write_checksums
 
-        lean = self.tables[variant].lean
-        pyspark_errors._enable_debugging_cache = "no_call_sites" not in lean  # type: ignore[attr-defined]
-        set_write_checksums(self.spark, "no_checksum_files" not in lean)
-
-    def load(self, variant: str, updates: int) -> dict[str, Any]:
-        """One load of the variant's table, measured."""
-        if not self.thread_pool_set:
-            self.tables[variant].sink.use_pool("worker-0")
-            self.thread_pool_set = True
-        self.switch(variant)
         table = self.tables[variant]
+        pyspark_errors._enable_debugging_cache = "no_call_sites" not in table.lean  # type: ignore[attr-defined]
+        set_write_checksums(self.spark, "no_checksum_files" not in table.lean)
         batch = table.batch(updates, self.spec["rows_per_update"])
         jvm0 = self.jvm.total() if self.jvm else None
         cpu0 = time.process_time()
@@ -150,7 +138,7 @@ class Session:
             raise RuntimeError(
                 f"{variant}: load of {batch.last_seq} wrote {result.rows} rows (skipped={result.skipped})"
             )
-        return {**record.as_dict(), "python_cpu": cpu, "jvm_cpu": jvm}
+        return {**record, "python_cpu": cpu, "jvm_cpu": jvm}
 
     def reference(self) -> float:
         started = time.perf_counter()
@@ -181,17 +169,11 @@ class Session:
         out = {}
         for name, table in self.tables.items():
             path = table.sink.table_path(table.name)
-            delta = DeltaTable(str(path))
             ids = read_delta(path).column("id").to_pylist()
-            out[name] = {
-                "rows": len(ids),
-                "expected": table.rows,
-                "distinct": len(set(ids)),
-                "txn": delta.transaction_version(app_id(table.name)),
-                "expected_txn": table.seq,
-                "ok": len(ids) == len(set(ids)) == table.rows
-                and delta.transaction_version(app_id(table.name)) == table.seq,
-            }
+            txn = DeltaTable(str(path)).transaction_version(app_id(table.name))
+            found = {"rows": len(ids), "expected": table.rows, "distinct": len(set(ids))}
+            out[name] = found | {"txn": txn, "expected_txn": table.seq}
+            out[name]["ok"] = len(ids) == len(set(ids)) == table.rows and txn == table.seq
         return out
 
     def stop(self) -> None:
@@ -202,6 +184,10 @@ class Session:
 def rotate(items: list[str], k: int) -> list[str]:
     k %= len(items)
     return items[k:] + items[:k]
+
+
+def log(message: str) -> None:
+    print(f"[load_cost] {message}", file=sys.stderr, flush=True)
 
 
 def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +204,7 @@ def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
         ref = session.reference()
         if r >= spec["warmup"]:
             reference.append(ref)
-        print(f"[load_cost] round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+        log(f"round {r + 1}/{rounds}")
     return {
         "variants": {n: {str(u): loads for u, loads in by.items()} for n, by in results.items()},
         "reference_range_count": reference,
@@ -242,7 +228,7 @@ def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
         for updates in spec["sizes"]:
             for name in rotate(names, r):
                 session.load(name, updates)
-        print(f"[load_cost] warm-up round {r + 1}/{spec['warmup']}", file=sys.stderr, flush=True)
+        log(f"warm-up round {r + 1}/{spec['warmup']}")
     executor = None if session.local else find_executor_pid(session.app_id)
     executor_cpu = JvmThreads(executor) if executor is not None else None
     blocks = {(name, updates): [] for updates in spec["sizes"] for name in names}
@@ -259,7 +245,7 @@ def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
                         threads[name, updates][kind] += seconds
                 if executor_cpu and exec0 is not None:
                     executor_seconds[name, updates] += executor_cpu.total() - exec0
-        print(f"[load_cost] {updates} update(s): {spec['runs']} rounds done", file=sys.stderr, flush=True)
+        log(f"{updates} update(s): {spec['runs']} rounds done")
     out = [
         {
             "variant": name,
@@ -280,14 +266,8 @@ def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
                 session.load(block["variant"], block["updates"])
             flight.stop()
             block["jfr"] = flight.activities(path) | {"loads": spec["jfr_loads"]}
-            print(f"[load_cost] profiled {block['variant']}, {block['updates']} update(s)", file=sys.stderr, flush=True)
+            log(f"profiled {block['variant']}, {block['updates']} update(s)")
     return {"blocks": out, "jfr_available": flight is not None, "executor_found": executor is not None}
-
-
-def attach_spark_phases(out: dict[str, Any], events: list[dict[str, Any]]) -> None:
-    for block in out["blocks"]:
-        windows = [tuple(load["marks"]["Spark write job"]) for load in block["loads"]]
-        block["spark_phases"] = spark_phases(events, windows)  # type: ignore[arg-type]
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
@@ -296,18 +276,20 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         session = Session(spec, root)
         result: dict[str, Any] = {"spark_start_seconds": session.start_seconds, "app_id": session.app_id}
-        if spec["mode"] == "changes":
-            result |= run_changes(session, spec)
-        else:
-            result |= run_breakdown(session, spec)
+        breakdown = spec["mode"] == "breakdown"
+        result |= run_breakdown(session, spec) if breakdown else run_changes(session, spec)
         result["audit"] = session.audit()
-        if spec["mode"] == "breakdown":
+        if breakdown:
             result["hadoop_conf"] = session.hadoop_conf()
         events = session.events
         session.stop()
         session = None
-        if events is not None and spec["mode"] == "breakdown":
-            attach_spark_phases(result, read_event_log(events))
+        if events is not None and breakdown:
+            # Each load's Spark job, found in the event log by the wall-clock marks of its write call.
+            log_events = read_event_log(events)
+            for block in result["blocks"]:
+                windows = [tuple(load["marks"]["Spark write job"]) for load in block["loads"]]
+                block["spark_phases"] = spark_phases(log_events, windows)  # type: ignore[arg-type]
     finally:
         if session is not None:
             session.stop()
