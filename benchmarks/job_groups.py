@@ -1,8 +1,5 @@
 """Multi-table jobs: what a group job costs on Spark, and what grouping buys in freshness.
 
-    python -m benchmarks.job_groups            # Spark group jobs k = 1..32, simulator at 50/200/1,000 tables
-    python -m benchmarks.job_groups --quick    # fewer runs and sizes, prints only
-
 A least-squares line through the measured group durations gives the cost model's shared
 overhead O and per-table cost (schedulers/job_groups.py); the simulator then runs the
 service's policies at that cost. templates/job-groups.md says what each part measures.
@@ -18,13 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
 from benchmarks.harness.results import int_keys
-from benchmarks.harness.rows import SCHEMA
+from benchmarks.harness.rows import SCHEMA, small_rows
 from loader.core.updates import Batch
 from schedulers.generators import many_feeds
 from schedulers.registry import make_policy
@@ -35,17 +30,8 @@ from testing.report import log, machine_markdown
 ROWS = 100
 WORKLOADS = ((50, 0.5), (200, 0.5), (1000, 0.1))
 T = Template("job-groups")
-
-
-def _rows(seed: int) -> pa.Table:
-    return pa.table(
-        {
-            "id": list(range(seed, seed + ROWS)),
-            "v": [i / 7 for i in range(ROWS)],
-            "s": [f"row-{i}" for i in range(ROWS)],
-        },
-        schema=SCHEMA.arrow(),
-    )
+#: ``loader simulate`` as measured: its label -> its extra flags.
+CLI_CASES = {"single-table": [], "grouped (32, rate)": ["--max-tables-per-job", "32", "--job-overhead", "0.15"]}
 
 
 def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
@@ -62,7 +48,7 @@ def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
         def batches(k: int) -> list[Batch]:
             nonlocal seq
             seq += 1
-            return [spark.one_update(n, seq, _rows(seq * 1000)) for n in names[:k]]
+            return [spark.one_update(n, seq, small_rows(range(seq * 1000, seq * 1000 + ROWS))) for n in names[:k]]
 
         def singly(work: list[Batch]) -> None:
             for b in work:
@@ -80,8 +66,7 @@ def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
                 if failed := [o for o in outcomes if isinstance(o, BaseException)]:
                     raise RuntimeError(f"a group load failed: {failed[0]}")
                 out["single"][k].append(spark.timed(singly, batches(k))[1])
-    xs = [k for k in sizes for _ in out["group"][k]]
-    ys = [t for k in sizes for t in out["group"][k]]
+    xs, ys = zip(*((k, t) for k in sizes for t in out["group"][k]), strict=True)
     slope, intercept = statistics.linear_regression(xs, ys)
     out["fit"] = {"job_overhead": intercept, "per_table": slope}
     out["single_median"] = statistics.median(out["single"][1])
@@ -107,8 +92,7 @@ def freshness(cost: dict[str, Any], seconds: float) -> list[dict[str, Any]]:
                 log(f"simulate {tables} tables, {policy}, {label}")
                 made = make_policy(policy, max_tables_per_job=groups, job_overhead=shared, group_rule=rule)
                 r = simulate(trace, made, 2, job_overhead=shared)
-                f = r.freshness
-                horizon = r.makespan
+                f, area = r.freshness, tables * r.makespan
                 results.append(
                     {
                         "tables": tables,
@@ -116,8 +100,8 @@ def freshness(cost: dict[str, Any], seconds: float) -> list[dict[str, Any]]:
                         "policy": policy,
                         "jobs": label,
                         "ratio": f.staleness_ratio,
-                        "mean_staleness": f.total_staleness / (tables * horizon),
-                        "ideal_staleness": f.low_bound / (tables * horizon),
+                        "mean_staleness": f.total_staleness / area,
+                        "ideal_staleness": f.low_bound / area,
                         "max_stretch": f.max_stretch,
                         "batches": f.batches,
                         "tables_per_job": (r.policy_state.get("job_groups") or {}).get("mean_tables_per_job") or 1.0,
@@ -139,10 +123,7 @@ def simulate_cli(runs: int) -> dict[str, Any]:
         )
         write_trace(trace, path)
         out["updates"] = trace.n_updates
-        for label, extra in (
-            ("single-table", []),
-            ("grouped (32, rate)", ["--max-tables-per-job", "32", "--job-overhead", "0.15"]),
-        ):
+        for label, extra in CLI_CASES.items():
             times = []
             for run in range(runs):
                 log(f"loader simulate, {label}, run {run + 1}/{runs}")
@@ -168,13 +149,10 @@ def measure(run: Run) -> dict[str, Any]:
 def render(saved: dict[str, Any]) -> str:
     cost, fresh, cli = saved["cost"], saved["freshness"], saved["cli"]
     group, single = int_keys(cost["group"]), int_keys(cost["single"])
-    cost_rows = []
-    for k in cost["sizes"]:
-        g, s = statistics.median(group[k]), statistics.median(single[k])
-        cost_rows.append([k, f"{g:.3f}", f"{g / k * 1000:.0f}", f"{s:.3f}", f"{s / k * 1000:.0f}", f"{s / g:.1f}x"])
+    medians = [(k, statistics.median(group[k]), statistics.median(single[k])) for k in cost["sizes"]]
+    cost_rows = [(k, g, g / k * 1000, s, s / k * 1000, s / g) for k, g, s in medians]
     cli_rows = [
-        [label, f"{statistics.median(cli[label]):.2f}", ", ".join(f"{t:.2f}" for t in cli[label])]
-        for label in ("single-table", "grouped (32, rate)")
+        (label, statistics.median(cli[label]), ", ".join(f"{t:.2f}" for t in cli[label])) for label in CLI_CASES
     ]
     return T(
         "section",

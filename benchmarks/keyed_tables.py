@@ -1,8 +1,5 @@
 """Latest tables among append tables: what the table-level policies gain from seeing keys.
 
-    python -m benchmarks.keyed_tables           # 5 seeds a scenario, BENCHMARKS.md section "keyed-tables"
-    python -m benchmarks.keyed_tables --quick   # 2 seeds, prints only
-
 Three ways for max-benefit to rank a latest table in the simulator: key-blind (as an append
 table: the service before it exposed the key queue), by its next batch, by its catch-up (the
 default); MYOPIC reads no costs and is the control. templates/keyed-tables.md says the rest.
@@ -10,11 +7,13 @@ default); MYOPIC reads no costs and is the control. templates/keyed-tables.md sa
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from typing import Any
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
+from benchmarks.harness.results import medians
 from schedulers.generators import poisson
 from schedulers.keys.workloads import with_latest_tables
 from schedulers.max_benefit import MaxBenefitPolicy
@@ -23,21 +22,12 @@ from schedulers.simulator import simulate
 from testing.report import log, machine_markdown
 
 #: (keys per latest table, rows per update, max_keys_per_batch)
-SCENARIOS: tuple[tuple[int, int, int | None], ...] = (
-    (30, 20, None),
-    (500, 50, None),
-    (500, 50, 200),
-    (2000, 50, 500),
-    (200, 20, 50),
-)
-UTILIZATIONS = (0.7, 0.9)
+SCENARIOS = ((30, 20, None), (500, 50, None), (500, 50, 200), (2000, 50, 500), (200, 20, 50))
 VARIANTS = ("key-blind", "next batch", "catch-up", "myopic")
 T = Template("keyed-tables")
 
 
-def run_scenario(
-    keys: int, rows: int, bound: int | None, utilization: float, seed: int, horizon: float
-) -> dict[str, Any]:
+def run_scenario(keys: int, rows: int, bound: int | None, utilization: float, seed: int, horizon: float) -> dict:
     base = poisson(
         tables=20, rate_range=(0.2, 2.0), horizon=horizon, utilization=utilization, workers=2, overhead=0.1, seed=seed
     )
@@ -46,46 +36,36 @@ def run_scenario(
     for variant in VARIANTS:
         policy = MyopicPolicy() if variant == "myopic" else MaxBenefitPolicy(catch_up=variant != "next batch")
         result = simulate(trace, policy, 2, key_costs=variant != "key-blind")
-        keyed = result.keyed.values()
         out[variant] = {
             "ratio": result.freshness.staleness_ratio,
-            "key_staleness": statistics.mean(k.application.mean for k in keyed),
-            "key_staleness_p99": statistics.mean(k.application.p99 for k in keyed),
+            "key_staleness": statistics.mean(k.application.mean for k in result.keyed.values()),
+            "key_staleness_p99": statistics.mean(k.application.p99 for k in result.keyed.values()),
             "batches": result.freshness.batches,
         }
     return out
 
 
 def measure(run: Run) -> dict[str, Any]:
-    seeds = range(2 if run.args.quick else 5)
-    horizon = 300.0 if run.args.quick else 600.0
-    results: list[dict[str, Any]] = []
-    for keys, rows, bound in SCENARIOS:
-        for utilization in UTILIZATIONS:
-            log(f"{keys} keys, {rows} rows an update, bound {bound}, utilization {utilization}")
-            runs = [run_scenario(keys, rows, bound, utilization, seed, horizon) for seed in seeds]
-            results.append(
-                {"keys": keys, "rows": rows, "max_keys_per_batch": bound, "utilization": utilization, "runs": runs}
-            )
+    seeds, horizon = (2, 300.0) if run.args.quick else (5, 600.0)
+    results = []
+    for (keys, rows, bound), utilization in itertools.product(SCENARIOS, (0.7, 0.9)):
+        log(f"{keys} keys, {rows} rows an update, bound {bound}, utilization {utilization}")
+        runs = [run_scenario(keys, rows, bound, utilization, seed, horizon) for seed in range(seeds)]
+        results.append(
+            {"keys": keys, "rows": rows, "max_keys_per_batch": bound, "utilization": utilization, "runs": runs}
+        )
     return {"results": results}
 
 
 def render(saved: dict[str, Any]) -> str:
     meta, results = saved["meta"], saved["results"]
-
-    def med(result: dict[str, Any], variant: str, figure: str) -> float:
-        return statistics.median(r[variant][figure] for r in result["runs"])
-
-    cells = ["{keys}", "{rows}", lambda r: r["max_keys_per_batch"] or "-", "{utilization}"]
-    cells += [lambda r, v=v: f"{med(r, v, 'ratio'):.3f}" for v in VARIANTS]
-    cells += [lambda r, v=v: f"{med(r, v, 'key_staleness'):.2f}" for v in VARIANTS[:3]]
-    return T(
-        "section",
-        machine=machine_markdown(meta),
-        seeds=len(results[0]["runs"]),
-        horizon=300.0 if meta["quick"] else 600.0,
-        table=T.table("table", results, "rrrrrrrrrrr", cells),
-    )
+    rows = [
+        {**r, "bound": r["max_keys_per_batch"] or "-", "m": {v: medians(s[v] for s in r["runs"]) for v in VARIANTS}}
+        for r in results
+    ]
+    horizon = 300.0 if meta["quick"] else 600.0
+    table = T.table("table", rows, "r" * 11)
+    return T("section", machine=machine_markdown(meta), seeds=len(results[0]["runs"]), horizon=horizon, table=table)
 
 
 BENCHMARK = Benchmark("benchmarks.keyed_tables", "keyed-tables", __doc__, measure, render, package="schedulers")

@@ -1,8 +1,5 @@
 """Latest tables' key policies in the simulator, beside UpStream's figures.
 
-    python -m benchmarks.keys            # every figure, 5 seeds each, BENCHMARKS.md section "keys"
-    python -m benchmarks.keys --quick    # 2 seeds, fewer updates, prints only
-
 The pure update queues (schedulers/keys/queue.py, the objects the live pending store runs)
 through schedulers/keys/simulator.py, on the paper's workloads (Figures 7 and 9, other loads,
 Zipf key rates) and in the loader's setting (batches with a fixed cost); templates/keys.md.
@@ -12,30 +9,42 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template, table
 from schedulers.keys.simulator import KEYED_POLICIES, simulate_keys
 from schedulers.keys.workloads import key_rates, keyed_workload
-from testing.report import log, machine_markdown
+from testing.report import machine_markdown
+
+
+def over_seeds(
+    seeds: int,
+    point: dict[str, Any],
+    policies: Sequence[str],
+    second: str,
+    figure: Callable[[Any], float],
+    **fixed: Any,
+) -> dict[str, Any]:
+    """The point and, per policy, the median over seeds of the application staleness and of ``figure``
+    (``"<policy> <second>"``); the point and ``fixed`` set the workload and the simulator's options."""
+    setting = point | fixed
+    simulator = {k: setting.pop(k) for k in ("overhead", "max_keys") if k in setting}
+    row = dict(point)
+    for policy in policies:
+        runs = [simulate_keys(keyed_workload(**setting, seed=s), policy, **simulator) for s in range(seeds)]
+        row[policy] = statistics.median([r.application.mean for r in runs])
+        row[f"{policy} {second}"] = statistics.median([figure(r) for r in runs])
+    return row
 
 
 def figure7(seeds: int, updates: int) -> list[dict[str, Any]]:
-    rows = []
-    for keys in (1, 10):
-        for load in (0.5, 0.9, 1.0, 2.0, 5.0, 10.0):
-            row: dict[str, Any] = {"keys": keys, "load": load}
-            for policy in ("fifo-aq", "fifo-uq", "in-place"):
-                runs = [
-                    simulate_keys(keyed_workload("uniform", keys=keys, load=load, updates=updates, seed=s), policy)
-                    for s in range(seeds)
-                ]
-                row[policy] = statistics.median([r.application.mean for r in runs])
-                row[f"{policy} queue"] = statistics.median([r.queue.mean for r in runs])
-            rows.append(row)
-    return rows
+    points = [{"keys": keys, "load": load} for keys in (1, 10) for load in (0.5, 0.9, 1.0, 2.0, 5.0, 10.0)]
+    policies, queue = ("fifo-aq", "fifo-uq", "in-place"), attrgetter("queue.mean")
+    return [over_seeds(seeds, p, policies, "queue", queue, shape="uniform", updates=updates) for p in points]
 
 
 #: Figure 9's two LINECUTTINGs: the paper's rule, and ours (schedulers/keys/queue.py).
@@ -76,25 +85,8 @@ def fluid(slow: int, load: float = 5.0) -> tuple[float, float]:
 
 def figure9(seeds: int, updates: int) -> list[dict[str, Any]]:
     rows = []
+    everyone = ("in-place", *CUTTERS)
     for slow in range(11):
-        ratios: dict[str, list[float]] = {p: [] for p in CUTTERS}
-        app_ratios: dict[str, list[float]] = {p: [] for p in CUTTERS}
-        fast: dict[str, list[float]] = {p: [] for p in ("in-place", *CUTTERS)}
-        slow_keys: dict[str, list[float]] = {p: [] for p in ("in-place", *CUTTERS)}
-        cuts: dict[str, list[float]] = {p: [] for p in CUTTERS}
-        for s in range(seeds):
-            w = keyed_workload("two-class", keys=10, load=5.0, slow=slow, updates=updates, seed=s)
-            runs = {p: simulate_keys(w, p) for p in ("in-place", *CUTTERS)}
-            a = runs["in-place"]
-            for p in CUTTERS:
-                ratios[p].append(a.queue.mean / runs[p].queue.mean)
-                app_ratios[p].append(a.application.mean / runs[p].application.mean)
-                cuts[p].append(runs[p].cuts / len(w.arrivals))
-            for p, r in runs.items():
-                if slow < 10:
-                    fast[p].append(statistics.mean(r.queue_by_key[k] for k in range(10 - slow)))
-                if slow:
-                    slow_keys[p].append(statistics.mean(r.queue_by_key[k] for k in range(10 - slow, 10)))
         in_place, best = fluid(slow)
         row: dict[str, Any] = {
             "slow": slow,
@@ -102,14 +94,20 @@ def figure9(seeds: int, updates: int) -> list[dict[str, Any]]:
             "slow_load": 5.0 * slow * 0.1 / (10 - slow + slow * 0.1),
             "fluid_ratio": in_place / best if best else 1.0,
         }
-        for p in CUTTERS:
-            row[f"queue_ratio {p}"] = statistics.median(ratios[p])
-            row[f"application_ratio {p}"] = statistics.median(app_ratios[p])
-            row[f"cut_share {p}"] = statistics.median(cuts[p])
-        for p in ("in-place", *CUTTERS):
-            row[f"fast {p}"] = statistics.median(fast[p]) if fast[p] else None
-            row[f"slow {p}"] = statistics.median(slow_keys[p]) if slow_keys[p] else None
-        rows.append(row)
+        samples: dict[str, list[float]] = defaultdict(list)
+        for s in range(seeds):
+            w = keyed_workload("two-class", keys=10, load=5.0, slow=slow, updates=updates, seed=s)
+            runs = {p: simulate_keys(w, p) for p in everyone}
+            for p in CUTTERS:
+                samples[f"queue_ratio {p}"].append(runs["in-place"].queue.mean / runs[p].queue.mean)
+                samples[f"application_ratio {p}"].append(runs["in-place"].application.mean / runs[p].application.mean)
+                samples[f"cut_share {p}"].append(runs[p].cuts / len(w.arrivals))
+            for p, r in runs.items():
+                for group, keys in (("fast", range(10 - slow)), ("slow", range(10 - slow, 10))):
+                    row[f"{group} {p}"] = None  # (a group of no keys)
+                    if keys:
+                        samples[f"{group} {p}"].append(statistics.mean(r.queue_by_key[k] for k in keys))
+        rows.append(row | {k: statistics.median(v) for k, v in samples.items()})
     return rows
 
 
@@ -129,42 +127,18 @@ def other_loads(seeds: int, updates: int) -> list[dict[str, Any]]:
 
 
 def zipf(seeds: int, updates: int) -> list[dict[str, Any]]:
-    rows = []
-    for keys in (10, 100):
-        for theta in (0.0, 0.5, 0.9):
-            row: dict[str, Any] = {"keys": keys, "theta": theta}
-            for policy in KEYED_POLICIES:
-                runs = [
-                    simulate_keys(
-                        keyed_workload("zipf", keys=keys, theta=theta, load=5.0, updates=updates, seed=s), policy
-                    )
-                    for s in range(seeds)
-                ]
-                row[policy] = statistics.median([r.application.mean for r in runs])
-                row[f"{policy} p99"] = statistics.median([r.application.p99 for r in runs])
-            rows.append(row)
-    return rows
+    points = [{"keys": keys, "theta": theta} for keys in (10, 100) for theta in (0.0, 0.5, 0.9)]
+    p99 = attrgetter("application.p99")
+    return [over_seeds(seeds, p, KEYED_POLICIES, "p99", p99, shape="zipf", load=5.0, updates=updates) for p in points]
 
 
 def batched(seeds: int, updates: int) -> list[dict[str, Any]]:
     """1,000 keys, Zipf 0.9; a job costs 50 C_t plus 1 C_t per key, at most ``max_keys`` keys."""
-    rows = []
-    for max_keys in (None, 200, 50, 20):
-        row: dict[str, Any] = {"max_keys": max_keys}
-        for policy in KEYED_POLICIES:
-            runs = [
-                simulate_keys(
-                    keyed_workload("zipf", keys=1000, theta=0.9, load=0.8, updates=updates, seed=s),
-                    policy,
-                    overhead=50.0,
-                    max_keys=max_keys,
-                )
-                for s in range(seeds)
-            ]
-            row[policy] = statistics.median([r.application.mean for r in runs])
-            row[f"{policy} batches"] = statistics.median([float(r.batches) for r in runs])
-        rows.append(row)
-    return rows
+    setting = {"shape": "zipf", "keys": 1000, "theta": 0.9, "load": 0.8, "updates": updates, "overhead": 50.0}
+    batches = attrgetter("batches")
+    return [
+        over_seeds(seeds, {"max_keys": k}, KEYED_POLICIES, "batches", batches, **setting) for k in (None, 200, 50, 20)
+    ]
 
 
 def _f(value: float | None) -> str:
@@ -174,21 +148,19 @@ def _f(value: float | None) -> str:
 
 
 T = Template("keys", {"kf": _f})
+#: (seeds, updates per run), quick and full.
+SIZE = {True: (2, 5_000), False: (5, 20_000)}
 
 
 def measure(run: Run) -> dict[str, Any]:
-    seeds, updates = (2, 5_000) if run.args.quick else (5, 20_000)
-    out = {}
-    for name, figure in (("figure7", figure7), ("figure9", figure9), ("other_loads", other_loads), ("zipf", zipf)):
-        log(name)
-        out[name] = figure(seeds, updates)
-    log("batched")
-    return {**out, "batched": batched(seeds, updates)}
+    seeds, updates = SIZE[run.args.quick]
+    figures = {"figure7": figure7, "figure9": figure9, "other_loads": other_loads, "zipf": zipf, "batched": batched}
+    return {name: figure(seeds, updates) for name, figure in figures.items()}
 
 
 def render(saved: dict[str, Any]) -> str:
     f7, f9, fl, zf, bt = (saved[k] for k in ("figure7", "figure9", "other_loads", "zipf", "batched"))
-    seeds, updates = (2, 5_000) if saved["meta"]["quick"] else (5, 20_000)
+    seeds, updates = SIZE[saved["meta"]["quick"]]
     lc, lcb = CUTTERS
     zipf_means = "; ".join(
         f"{r['keys']} keys, theta {r['theta']:g}: {r['in-place'] / r[lcb]:.3f}" for r in zf if r[lcb]

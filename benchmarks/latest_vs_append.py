@@ -1,9 +1,6 @@
 """One keyed feed two ways through the live service: a latest table, and an append table
 that readers query for the newest row per key.
 
-    python -m benchmarks.latest_vs_append            # 3 runs of a 60 s feed, BENCHMARKS.md "latest-vs-append"
-    python -m benchmarks.latest_vs_append --quick    # 1 run of a 15 s feed, prints only
-
 The service in this process (``testing.service_harness``) with the embedded Delta writer;
 a MERGE rewrites the files holding the keys it touches, so a latest table writes more rows
 than it holds. templates/latest-vs-append.md says what is reported.
@@ -31,6 +28,8 @@ from testing.tables import read_delta
 
 KEYS, ROWS, RATE = 200, 10, 20.0
 T = Template("latest-vs-append")
+LABELS = {"feed_latest": "latest table", "feed_append": "append table + newest-row query"}
+FIGURES = (("rows", ",.0f"), ("rows_written", ",.0f"), ("versions", ".0f"), ("superseded_rows", ",.0f"))
 COLUMNS = [
     {"name": "sym", "type": "string", "nullable": False},
     {"name": "px", "type": "float64"},
@@ -132,21 +131,12 @@ def measure(run: Run) -> dict[str, Any]:
 def render(saved: dict[str, Any]) -> str:
     results = saved["runs"]
     rows = []
-    for name, label in (("feed_latest", "latest table"), ("feed_append", "append table + newest-row query")):
+    for name, read in (("feed_latest", "latest"), ("feed_append", "append")):
         of = [r[name] for r in results]
         ratios = [x["ratio"] for x in of if x["ratio"] is not None]
-        reads = [statistics.median(r["reads"]["latest" if name == "feed_latest" else "append"]) * 1000 for r in results]
-        rows.append(
-            [
-                label,
-                _spread([x["rows"] for x in of], ",.0f"),
-                _spread([x["rows_written"] for x in of], ",.0f"),
-                _spread([x["versions"] for x in of], ".0f"),
-                _spread(ratios, ".2f") if ratios else "—",
-                _spread([x["superseded_rows"] for x in of], ",.0f"),
-                _spread(reads, ".1f"),
-            ]
-        )
+        cells = [_spread([x[k] for x in of], f) for k, f in FIGURES]
+        reads = _spread([statistics.median(r["reads"][read]) * 1000 for r in results], ".1f")
+        rows.append([LABELS[name], *cells[:3], _spread(ratios, ".2f") if ratios else "—", cells[3], reads])
     return T(
         "section",
         machine=machine_markdown(saved["meta"], "loader"),
@@ -160,15 +150,7 @@ def render(saved: dict[str, Any]) -> str:
     )
 
 
-BENCHMARK = Benchmark(
-    "benchmarks.latest_vs_append",
-    "latest-vs-append",
-    __doc__,
-    measure,
-    render,
-    repeats=(1, 3),
-    options=lambda parser: parser.add_argument("--runs", dest="repeats", type=int, help="the same as --repeats"),
-)
+BENCHMARK = Benchmark("benchmarks.latest_vs_append", "latest-vs-append", __doc__, measure, render, repeats=(1, 3))
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -1,8 +1,5 @@
 """How much a running load slows the request handler, and the other way round.
 
-    python -m benchmarks.load_contention           # ~2 min; rewrites the load-contention section
-    python -m benchmarks.load_contention --quick   # prints only
-
 The service serves HTTP on its event loop while worker threads drive Spark through py4j, in
 one process: each py4j round trip gives up the GIL and must win it back from the busy
 handler, which by default releases it only every 5 ms (the switch interval).
@@ -10,21 +7,22 @@ handler, which by default releases it only every 5 ms (the switch interval).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
 from benchmarks.harness.results import medians
-from loader.core.schema import TableSchema
+from benchmarks.harness.rows import SCHEMA, small_rows
 from loader.core.updates import Batch, Update
 from testing.report import log, machine_markdown
 
@@ -47,55 +45,48 @@ def spin(seconds: float) -> tuple[int, float]:
     return n, worst
 
 
+def loads_until(stop: threading.Event, load: Callable[[], float]) -> list[float]:
+    loads = []
+    while not stop.is_set():
+        loads.append(load())
+    return loads
+
+
 def measure(run: Run) -> dict[str, Any]:
-    seconds = 4.0 if run.args.quick else 10.0
-    run.meta["seconds"] = seconds
     from loader.loading.sinks.delta_rs import DeltaRsSink
 
-    columns = (("id", "int64"), ("v", "float64"), ("s", "string"))
-    schema = TableSchema.model_validate({"columns": [{"name": n, "type": t} for n, t in columns]})
-    rows = pa.table({"id": [1, 2, 3], "v": [0.5, 1.5, 2.5], "s": ["a", "b", "c"]}).cast(schema.arrow())
-    seq = 0
-
-    def batch() -> Batch:
-        nonlocal seq
-        seq += 100
-        return Batch("t", tuple(Update("t", k, float(k), rows=rows) for k in range(seq - 99, seq + 1)))
+    seconds = run.meta["seconds"] = 4.0 if run.args.quick else 10.0
+    rows, seqs = small_rows(range(1, 4)), itertools.count(1)
 
     def load() -> float:
-        return spark.timed(lambda: sink.load(batch(), schema))[1]
+        """One load of 100 updates of 3 rows; its seconds."""
+        batch = Batch("t", tuple(Update("t", k, float(k), rows=rows) for k in itertools.islice(seqs, 100)))
+        return spark.timed(sink.load, batch, SCHEMA)[1]
 
     results = []
     with spark.session(fair_pools=2) as session, tempfile.TemporaryDirectory(prefix="contention-") as warehouse:
         sink = DeltaRsSink(Path(warehouse), session)
-        sink.ensure_table("t", schema)
+        sink.ensure_table("t", SCHEMA)
         try:
             for _ in range(3):
                 load()
-            for interval in [i for _ in range(run.args.repeats) for i in INTERVALS]:  # interleaved repeats
+            for interval in INTERVALS * run.args.repeats:  # interleaved repeats
                 log(f"switch interval {interval * 1000:g} ms")
                 sys.setswitchinterval(interval)
                 alone, _ = spin(seconds / 2)
                 idle_loads = [load() for _ in range(5)]
                 stop = threading.Event()
-                loads: list[float] = []
-
-                def loader(stop: threading.Event = stop, loads: list[float] = loads) -> None:
-                    while not stop.is_set():
-                        loads.append(load())
-
-                thread = threading.Thread(target=loader)
-                thread.start()
-                busy, worst = spin(seconds)
-                stop.set()
-                thread.join()
+                with ThreadPoolExecutor(1) as thread:
+                    loads = thread.submit(loads_until, stop, load)
+                    busy, worst = spin(seconds)
+                    stop.set()
                 results.append(
                     {
                         "interval_ms": interval * 1000,
                         "main_relative": busy / (alone * 2),
                         "worst_stall_ms": worst * 1000,
-                        "loads": len(loads),
-                        "load_median_s": statistics.median(loads),
+                        "loads": len(loads.result()),
+                        "load_median_s": statistics.median(loads.result()),
                         "load_alone_median_s": statistics.median(idle_loads),
                     }
                 )
@@ -105,11 +96,10 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 def render(saved: dict[str, Any]) -> str:
-    meta, results = saved["meta"], saved["results"]
-    seconds = meta.get("seconds", 4.0 if meta["quick"] else 10.0)
-    by_interval = {i * 1000: [r for r in results if r["interval_ms"] == i * 1000] for i in INTERVALS}
-    med = {ms: medians(runs, [k for k in runs[0] if k != "interval_ms"]) for ms, runs in by_interval.items()}
-    rows = [(ms, m, m["loads"] / seconds) for ms, m in med.items()]
+    meta = saved["meta"]
+    seconds = meta.get("seconds", 4.0 if meta["quick"] else 10.0)  # (results before it was recorded)
+    med = {i * 1000: medians(r for r in saved["results"] if r["interval_ms"] == i * 1000) for i in INTERVALS}
+    rows = [m | {"loads_per_second": m["loads"] / seconds} for m in med.values()]
     return T(
         "section",
         machine=machine_markdown(meta, "loader"),

@@ -1,8 +1,5 @@
 """Rows per second from one producer process: the producer client against raw HTTP calls.
 
-    python -m benchmarks.producer           # 3 repeats; BENCHMARKS.md "producer"
-    python -m benchmarks.producer --quick   # 1 repeat, fewer rows, prints only
-
 One ``loader serve`` (classic Spark, local[1]; loads run beside intake as in production)
 with three tables. One producer process (this one) sends ``--rows`` rows in sends of 1, 10
 or 100 rows, round robin over the tables, and the clock stops when every row is
@@ -22,6 +19,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +38,19 @@ PER_SEND = (1, 10, 100)
 T = Template("producer")
 
 
-def row(k: int) -> dict[str, Any]:
-    return {"id": k, "v": k * 0.5}
+def sends(rows: int, per_send: int) -> Iterator[tuple[int, str, list[dict[str, Any]]]]:
+    """Each send's number, table (round robin) and rows, made as they are sent."""
+    for n, first in enumerate(range(0, rows, per_send)):
+        yield n, TABLES[n % len(TABLES)], [{"id": k, "v": k * 0.5} for k in range(first, min(rows, first + per_send))]
 
 
 def raw(url: str, rows: int, per_send: int, run: str) -> float:
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as http:
         began = time.perf_counter()
-        for n, first in enumerate(range(0, rows, per_send)):
-            table = TABLES[n % len(TABLES)]
-            body = {"rows": [row(k) for k in range(first, min(rows, first + per_send))]}
-            answer = http.post(f"/v1/tables/{table}/updates", json=body, headers={"Idempotency-Key": f"{run}/{n}"})
+        for n, table, batch in sends(rows, per_send):
+            answer = http.post(
+                f"/v1/tables/{table}/updates", json={"rows": batch}, headers={"Idempotency-Key": f"{run}/{n}"}
+            )
             if answer.status_code != 202:
                 raise RuntimeError(f"HTTP {answer.status_code}: {answer.text}")
         return rows / (time.perf_counter() - began)
@@ -60,13 +60,9 @@ def client(url: str, rows: int, per_send: int, state_dir: Path | None) -> float:
     extra: dict[str, Any] = {"producer_id": "bench", "state_dir": state_dir} if state_dir is not None else {}
     began = time.perf_counter()
     with LoaderProducer(url=url, token=TOKEN, **extra) as producer:
-        futures = []
-        for n, first in enumerate(range(0, rows, per_send)):
-            batch = [row(k) for k in range(first, min(rows, first + per_send))]
-            futures.append(producer.send(TABLES[n % len(TABLES)], batch))
+        futures = [producer.send(table, batch) for _, table, batch in sends(rows, per_send)]
         producer.flush()
-        failed = [f.exception() for f in futures if f.exception() is not None]
-        if failed:
+        if failed := [f.exception() for f in futures if f.exception() is not None]:
             raise RuntimeError(f"{len(failed)} sends failed: {failed[0]}")
     return rows / (time.perf_counter() - began)
 
@@ -112,16 +108,12 @@ def ratio(runs: dict[str, list[float]], case: str) -> float:
 def render(saved: dict[str, Any]) -> str:
     result = saved["result"]
     runs = result["runs"]
+    med = {n: {k: statistics.median(v) for k, v in case.items()} for n, case in runs.items()}
     rows = [
-        (
-            n,
-            *(statistics.median(case[k]) for k in ("raw", "client", "durable")),
-            ratio(case, "client"),
-            ratio(case, "durable"),
-        )
-        for n, case in runs.items()
+        (n, m["raw"], m["client"], m["durable"], ratio(runs[n], "client"), ratio(runs[n], "durable"))
+        for n, m in med.items()
     ]
-    one = {k: statistics.median(v) for k, v in runs["1"].items()}
+    one = med["1"]
     return T(
         "section",
         machine=machine_markdown(saved["meta"], "producer"),

@@ -1,8 +1,4 @@
-"""A join view's caches adapting to a burst: Babu et al.'s Fig. 12 (section 7.4).
-
-    python -m benchmarks.view_adaptivity           # 3 repeats, BENCHMARKS.md "view-adaptivity" + plot
-    python -m benchmarks.view_adaptivity --quick   # 1 repeat, a short stream, prints only
-    python -m benchmarks.view_adaptivity --render  # the section again from the last full run's JSON
+"""A join view's caches adapting to a burst: Babu et al.'s Fig. 12 (section 7.4); a full run also plots it.
 
 Section 7.2's three-way join R(A) ⋈ S(A,B) ⋈ T(B) (R and S carry each value once, T five
 times at five times their rate, time-based windows of 50 time units), then from the
@@ -61,29 +57,18 @@ def run_plan(workload: Workload, name: str, sample: int, no_index: tuple[str, ..
     engine = views.engine(workload, orders, mode, caches, no_index, global_caches)
     aliases = workload.spec.aliases
     timeline: list[dict[str, Any]] = []
-    s_tuples = 0
-    started = last = time.perf_counter()
-    last_updates = 0
+    s_tuples, last, last_updates = 0, time.perf_counter(), 0
     for (i, row), at in zip(workload.stream, workload.times, strict=True):
         engine.apply(i, inserts=[row], data_until=at)
-        if i == S:
-            s_tuples += 1
-            if s_tuples % sample == 0:
-                now = time.perf_counter()
-                timeline.append(
-                    {
-                        "s": s_tuples,
-                        "rate": (engine.updates - last_updates) / (now - last),
-                        "used": [c.name(aliases) for c in engine.reoptimizer.used],
-                    }
-                )
-                last, last_updates = now, engine.updates
+        s_tuples += i == S
+        if i == S and s_tuples % sample == 0:
+            now = time.perf_counter()
+            rate = (engine.updates - last_updates) / (now - last)
+            timeline.append({"s": s_tuples, "rate": rate, "used": [c.name(aliases) for c in engine.reoptimizer.used]})
+            last, last_updates = now, engine.updates
     return {
-        "seconds": time.perf_counter() - started,
-        "updates": engine.updates,
         "timeline": timeline,
         "reoptimizations": engine.reoptimizer.reoptimizations,
-        "drops": engine.reoptimizer.drops,
         "candidates": [c.name(aliases) for c in engine.candidates],
     }
 
@@ -104,11 +89,10 @@ def median_timeline(runs: list[dict[str, Any]]) -> list[tuple[int, float]]:
 
 def phase_rate(runs: list[dict[str, Any]], low: float, high: float) -> float:
     """Median over repeats of the mean rate of the spans ending in (low, high]."""
-    means = []
-    for r in runs:
-        rates = [p["rate"] for p in r["timeline"] if low < p["s"] <= high]
-        means.append(len(rates) / sum(1 / x for x in rates))  # tuples per second over equal S spans
-    return statistics.median(means)
+    # The harmonic mean: tuples per second over equal S spans.
+    return statistics.median(
+        statistics.harmonic_mean([p["rate"] for p in r["timeline"] if low < p["s"] <= high]) for r in runs
+    )
 
 
 def plan_at(run: dict[str, Any], s: int) -> str:
@@ -120,19 +104,9 @@ def converged(run: dict[str, Any], after: int, until: int, plan: str) -> int | N
     """S tuples after ``after`` until the plan is ``plan`` and stays so up to ``until``."""
     since = None
     for p in run["timeline"]:
-        if not after < p["s"] <= until:
-            continue
-        if p["used"] == [plan]:
-            since = since if since is not None else p["s"] - after
-        else:
-            since = None
+        if after < p["s"] <= until:
+            since = (p["s"] - after if since is None else since) if p["used"] == [plan] else None
     return since
-
-
-def phases(result: dict[str, Any]) -> dict[str, tuple[float, float]]:
-    """The steady part of each phase: the second half before the burst, the last half after it."""
-    burst, end = result["burst_at"], result["values"]
-    return {"before": (burst / 2, burst), "during": (burst + (end - burst) / 2, end)}
 
 
 def plot(result: dict[str, Any]) -> None:
@@ -143,20 +117,11 @@ def plot(result: dict[str, Any]) -> None:
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
     styles = {"T⋈(R⋈S)": "--", "R⋈(T⋈S)": ":", "A": "-", "P": "-.", "M": "-"}
-    widths = {"A": 2.2}
-    colours = {"M": "0.6"}
+    labels = {"A": "A-Caching (section 6)", "P": "A-Caching (prefix invariant only)", "M": "MJoin"}
     for name, runs in result["runs"].items():
-        points = median_timeline(runs)
-        ax.plot(
-            [s for s, _ in points],
-            [rate for _, rate in points],
-            styles[name],
-            label={"A": "A-Caching (section 6)", "P": "A-Caching (prefix invariant only)", "M": "MJoin"}.get(
-                name, f"static {name}"
-            ),
-            linewidth=widths.get(name, 1.3),
-            color=colours.get(name),
-        )
+        s, rates = zip(*median_timeline(runs), strict=True)
+        width, colour = 2.2 if name == "A" else 1.3, "0.6" if name == "M" else None
+        ax.plot(s, rates, styles[name], label=labels.get(name, f"static {name}"), linewidth=width, color=colour)
     ax.axvline(result["burst_at"], color="0.3", linewidth=0.8)
     ax.text(result["burst_at"], ax.get_ylim()[1] * 0.97, " burst of ΔR (20x)", va="top", fontsize=9)
     ax.set_xlabel("ΔS tuples arrived")
@@ -171,7 +136,9 @@ def plot(result: dict[str, Any]) -> None:
 
 
 def phase_table(result: dict[str, Any]) -> str:
-    spans = phases(result)
+    # The steady part of each phase: the second half before the burst, the last half after it.
+    burst, end = result["burst_at"], result["values"]
+    spans = {"before": (burst / 2, burst), "during": (burst + (end - burst) / 2, end)}
     rates = {name: {k: phase_rate(runs, *span) for k, span in spans.items()} for name, runs in result["runs"].items()}
     best = {k: max(rates[name][k] for name in STATIC) for k in spans}
     rows = [

@@ -1,9 +1,5 @@
 """A join view's two engines side by side: the driver's MJoin executor against a Spark job per view load.
 
-    python -m benchmarks.view_engines           # 3 repeats, 1,000,000 sales rows; BENCHMARKS.md "view-engines"
-    python -m benchmarks.view_engines --quick   # 1 repeat, 50,000 rows, prints only
-    python -m benchmarks.view_engines --render  # the section again from the last full run's JSON
-
 The view ``sales ⋈ customers`` of ``benchmarks/view_freshness.py`` kept by engine ``driver``
 (the inputs in memory) and engine ``spark`` (one job over the inputs' files) over the same
 Delta tables: view loads after sales commits and after customer upserts, the open after a
@@ -17,6 +13,7 @@ import resource
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +23,15 @@ from deltalake import DeltaTable
 from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
-from benchmarks.view_freshness import COMMIT_ROWS, CUSTOMERS, SALES, VIEW, Warehouse, options
+from benchmarks.view_freshness import CHANGES, COMMIT_ROWS, CUSTOMERS, SALES, VIEW, Warehouse, options
 from loader.core.views import resolve
 from loader.durability.transactions import load_commit
 from loader.loading.sinks.view_join import run_view_job
-from loader.loading.views.maintainer import InputChange, ViewMaintainer
+from loader.loading.views.maintainer import ViewMaintainer
 from testing.report import log, machine_markdown
 
 WAITING = (1, 4, 16)
 SPARK_VIEW = VIEW.model_copy(update={"name": "enriched_spark", "engine": "spark"})
-CHANGES = [InputChange("sales", None), InputChange("customers", None)]
 CUSTOMER_UPSERTS = "one commit of 200 customer upserts"
 T = Template("view-engines")
 
@@ -78,16 +74,16 @@ def measure_engines(sales: int, customers: int, repeats: int, seed: int) -> dict
 
         first = both()  # the Spark view's first load reads everything; not a figure
         log(f"first loads: driver {first[0]:.2f} s, spark {first[1]:.2f} s")
-        loads: dict[str, dict[str, list[float]]] = {}
+        loads: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"driver": [], "spark": []})
         for _ in range(repeats):
             for waiting in WAITING:
                 for _ in range(waiting):
                     warehouse.append_sales(COMMIT_ROWS)
                 for engine, seconds in zip(("driver", "spark"), both(), strict=True):
-                    loads.setdefault(f"sales x{waiting}", {}).setdefault(engine, []).append(seconds)
+                    loads[f"sales x{waiting}"][engine].append(seconds)
             upsert(warehouse, customers)
             for engine, seconds in zip(("driver", "spark"), both(), strict=True):
-                loads.setdefault("customers x1", {}).setdefault(engine, []).append(seconds)
+                loads["customers x1"][engine].append(seconds)
         names = ["sid", "amt", "region"]
         equal = rows(root / "enriched", names) == rows(root / "enriched_spark", names)
         opens: dict[str, list[float]] = {"driver": [], "spark": []}
@@ -101,7 +97,7 @@ def measure_engines(sales: int, customers: int, repeats: int, seed: int) -> dict
                 fresh.open()
                 opens[engine].append(time.perf_counter() - began)
                 if engine == "driver":
-                    memory.append(rss_mib() - before)
+                    memory.append(rss_mib() - before)  # (while the view is held)
                 del fresh
     return {
         "sales": sales,

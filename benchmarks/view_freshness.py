@@ -1,9 +1,6 @@
 """A join view's freshness: maintained incrementally under the loader's policies, against
 rebuilding it on a fixed interval (issue 17, item 5, last point).
 
-    python -m benchmarks.view_freshness           # 3 repeats of the cost measurements; BENCHMARKS.md
-    python -m benchmarks.view_freshness --quick   # 1 repeat, a smaller warehouse, prints only
-
 Costs measured over real Delta tables (the incremental view load for 1 to 32 waiting input
 commits, fitted as ``overhead + per_commit * commits``, and a batch rebuild), then freshness
 simulated over an hour of feeds at those costs: templates/view-freshness.md says how.
@@ -15,7 +12,6 @@ import argparse
 import random
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +20,12 @@ from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
+from benchmarks.harness.spark import timed
 from loader.core.schema import TableSchema
 from loader.core.views import ViewConfig, resolve
 from loader.durability.transactions import load_commit
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
-from schedulers.freshness import FreshnessLedger
+from schedulers.freshness import FreshnessLedger, TableFreshness
 from schedulers.generators import jittered_feeds
 from schedulers.model import TableSpec, Trace
 from schedulers.registry import make_policy
@@ -59,6 +56,7 @@ VIEW = ViewConfig.model_validate(
     }
 )
 COMMIT_ROWS = 200
+CHANGES = [InputChange("sales", None), InputChange("customers", None)]
 WAITING = (1, 4, 16, 32)
 POLICIES = ("myopic", "max-benefit", "fifo")
 INTERVALS = (1.0, 2.0, 10.0, 60.0, 900.0)
@@ -66,7 +64,6 @@ HOUR = 3600.0
 T = Template("view-freshness")
 
 
-# -- 1. costs ----------------------------------------------------------------------------------
 class Warehouse:
     """The two input tables on disk and the view's maintainer over them."""
 
@@ -78,7 +75,7 @@ class Warehouse:
         self.append_sales(sales)
         self.maintainer = ViewMaintainer(resolve(VIEW, {"sales": SALES, "customers": CUSTOMERS}), root)
         self.maintainer.open()
-        self.catch_up()
+        self.maintainer.load(CHANGES)
 
     def write(self, table: str, data: pa.Table) -> None:
         self.seq[table] += 1
@@ -93,20 +90,12 @@ class Warehouse:
         self.next_sid += n
         self.write("sales", pa.Table.from_pylist(rows, schema=SALES.arrow()))
 
-    def catch_up(self) -> float:
-        """One view load absorbing every input commit it lacks; its seconds."""
-        began = time.perf_counter()
-        self.maintainer.load([InputChange("sales", None), InputChange("customers", None)])
-        return time.perf_counter() - began
-
-    def rebuild(self) -> float:
+    def rebuild(self) -> None:
         """What a fixed-interval rebuild does: read the inputs, join, overwrite the view."""
-        began = time.perf_counter()
         sales = DeltaTable(str(self.root / "sales")).to_pyarrow_table(columns=["sid", "cid", "amt"])
         customers = DeltaTable(str(self.root / "customers")).to_pyarrow_table(columns=["cid", "region"])
         joined = sales.join(customers, "cid", join_type="inner").select(["sid", "amt", "region"])
         write_deltalake(str(self.root / "rebuilt"), joined, mode="overwrite")
-        return time.perf_counter() - began
 
 
 def measure_costs(sales: int, customers: int, repeats: int, seed: int) -> dict[str, Any]:
@@ -118,28 +107,25 @@ def measure_costs(sales: int, customers: int, repeats: int, seed: int) -> dict[s
             for waiting in WAITING:
                 for _ in range(waiting):
                     warehouse.append_sales(COMMIT_ROWS)
-                loads[waiting].append(warehouse.catch_up())
-            rebuilds.append(warehouse.rebuild())
+                loads[waiting].append(timed(warehouse.maintainer.load, CHANGES)[1])  # every commit it lacks
+            rebuilds.append(timed(warehouse.rebuild)[1])
         view_rows = DeltaTable(str(Path(tmp) / "enriched")).to_pyarrow_table().num_rows
     medians = {k: statistics.median(v) for k, v in loads.items()}
     # Least squares over the medians: seconds = overhead + per_commit * commits.
-    xs, ys = list(medians), list(medians.values())
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    per_commit = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    per_commit, overhead = statistics.linear_regression(list(medians), list(medians.values()))
     return {
         "sales_rows": sales,
         "customers": customers,
         "view_rows": view_rows,
         "load_seconds": {str(k): v for k, v in medians.items()},
         "load_runs": {str(k): v for k, v in loads.items()},
-        "overhead": max(0.0, my - per_commit * mx),
+        "overhead": max(0.0, overhead),
         "per_commit": max(0.0, per_commit),
         "rebuild_seconds": statistics.median(rebuilds),
         "rebuild_runs": rebuilds,
     }
 
 
-# -- 2. freshness ------------------------------------------------------------------------------
 def trace(seed: int, seconds: float, view: TableSpec | None) -> Trace:
     """Sales every ~1 s, customers every ~10 s (the view, when given, after them)."""
     tables = [TableSpec(name="sales", alpha=0.02, overhead=0.2), TableSpec(name="customers", alpha=0.01, overhead=0.2)]
@@ -151,10 +137,8 @@ def rebuilt_view(commits: list[float], interval: float, cost: float, horizon: fl
     rebuild holds the input commits made before it started."""
     ledger = FreshnessLedger()
     vid = ledger.add_table("view")
-    previous = 0.0
-    for release in commits:
+    for previous, release in zip([0.0, *commits], commits):
         ledger.note_release(vid, release - previous)
-        previous = release
     lo, start = 0, interval
     finish = 0.0
     while lo < len(commits):
@@ -167,16 +151,15 @@ def rebuilt_view(commits: list[float], interval: float, cost: float, horizon: fl
             ledger.record_batch(vid, finish, commits, lo, hi, commits[lo - 1] if lo else 0.0)
             lo = hi
         start += interval
-    table = ledger.table(vid)
-    return summary(table.staleness, table.low_bound, table.max_stretch, horizon, table.batches)
+    return summary(ledger.table(vid), horizon)
 
 
-def summary(staleness: float, low: float, stretch: float, horizon: float, loads: int) -> dict[str, float]:
+def summary(view: TableFreshness, horizon: float) -> dict[str, float]:
     return {
-        "mean_staleness": staleness / horizon,
-        "ratio": staleness / low if low else float("nan"),
-        "max_stretch": stretch,
-        "view_loads": loads,
+        "mean_staleness": view.staleness / horizon,
+        "ratio": view.staleness / view.low_bound if view.low_bound else float("nan"),
+        "max_stretch": view.max_stretch,
+        "view_loads": view.batches,
     }
 
 
@@ -193,9 +176,8 @@ def freshness(costs: dict[str, Any], seed: int, seconds: float) -> dict[str, Any
     for name in POLICIES:
         result = simulate(trace(seed, seconds, view), make_policy(name), 2, record_schedule=True)
         assert result.schedule is not None
-        figures = {t.name: t for t in result.freshness.tables}
-        v = figures["view"]
-        out["policies"][name] = summary(v.staleness, v.low_bound, v.max_stretch, result.makespan, v.batches)
+        view_figures = next(t for t in result.freshness.tables if t.name == "view")
+        out["policies"][name] = summary(view_figures, result.makespan)
         out["policies"][name]["input_ratio"] = result.freshness.staleness_ratio
         busy = sum(b.finish - b.start for b in result.schedule if b.table == "view")
         out["policies"][name]["worker_seconds_per_hour"] = busy * HOUR / result.makespan

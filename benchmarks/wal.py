@@ -1,8 +1,5 @@
 """The write-ahead log alone: acknowledged records per second and ack latency, by concurrency.
 
-    python -m benchmarks.wal            # fsync and flush, 1 / 8 / 64 appenders, 3 runs each
-    python -m benchmarks.wal --quick    # 2 s runs, 1 repeat, prints only
-
 What group commit buys: with one appender every record pays a whole fsync; with many,
 records queued during an fsync share the next one. Each appender awaits its own append
 (as a request handler does) and appends the next record as soon as it returns.
@@ -26,14 +23,7 @@ from loader.core.updates import Update, WalRecord
 from loader.durability.wal import WriteAheadLog
 from testing.report import machine_markdown
 
-CONCURRENCY = (1, 8, 64)
-ROWS = pa.table(
-    {
-        "id": pa.array(range(8), pa.int64()),
-        "name": [f"user-{i:04d}" for i in range(8)],
-        "value": pa.array([i / 3 for i in range(8)]),
-    }
-)
+ROWS = pa.table({"id": list(range(8)), "name": [f"user-{i:04d}" for i in range(8)], "value": [i / 3 for i in range(8)]})
 T = Template("wal")
 
 
@@ -76,7 +66,7 @@ def measure(run: Run) -> dict[str, Any]:
     run.meta.update(seconds=seconds, directory=str(directory) if directory else None)
     out = []
     for durability in ("fsync", "flush"):
-        for concurrency in CONCURRENCY:
+        for concurrency in (1, 8, 64):
             label = f"{durability}, {concurrency} appenders"
             runs = repeat(run.args.repeats, label, run_once, concurrency, seconds, directory, durability)
             out.append({"durability": durability, "concurrency": concurrency, "runs": runs, "median": medians(runs)})
