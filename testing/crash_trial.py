@@ -162,7 +162,13 @@ REPLAYING_LINES = (SPILL_RESET_LINE, "WAL: cut a torn tail")
 CLEAN_STOP_LINE = "stopped cleanly"
 
 
-def crash_config(workdir: Path, port: int, mode: str = "connect", spark_remote: str = "") -> Path:
+#: The long trial's memory budget of pending payloads: a backlog of about a hundred updates spills.
+MEMORY_BUDGET = 65536
+
+
+def crash_config(
+    workdir: Path, port: int, mode: str = "connect", spark_remote: str = "", memory_budget: int = MEMORY_BUDGET
+) -> Path:
     """The service under trial: 2 workers, a tiny memory budget (spills), small WAL segments
     truncated every second (crashes meet rolled and deleted segments), tables compacted
     every 5 s (kills from outside may land in a compaction). ``spark_remote``: a running
@@ -178,7 +184,7 @@ def crash_config(workdir: Path, port: int, mode: str = "connect", spark_remote: 
             "wal": {"segment_bytes": 1 << 18},
             "spark": {"master": "local[2]", "mode": mode, **({"remote": spark_remote} if spark_remote else {})},
             "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 5, "vacuum_seconds": 0},
-            "spill": {"memory_budget_bytes": 65536},
+            "spill": {"memory_budget_bytes": memory_budget},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
             "tables": [*({"name": name, "schema": SCHEMA} for name in APPEND_TABLES), LATEST_TABLE],
             "views": [VIEW_DECLARATION],
@@ -443,6 +449,7 @@ class CrashTrial:
         mode: str = "connect",
         spark_remote: str = "",
         pace: float = 0.02,
+        memory_budget: int = MEMORY_BUDGET,
         log: Callable[[str], None] | None = None,
     ):
         self.workdir = workdir
@@ -451,7 +458,7 @@ class CrashTrial:
         self.log = log or (lambda message: None)
         self.kinds = KINDS if mode == "connect" else CLASSIC_KINDS
         port = free_port()
-        self.server = ServerProcess(workdir, crash_config(workdir, port, mode, spark_remote), port, TOKEN)
+        self.server = ServerProcess(workdir, crash_config(workdir, port, mode, spark_remote, memory_budget), port, TOKEN)
         self.producers = Producers(
             self.server.base, TOKEN, seed, producers, pace=pace, landing=workdir / "data" / "landing"
         )

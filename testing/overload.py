@@ -66,6 +66,9 @@ class Plan:
     disk_budget: int
     workers: int = 2
     spark_master: str = "local[2]"
+    #: A running Spark Connect server to load through (``[spark] remote``); empty: the
+    #: service starts its own, whose RSS the trial's memory figures then include.
+    spark_remote: str = ""
     tables: int = 8
     rows: int = 200
     #: Length of each row's string column: payload bytes (what loading costs) come cheap to
@@ -120,10 +123,12 @@ def quick_plan() -> Plan:
     )
 
 
-def ci_plan() -> Plan:
+def ci_plan(spark_remote: str = "") -> Plan:
     """The test suite's version (tests/system/test_overload.py): 16 s of traffic, one worker, 12 MB/s
-    offered against batches capped near 2.5 MiB (about half that on a quiet machine)."""
+    offered against batches capped near 2.5 MiB (about half that on a quiet machine), over the
+    test process's Spark Connect server (what it tests is intake's budgets, not Spark's RSS)."""
     return Plan(
+        spark_remote=spark_remote,
         warm_seconds=2.0,
         overload_seconds=8.0,
         recovery_seconds=6.0,
@@ -185,7 +190,11 @@ def generator_spec(plan: Plan, svc: srv.Service) -> dict[str, Any]:
 def service_settings(plan: Plan) -> dict[str, Any]:
     return {
         # The key quoted: write_config puts it into a TOML inline table as it is.
-        "spark": {"master": plan.spark_master, "conf": {'"spark.driver.memory"': plan.driver_memory}},
+        "spark": {
+            "master": plan.spark_master,
+            "conf": {'"spark.driver.memory"': plan.driver_memory},
+            **({"remote": plan.spark_remote} if plan.spark_remote else {}),
+        },
         "spill": {
             "memory_budget_bytes": plan.memory_budget,
             "disk_budget_bytes": plan.disk_budget,

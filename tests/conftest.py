@@ -20,6 +20,16 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 
+#: Every JVM a test starts (Spark sessions, Spark Connect servers, a cluster's daemons; set
+#: here, so every service and worker process the tests start inherits it): the C1 compiler
+#: only and the serial collector. A Spark JVM's start spends half its CPU in C2 compiling
+#: code it runs a few times: 17 to 18 CPU-seconds per session start and five small jobs
+#: against 9.3 to 9.5 with these (docs/testing.md). The tests' loads are a few rows, so C2's
+#: faster steady state is never reached; the service's own JVMs keep the JVM's defaults.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+    os.environ.setdefault(_variable, TEST_JVM_OPTIONS)
+
 from testing.log_guard import LogGuard  # noqa: E402
 from testing.service_harness import Harness  # noqa: E402
 

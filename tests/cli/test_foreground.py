@@ -124,6 +124,22 @@ def test_the_demo_run_from_another_directory_loads_with_no_failed_attempt_and_st
     text = demo.log_text()
     assert f"serving on http://127.0.0.1:{port}; data in {tmp_path / 'data'}" in text
     assert "failed (attempt" not in text
+    # Its Spark Connect server has a process group of its own (Ctrl-C does not reach it): the
+    # service stopped it.
+    started = re.search(r"starting a local Spark Connect server at sc://\S+ \(pid (\d+)\)", text)
+    assert started, text[-4000:]
+    pid, deadline = int(started.group(1)), time.monotonic() + 30
+    while running(pid):
+        assert time.monotonic() < deadline, f"the demo's Spark Connect server (pid {pid}) outlived it"
+        time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _serve(tmp_path: Path, spark_remote: str = "", **extra: object) -> ServerProcess:
@@ -174,7 +190,9 @@ def feeding(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Se
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "to_group", "feeding"),
-    [(signal.SIGTERM, False, "own"), (signal.SIGINT, False, "remote"), (signal.SIGTERM, True, "remote")],
+    # All over the test process's Spark server: that a stop signal takes the service's own
+    # server along is the demo's test above (Ctrl-C) and test_connect_mode's (SIGTERM).
+    [(signal.SIGTERM, False, "remote"), (signal.SIGINT, False, "remote"), (signal.SIGTERM, True, "remote")],
     ids=["SIGTERM-to-the-process", "SIGINT-to-the-process", "SIGTERM-to-the-group"],
     indirect=["feeding"],
 )

@@ -1,5 +1,5 @@
 """The page at /ui in a real browser (Debian's headless chromium, driven by chromedriver
-through selenium) against a real ``loader demo`` (Spark local[1], one load worker), its demo
+through selenium) against a real ``loader demo`` (one load worker, over the test process's Spark server), its demo
 producer feeding its four tables, and a latest table fed by the producer client: the
 operator types the token once, the page shows every table, and its figures move as loads
 commit, with nothing logged to the browser's console as an error.
@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from cli.demo import DEMO_TABLES
+from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer
 from testing.browser import binaries, console_errors, headless_chromium, wait_for
 from testing.server_process import ServerProcess, free_port, write_config
@@ -78,14 +79,15 @@ class Feed:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
     binaries()  # skip (or install) before paying for Spark's start
     port = free_port()
     settings = {
         "port": port,
         "data_dir": str(tmp_path / "data"),
         "workers": 1,
-        "spark": {"master": "local[1]"},
+        # The page is what is tested: the test process's Spark Connect server (a JVM start less).
+        "spark": {"master": "local[1]", "remote": connect_server.url},
         "auth_tokens": [
             {"token": OPERATOR, "role": "operator", "name": "ops"},
             {"token": PRODUCER, "role": "producer", "name": "feed"},

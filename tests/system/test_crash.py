@@ -39,6 +39,7 @@ KILLS = (
     "recovery.replay",  # killed while replaying the WAL: the next start replays it all again
     "intake.after-wal",  # durable but unanswered: the retry must get the first answer
     "recovery.after-spill-reset",  # spill directory emptied, nothing replayed yet
+    "spill.write",  # mid-write of a spill segment: the restart meets the killed life's spill files
     "worker:external",  # a worker process killed from outside, mid-batch or idle
     "worker:load.upsert.mid-merge",  # a latest table's MERGE killed a moment after it began
     EXTERNAL_RECOVERY,  # the whole process group, at a random moment before /readyz
@@ -68,20 +69,26 @@ OUTSIDE_ALTERATION = (
 #: still a burst at every kill, and a final backlog (poison bisections included) that loads
 #: in seconds rather than minutes.
 PACE = 0.1
+#: Pending payload bytes kept in memory: two or three updates, so a few updates waiting for
+#: a load spill at this pace however fast the machine loads (with the long trial's 64 KiB, a
+#: quiet machine kept up and no restart met spill files), and ``spill.write`` is reached.
+MEMORY_BUDGET = 2048
 
 
 @pytest.fixture
 def trial(tmp_path: Path, connect_server: ConnectServer) -> Iterator[CrashTrial]:
     """Over the suite's Spark Connect server: a life's restart skips a JVM start (the long
     trial, python -m trials.crash, has each life start the service's own, killed with it)."""
-    trial = CrashTrial(tmp_path, seed=20240607, spark_remote=connect_server.url, pace=PACE, log=print)
+    trial = CrashTrial(
+        tmp_path, seed=20240607, spark_remote=connect_server.url, pace=PACE, memory_budget=MEMORY_BUDGET, log=print
+    )
     yield trial
     trial.close()
 
 
 @pytest.fixture
 def classic_trial(tmp_path: Path) -> Iterator[CrashTrial]:
-    trial = CrashTrial(tmp_path, seed=20261124, mode="classic", pace=PACE, log=print)
+    trial = CrashTrial(tmp_path, seed=20261124, mode="classic", pace=PACE, memory_budget=MEMORY_BUDGET, log=print)
     yield trial
     trial.close()
 

@@ -21,6 +21,7 @@ import pytest
 
 from loader.core.errors import ServiceError, Unavailable
 from loader.intake.requests import UpdateRequest
+from loader.loading.connect_server import ConnectServer
 from loader.service import LoaderService
 from testing.service_harness import make_settings
 
@@ -136,11 +137,11 @@ def _run(coro: Any) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_overload_answers_503_within_the_budgets_recovers_and_loses_nothing() -> None:
+def test_overload_answers_503_within_the_budgets_recovers_and_loses_nothing(connect_server: ConnectServer) -> None:
     from testing import overload
     from testing.overload import ci_plan, run_trial
 
-    plan = ci_plan()
+    plan = ci_plan(connect_server.url)
     trial = run_trial(plan)
     out = overload.analyse(trial)
     f, promises = out["figures"], out["promises"]
