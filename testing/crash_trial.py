@@ -458,7 +458,8 @@ class CrashTrial:
         self.log = log or (lambda message: None)
         self.kinds = KINDS if mode == "connect" else CLASSIC_KINDS
         port = free_port()
-        self.server = ServerProcess(workdir, crash_config(workdir, port, mode, spark_remote, memory_budget), port, TOKEN)
+        config = crash_config(workdir, port, mode, spark_remote, memory_budget)
+        self.server = ServerProcess(workdir, config, port, TOKEN)
         self.producers = Producers(
             self.server.base, TOKEN, seed, producers, pace=pace, landing=workdir / "data" / "landing"
         )
