@@ -52,7 +52,9 @@ def wait_for_optional(check: Callable[[], object], seconds: float) -> bool:
     return False
 
 
-def wait_for(what: str, check: Callable[[], object], server: ServerProcess, timeout: float = 240.0) -> object:
+def wait_for(
+    what: str, check: Callable[[], object], server: ServerProcess, timeout: float = 240.0, poll: float = 0.2
+) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not server.alive:
@@ -63,7 +65,7 @@ def wait_for(what: str, check: Callable[[], object], server: ServerProcess, time
             found = None
         if found:
             return found
-        time.sleep(0.2)
+        time.sleep(poll)
     raise AssertionError(f"no {what} within {timeout:.0f} s:\n{server.log_tail()}")
 
 
@@ -124,14 +126,16 @@ def test_the_demo_run_from_another_directory_loads_with_no_failed_attempt_and_st
     text = demo.log_text()
     assert f"serving on http://127.0.0.1:{port}; data in {tmp_path / 'data'}" in text
     assert "failed (attempt" not in text
-    # Its Spark Connect server has a process group of its own (Ctrl-C does not reach it): the
-    # service stopped it.
+    # Its Spark Connect server and load workers have process groups of their own (Ctrl-C does
+    # not reach them): the service stopped them.
     started = re.search(r"starting a local Spark Connect server at sc://\S+ \(pid (\d+)\)", text)
-    assert started, text[-4000:]
-    pid, deadline = int(started.group(1)), time.monotonic() + 30
-    while running(pid):
-        assert time.monotonic() < deadline, f"the demo's Spark Connect server (pid {pid}) outlived it"
-        time.sleep(0.1)
+    workers = [int(pid) for pid in re.findall(r"load worker \d+ started \(pid (\d+)", text)]
+    assert started and workers, text[-4000:]
+    deadline = time.monotonic() + 30
+    for pid in (int(started.group(1)), *workers):
+        while running(pid):
+            assert time.monotonic() < deadline, f"pid {pid} (its Spark server or a load worker) outlived the demo"
+            time.sleep(0.1)
 
 
 def running(pid: int) -> bool:
@@ -223,16 +227,24 @@ def test_a_stop_signal_either_way_stops_serve_cleanly_with_status_0(
 
 
 @pytest.mark.slow
-def test_a_signal_during_start_up_stops_the_service_once_it_has_started(tmp_path: Path) -> None:
-    server = _serve(tmp_path)
+def test_a_signal_during_start_up_stops_the_service_once_it_has_started(
+    tmp_path: Path, connect_server: ConnectServer
+) -> None:
+    """Over the test process's Spark server: intake opens before loading has started (the
+    load workers start and connect), and the signal comes in between."""
+    server = _serve(tmp_path, spark_remote=connect_server.url)
     server.start()
     try:
-        wait_for("intake open", lambda: "serving on" in server.log_text(), server)
-        code = stop(server, signal.SIGINT, to_group=False)  # Spark is still starting
+        wait_for("intake open", lambda: "serving on" in server.log_text(), server, poll=0.01)
+        code = stop(server, signal.SIGINT, to_group=False)  # loading is still starting
     finally:
         if server.alive:
             server.kill()
     assert_clean_stop(server, code, signal.SIGINT)
+    text = server.log_text()
+    # The signal came while loading was still starting (else this test tests a plain stop).
+    ready = text.find("loading with ")
+    assert ready == -1 or text.find("SIGINT received") < ready, text[-4000:]
 
 
 def _java_missing(tmp_path: Path) -> dict[str, str | None]:

@@ -54,7 +54,13 @@ def _config(tmp_path: Path, port: int, remote: str) -> Path:
                 "mode": "connect",
                 "remote": remote,
                 "app_name": APP,
-                "conf": {"spark.executor.memory": "512m", "spark.cores.max": "2", "spark.default.parallelism": "2"},
+                "conf": {
+                    "spark.executor.memory": "512m",
+                    "spark.cores.max": "2",
+                    "spark.default.parallelism": "2",
+                    # The executor's JVM as the suite's others (tests/conftest.py).
+                    "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
+                },
             },
             "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
