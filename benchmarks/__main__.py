@@ -1,11 +1,7 @@
-"""The benchmarks as a whole.
+"""The benchmarks as a whole: BENCHMARKS.md's sections rendered again from saved results, or listed.
 
-    python -m benchmarks render [SECTION ...]   # BENCHMARKS.md's sections again, from saved results
-    python -m benchmarks list                   # every benchmark: its section, results file and --help
-
-``render``: each section is rendered by its benchmark from ``benchmarks/results/<stem>.json``
-(the last full run); a section without a results file is left as it is (said on stderr).
-With the figures unchanged the file comes out byte for byte the same.
+python -m benchmarks render [SECTION ...]   # each from benchmarks/results/<stem>.json (unchanged: same text)
+python -m benchmarks list                   # every benchmark: its section, results file and --help
 """
 
 from __future__ import annotations
@@ -33,11 +29,12 @@ def benchmarks() -> list[Benchmark]:
 
 
 def render(markdown: Path = BENCHMARKS_MD, directory: Path = RESULTS_DIR, only: set[str] | None = None) -> Path:
+    """Each section (of ``only``) from its last full run; one without a results file is left as it is."""
     sections = {}
     for bench in benchmarks():
+        saved = directory / results.path(bench.stem).name
         if only and bench.section not in only:
             continue
-        saved = directory / results.path(bench.stem).name
         if saved.exists():
             sections[bench.section] = bench.render(results.load(saved))
         else:
@@ -57,9 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"## {bench.section}: python -m {bench.module}, results {results.path(bench.stem)}\n")
             print(bench.parser().format_help())
         return 0
-    known = {bench.section for bench in benchmarks()}
-    if unknown := set(args.sections) - known:
-        parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(sorted(known))}")
+    if unknown := set(args.sections) - {bench.section for bench in benchmarks()}:
+        parser.error(f"unknown sections {sorted(unknown)}")
     print(render(args.markdown, args.results, set(args.sections) or None))
     return 0
 

@@ -27,9 +27,9 @@ import httpx
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Lookup, Template
+from benchmarks.harness.service import serve
 from producer import LoaderProducer
 from testing.report import log, machine_markdown
-from testing.server_process import ServerProcess, free_port, write_config
 
 TOKEN = "bench-producer-operator-token-01"
 TABLES = ("t0", "t1", "t2")
@@ -68,25 +68,15 @@ def client(url: str, rows: int, per_send: int, state_dir: Path | None) -> float:
 
 
 def measure_rows(rows: int, repeats: int, work: Path) -> dict[str, Any]:
-    port = free_port()
-    config = write_config(
-        work / "loader.toml",
-        {
-            "port": port,
-            "data_dir": str(work / "data"),
-            "workers": 2,
-            "spark": {"master": "local[1]", "mode": "classic"},
-            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
-            "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-            "tables": [{"name": t, "schema": SCHEMA} for t in TABLES],
-        },
-    )
-    server = ServerProcess(work, config, port, TOKEN)
-    server.start()
-    try:
-        if not server.wait_ready():
-            raise RuntimeError(server.log_tail())
-        runs: dict[str, dict[str, list[float]]] = {}
+    settings = {
+        "workers": 2,
+        "spark": {"master": "local[1]", "mode": "classic"},
+        "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
+        "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
+        "tables": [{"name": t, "schema": SCHEMA} for t in TABLES],
+    }
+    runs: dict[str, dict[str, list[float]]] = {}
+    with serve(work, settings, TOKEN, timeout=180) as (server, _, _):
         for repeat in range(repeats):
             for per_send in PER_SEND:
                 n = rows if per_send > 1 else rows // 10
@@ -95,8 +85,6 @@ def measure_rows(rows: int, repeats: int, work: Path) -> dict[str, Any]:
                 case["raw"].append(raw(server.base, n, per_send, f"raw-{repeat}-{per_send}"))
                 case["client"].append(client(server.base, n, per_send, None))
                 case["durable"].append(client(server.base, n, per_send, work / f"state-{repeat}-{per_send}"))
-    finally:
-        server.kill()
     return {"rows": rows, "runs": runs}
 
 

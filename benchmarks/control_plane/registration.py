@@ -1,8 +1,7 @@
 """Registering N tables: from the configuration file at start-up, and in one admin call.
 
-Each measurement runs in a process of its own (``testing.service_server.run_child``), so
-its memory figure is that process's alone. Real Delta tables (the Spark-free sink of
-``testing/fakes.py``); no Spark, whose ~5 s start does not depend on the number of tables.
+Each measurement runs in a process of its own, so its memory figure is that process's alone.
+Real Delta tables (the Spark-free sink of ``testing/fakes.py``); no Spark.
 
 config: the TOML file with N ``[[tables]]`` parsed and validated, the service started
 (intake open = recovery done; ready = every Delta table created), stopped, and started
@@ -82,14 +81,8 @@ def run_config(tables: int, workdir: Path) -> dict[str, Any]:
     first = asyncio.run(_start_and_stop(settings))
     gc.collect()
     restart = asyncio.run(_start_and_stop(settings))
-    return {
-        "config_bytes": config.stat().st_size,
-        "parse_validate_s": parsed,
-        "first": first,
-        "restart": restart,
-        "catalog_bytes": (settings.state_path / "catalog.json").stat().st_size,
-        "baseline_rss_mb": baseline,
-    }
+    out = {"config_bytes": config.stat().st_size, "parse_validate_s": parsed, "first": first, "restart": restart}
+    return out | {"catalog_bytes": (settings.state_path / "catalog.json").stat().st_size, "baseline_rss_mb": baseline}
 
 
 @contextlib.contextmanager

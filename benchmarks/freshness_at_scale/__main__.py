@@ -1,34 +1,37 @@
 """Freshness at 50, 200 and 1,000 tables: the loader's variants against Spark Structured
 Streaming, side by side in one run on this machine (issue 14, part 6).
 
-    python -m benchmarks.freshness_at_scale                    # full run (see the estimate it prints)
+    python -m benchmarks.freshness_at_scale                    # full run, ~45 min on 2 cores
     python -m benchmarks.freshness_at_scale --quick            # smoke: 10 tables x 20 s per system
     python -m benchmarks.freshness_at_scale --systems peer,before --workloads 50:0.5
-    python -m benchmarks.freshness_at_scale --variants my-variants.json
     python -m benchmarks.freshness_at_scale --rerender         # re-judge saved results
 
-Per workload and system (``variants.py``), one after the other: ``cell.py`` measures,
-``analyze.py`` computes the figures. The results file is written after every measurement
-(an interrupted run keeps what it measured), the section at the end.
+Per workload and system, one after the other: ``systems.run_cell`` measures, ``analyze.py``
+computes the figures; the results file is written after every measurement.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import math
 import signal
 import time
+from collections import defaultdict
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from benchmarks.freshness_at_scale import report
-from benchmarks.freshness_at_scale.analyze import analyze
-from benchmarks.freshness_at_scale.cell import run_cell
-from benchmarks.freshness_at_scale.variants import DEFAULT_VARIANTS, Variant, check_code_dir, load_variants
-from benchmarks.freshness_at_scale.workload import Workload, schedule
+from benchmarks.freshness_at_scale.analyze import STARVED_FACTOR, analyze
+from benchmarks.freshness_at_scale.systems import (
+    DEFAULT_VARIANTS,
+    Variant,
+    Workload,
+    check_code_dir,
+    run_cell,
+    schedule,
+)
 from benchmarks.harness.cli import Benchmark, Run
-from testing.report import LoadMonitor, fmt_duration, log, write_json
+from benchmarks.harness.markdown import Template, bullets, missing, pct
+from testing.report import LoadMonitor, fmt_num, log, machine_markdown
 
 MODULE = "benchmarks.freshness_at_scale"
 FULL_WORKLOADS = "50:0.5,200:0.5,1000:0.1"
@@ -38,24 +41,12 @@ WARMUP_INTERARRIVALS = 3.0
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workloads", help=f"TABLES:RATE,... (default {FULL_WORKLOADS}; quick {QUICK_WORKLOADS})")
-    parser.add_argument("--systems", help="variant names to run, comma-separated (default: all)")
-    parser.add_argument("--variants", type=Path, help="JSON list of variants replacing the default")
-    parser.add_argument(
-        "--warmup", type=float, help=f"seconds of arrivals before the window (default {WARMUP_INTERARRIVALS:g}/rate)"
-    )
-    parser.add_argument("--rows", type=int, default=100, help="rows per update (default 100)")
-    parser.add_argument("--poll", type=float, default=0.05, help="outside reader's poll interval, seconds")
-    parser.add_argument(
-        "--starved-factor",
-        type=float,
-        default=10.0,
-        help="a table is starved when an update waits more than this many mean inter-arrival times (default 10)",
-    )
-    parser.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds for a system to start")
-    parser.add_argument("--prime-timeout", type=float, default=1800.0, help="seconds for every table's first update")
-    parser.add_argument("--keep-dir", type=Path, help="keep every run's directory (logs, tables) under DIR")
-    parser.add_argument("--raw", type=Path, help="also write each run's raw records into this directory")
+    add = parser.add_argument
+    add("--workloads", help=f"TABLES:RATE,... (default {FULL_WORKLOADS}; quick {QUICK_WORKLOADS})")
+    add("--systems", help="variant names to run, comma-separated (default: all)")
+    add("--warmup", type=float, help=f"seconds of arrivals before the window (default {WARMUP_INTERARRIVALS:g}/rate)")
+    add("--rows", type=int, default=100, help="rows per update (default 100)")
+    add("--poll", type=float, default=0.05, help="outside reader's poll interval, seconds")
 
 
 def plan(args: argparse.Namespace) -> tuple[list[Workload], list[Variant]]:
@@ -63,21 +54,15 @@ def plan(args: argparse.Namespace) -> tuple[list[Workload], list[Variant]]:
     try:
         workloads = []
         for item in (args.workloads or (QUICK_WORKLOADS if args.quick else FULL_WORKLOADS)).split(","):
-            try:
-                tables, rates = item.split(":")
-                n, rate = int(tables), float(rates)
-            except ValueError:
-                raise ValueError(f"workload {item!r}: write TABLES:RATE, e.g. 200:0.5") from None
-            if n < 1 or rate <= 0:
-                raise ValueError(f"workload {item!r}: at least one table and a positive rate")
+            n, rate = int(item.split(":")[0]), float(item.split(":")[-1])
+            if n < 1 or rate <= 0 or item.count(":") != 1:
+                raise ValueError(f"workload {item!r}: write TABLES:RATE, e.g. 200:0.5")
             warmup = args.warmup if args.warmup is not None else max(4.0, WARMUP_INTERARRIVALS / rate)
             workloads.append(Workload(n, rate, warmup, args.duration, args.rows, args.seed))
-        variants = load_variants(args.variants) if args.variants else list(DEFAULT_VARIANTS)
-        if args.systems:
-            wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
-            if unknown := [s for s in wanted if s not in {v.name for v in variants}]:
-                raise ValueError(f"unknown systems {unknown}; variants: {', '.join(v.name for v in variants)}")
-            variants = [v for v in variants if v.name in wanted]
+        names = [v.name for v in DEFAULT_VARIANTS]
+        if unknown := set(wanted := args.systems.split(",") if args.systems else names) - set(names):
+            raise ValueError(f"unknown systems {sorted(unknown)}; variants: {', '.join(names)}")
+        variants = [v for v in DEFAULT_VARIANTS if v.name in wanted]
         for variant in variants:
             check_code_dir(variant)
     except ValueError as exc:
@@ -85,33 +70,15 @@ def plan(args: argparse.Namespace) -> tuple[list[Workload], list[Variant]]:
     return workloads, variants
 
 
-def estimate_seconds(workloads: list[Workload], variants: list[Variant]) -> float:
-    """A rough duration from smoke runs on 2 busy cores: start-up, priming, arrivals, drain,
-    read-back and stop per measurement (the peer's priming and drain grow fastest)."""
-    total = 0.0
-    for w, v in itertools.product(workloads, variants):
-        n = w.tables
-        if v.kind == "peer":
-            total += (20 + 0.15 * n) + 0.45 * n + w.horizon + min(600.0, 30 + 0.6 * n) + 10
-        else:
-            total += (25 + 0.03 * n) + (5 + n / 10) + w.horizon + (10 + n / 100) + 0.05 * n + 5
-    return total
-
-
 def measure_cell(variant: Variant, workload: Workload, args: argparse.Namespace) -> dict[str, Any]:
     """One system under one workload: its figures, or the error that stopped it."""
     cell: dict[str, Any] = {"variant": variant.name}
     with LoadMonitor() as load:
         try:
-            record = run_cell(variant, workload, args)
-            if args.raw is not None:
-                write_json(args.raw / f"{workload.tables}-{variant.name}.json", record)
-            cell["figures"] = f = analyze(record, args.starved_factor)
+            cell["figures"] = f = analyze(run_cell(variant, workload, args))
             log(
-                f"[{workload.name}] {variant.name}: mean staleness {f['mean_staleness']:.2f} s, ideal "
-                f"{f['ideal_mean_staleness']:.2f} s, ratio {f['ratio']:.2f}, p99 latency "
-                f"{f['latency_p99']:.2f} s, starved {f['starved']}, {f['commits_per_second']:.1f} commits/s, "
-                f"integrity {'ok' if f['integrity']['ok'] else 'PROBLEM'}"
+                f"[{workload.name}] {variant.name}: ratio {f['ratio']:.2f}, p99 latency {f['latency_p99']:.2f} s, "
+                f"starved {f['starved']}, integrity {'ok' if f['integrity']['ok'] else 'PROBLEM'}"
             )
         except Exception as exc:  # noqa: BLE001 - one failed system must not lose the others
             cell["error"] = f"{type(exc).__name__}: {exc}"[:3000]
@@ -125,23 +92,11 @@ def measure(run: Run) -> dict[str, Any]:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     args = run.args
     workloads, variants = plan(args)
-    results: dict[str, Any] = {
-        "options": {
-            "poll_interval": args.poll,
-            "drain_timeout": args.drain_timeout,
-            "starved_factor": args.starved_factor,
-            "rows_per_update": args.rows,
-            "seed": args.seed,
-            "full_command": f"python -m {MODULE}",
-        },
-        "variants": [v.to_json() for v in variants],
-        "workloads": [],
-    }
+    options = {"poll_interval": args.poll, "drain_timeout": args.drain_timeout, "starved_factor": STARVED_FACTOR}
+    options |= {"rows_per_update": args.rows, "seed": args.seed, "full_command": f"python -m {MODULE}"}
+    results: dict[str, Any] = {"options": options, "variants": [v.to_json() for v in variants], "workloads": []}
     began = time.perf_counter()
-    log(
-        f"freshness at scale: {', '.join(w.name for w in workloads)} x {', '.join(v.name for v in variants)}; "
-        f"roughly {fmt_duration(estimate_seconds(workloads, variants))} (estimate)"
-    )
+    log(f"freshness at scale: {', '.join(w.name for w in workloads)} x {', '.join(v.name for v in variants)}")
     for workload in workloads:
         entry: dict[str, Any] = {"workload": asdict(workload), "updates": len(schedule(workload)), "cells": []}
         results["workloads"].append(entry)
@@ -153,8 +108,158 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 def judge(results: dict[str, Any]) -> None:
-    results["targets"] = report.evaluate_targets(results)
-    results["notes"] = report.build_notes(results)
+    results["targets"] = evaluate_targets(results)
+    results["notes"] = build_notes(results)
+
+
+#: Issue 14's targets: staleness ratio to ideal by table count; own metrics within 5%.
+RATIO_TARGETS = {50: 1.5, 200: 2.0, 1000: 2.0}
+STARVATION_TABLES = (200, 1000)
+OWN_TOLERANCE = 0.05
+
+
+def _s(value: float | None, digits: int = 3) -> str:
+    """Seconds to ``digits`` significant digits; "never" for an update never visible."""
+    if missing(value):
+        return "–"
+    return "never" if value == math.inf else fmt_num(float(value), digits)  # type: ignore[arg-type]
+
+
+#: Cell formats: seconds (``s``, ``s2``), a relative difference, seconds as ms (``ms``: 1 decimal, ``ms0``: none).
+FORMATS = {"s": _s, "s2": lambda v: _s(v, 2), "diff": lambda v: pct(v) if v is not None and math.isfinite(v) else "–"}
+FORMATS |= {"ms": lambda v: f"{1e3 * v:.1f}", "ms0": lambda v: f"{1e3 * v:.0f}"}
+T = Template("freshness-at-scale", FORMATS)
+
+
+def _cells(results: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(w["workload"], cell) for w in results["workloads"] for cell in w["cells"]]
+
+
+def _integrity_text(integrity: dict[str, Any]) -> str:
+    if integrity["ok"]:
+        return f"ok ({integrity['expected_updates']:,} updates)"
+    words = dict(missing="not in the table after the drain", duplicated="duplicated", partial="with rows missing")
+    words |= dict(in_several_commits="in more than one commit", unexpected="never acknowledged")
+    parts = [f"{integrity[k]} {word}" for k, word in words.items() if integrity.get(k)]
+    if integrity["rows_read"] != integrity["rows_expected"]:
+        parts.append(f"rows {integrity['rows_read']:,} of {integrity['rows_expected']:,}")
+    if "deltalake_rows" in integrity and integrity["deltalake_rows"] != integrity["rows_expected"]:
+        parts.append(f"deltalake rows {integrity['deltalake_rows']:,}")
+    return "PROBLEM: " + ", ".join(parts or ["see JSON"])
+
+
+def _integrity_short(integrity: dict[str, Any]) -> str:
+    lost = integrity.get("missing", 0) + integrity.get("partial", 0)
+    twice = integrity.get("duplicated", 0) + integrity.get("in_several_commits", 0)
+    text = f"{lost:,} / {twice:,}"
+    if integrity.get("missing"):
+        text += f" ({integrity['missing']:,} not visible after the drain)"
+    return text
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target and system; the issue's goals are for the loader after parts 3+4,
+    every system is judged against them so the table reads side by side."""
+    targets: list[dict[str, Any]] = []
+
+    def add(block: str, ok: bool | None, **values: Any) -> None:
+        name, measured, goal = T.line(block, n=n, **values).split(" | ")
+        targets.append(dict(system=cell["variant"], tables=n, target=name, measured=measured, goal=goal, ok=ok))
+
+    for workload, cell in _cells(results):
+        n = workload["tables"]
+        if (f := cell.get("figures")) is None:
+            add("target-failed", False, error=cell.get("error", "?"))
+            continue
+        if n in RATIO_TARGETS:
+            add("target-ratio", f["ratio"] <= RATIO_TARGETS[n], f=f, goal=RATIO_TARGETS[n])
+        if n in STARVATION_TABLES:
+            detail = T.line("starved-never" if f["never_visible_in_window"] else "starved-longest", f=f)
+            add("target-starved", f["starved"] == 0, f=f, detail=detail)
+            own = f.get("own_staleness")
+            if own is not None and "relative_difference" in own:
+                diff = own["relative_difference"]
+                ok = math.isfinite(diff) and abs(diff) <= OWN_TOLERANCE
+                add("target-own", ok, own=own, tolerance=100 * OWN_TOLERANCE)
+            elif own is not None:
+                add("target-own-na", None, note=own.get("note"), tolerance=100 * OWN_TOLERANCE)
+        add("target-integrity", f["integrity"]["ok"], integrity=_integrity_text(f["integrity"]))
+    return targets
+
+
+def build_notes(results: dict[str, Any]) -> list[str]:
+    notes: list[str] = []
+    meta = results["meta"]
+    if meta.get("quick"):
+        notes.append(T.line("note-quick", command=results["options"]["full_command"]))
+    peak, nproc = meta.get("loadavg_peak"), meta["machine"]["nproc"]
+    if peak is not None and peak > nproc + 1:
+        notes.append(T.line("note-load", peak=peak, nproc=nproc))
+    for workload, cell in _cells(results):
+        tag = f"{workload['tables']:,} tables, {cell['variant']}"
+        if "error" in cell:
+            notes.append(T.line("note-failed", tag=tag, error=cell["error"]))
+            continue
+        f = cell["figures"]
+        gen = f["generator"]
+        if gen["errors"]:
+            notes.append(T.line("note-errors", tag=tag, gen=gen))
+        if isinstance(gen["lag_p99"], float) and gen["lag_p99"] > 0.25:
+            notes.append(T.line("note-lag", tag=tag, gen=gen))
+        if not f["reader"]["drained"]:
+            notes.append(T.line("note-undrained", tag=tag, timeout=results["options"]["drain_timeout"]))
+        if peer := f.get("peer"):
+            failed = f"; failed: {dict(list(peer['failed'].items())[:3])}" if peer.get("failed") else ""
+            notes.append(T.line("note-peer", tag=tag, peer=peer, prime=f["prime_seconds"], failed=failed))
+        if f["never_visible_in_window"] or f["latency_p50"] > f["window_seconds"]:
+            notes.append(T.line("note-late", tag=tag))
+        if f["alive_at_end"] is False:
+            notes.append(T.line("note-exited", tag=tag))
+    return notes
+
+
+def workload_table(workload: dict[str, Any]) -> str:
+    rows = []
+    for cell in workload["cells"]:
+        if (f := cell.get("figures")) is None:
+            rows.append([cell["variant"], f"failed: {cell.get('error', '?')[:120]}"] + ["–"] * 13)
+            continue
+        own = f.get("own_staleness") or {}
+        own_text = T.line("own", own=own) if "relative_difference" in own else "n/a"
+        lost = "0 / 0" if f["integrity"]["ok"] else _integrity_short(f["integrity"])
+        cpu = defaultdict(lambda: None, f["cpu"] or {})
+        rows.append(T.line("workload-row", cell=cell, f=f, cpu=cpu, own=own_text, lost=lost).split(" | "))
+    return T.table("workload-table", rows)
+
+
+def _variant(v: dict[str, Any]) -> str:
+    where = ""
+    if v["kind"] == "loader":
+        git = v.get("code_git") or {}
+        where = T.line("variant-code", v=v, git=git, modified=", modified" if git.get("modified") else "")
+        if v["env"]:
+            where += "; environment " + ", ".join(f"`{k}={val}`" for k, val in v["env"].items())
+        where += "."
+    elif v["conf"]:
+        where = T.line("variant-conf", conf=v["conf"])
+    return T.line("variant", v=v, where=where)
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    options, machine = results["options"], machine_markdown(results["meta"], "loader")
+    variants = bullets(_variant(v) for v in results["variants"])
+    targets = T.table("targets-table", results["targets"], "lllll")
+    out = [T("head", machine=machine, variants=variants, options=options, targets=targets)]
+    for entry in results["workloads"]:
+        w, table = entry["workload"], workload_table(entry)
+        out.append(T("workload", w=w, total=w["tables"] * w["rate"], updates=entry["updates"], table=table))
+    out.append(T("readers"))
+    for e in results["workloads"]:
+        rows = [{"variant": c["variant"], **c["figures"]} for c in e["cells"] if "figures" in c]
+        out.append(T("reader", tables=e["workload"]["tables"], table=T.table("reader-table", rows)))
+    if results.get("notes"):
+        out.append(T("notes", notes=bullets(results["notes"])))
+    return "".join(out).removesuffix("\n")
 
 
 BENCHMARK = Benchmark(
@@ -162,7 +267,7 @@ BENCHMARK = Benchmark(
     "freshness-at-scale",
     __doc__,
     measure,
-    report.render_markdown,
+    render_markdown,
     quick_saves=True,
     seed=14,
     counts={"duration": (20.0, 120.0, "window seconds"), "drain_timeout": (120.0, 600.0, "seconds after the arrivals")},

@@ -1,10 +1,8 @@
 """From one cell's raw records to its figures (templates/freshness-at-scale.md defines them).
 
-Every table counts as current at the first scheduled instant (its priming update visible,
-nothing pending), for the system and the ideal alike. The loader's own staleness is the
-increase of ``loader_table_staleness_seconds_squared`` between two scrapes, against the
-outside reader's integral over the same interval (the scrape's instant recovered from each
-table's ``staleness`` + ``current_upto`` gauges), both from the priming update as the loader counts.
+The loader's own staleness is the increase of ``loader_table_staleness_seconds_squared``
+between two scrapes, against the outside reader's integral over the same interval (the
+scrape's instant recovered from each table's ``staleness`` + ``current_upto`` gauges).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-from benchmarks.freshness_at_scale.workload import Workload
+from benchmarks.freshness_at_scale.systems import Workload
 from testing.observed_staleness import ObservedUpdate, percentile, staleness_integral, summarize
 
 INTEGRAL = "loader_table_staleness_seconds_squared_total"
@@ -22,6 +20,8 @@ STALENESS = "loader_table_staleness_seconds"
 UPTO = "loader_table_current_upto_timestamp_seconds"
 #: An update's fates counted against the integrity check.
 PROBLEMS = ("missing", "duplicated", "partial", "in_several_commits", "unexpected")
+#: A table is starved when an update waits more than this many mean inter-arrival times.
+STARVED_FACTOR = 10.0
 
 
 def _series(metrics: dict[str, float], name: str, tables: list[str]) -> dict[str, float]:
@@ -59,14 +59,7 @@ def own_staleness(
     }
 
 
-def _cpu(a: dict[str, float] | None, b: dict[str, float] | None, seconds: float) -> dict[str, float] | None:
-    if not a or not b:
-        return None
-    python, jvm = b["python"] - a["python"], b["jvm"] - a["jvm"]
-    return {"python_seconds": python, "jvm_seconds": jvm, "seconds": python + jvm, "cores": (python + jvm) / seconds}
-
-
-def analyze(record: dict[str, Any], starved_factor: float) -> dict[str, Any]:
+def analyze(record: dict[str, Any]) -> dict[str, Any]:
     workload = record["workload"]
     per_update = int(workload["rows_per_update"])
     names = Workload(**workload).table_names()
@@ -124,7 +117,11 @@ def analyze(record: dict[str, Any], starved_factor: float) -> dict[str, Any]:
         ok = ok and integrity["deltalake_rows"] == rows_expected and integrity["deltalake_uids"] == len(arrival)
     integrity["ok"] = ok
 
-    starved_after = starved_factor / float(workload["rate"])
+    cpu = None
+    if (a := record.get("cpu_w0")) and (b := record.get("cpu_w1")):
+        python, jvm = b["python"] - a["python"], b["jvm"] - a["jvm"]
+        cpu = dict(python_seconds=python, jvm_seconds=jvm, seconds=python + jvm, cores=(python + jvm) / (w1 - w0))
+    starved_after = STARVED_FACTOR / float(workload["rate"])
     # Every table is current when the arrivals start (its priming update visible, nothing
     # pending): staleness counts from then, for the system and the ideal alike.
     summary = summarize(observed, w0, w1, dict.fromkeys(names, record["start_at"]), starved_after)
@@ -141,17 +138,11 @@ def analyze(record: dict[str, Any], starved_factor: float) -> dict[str, Any]:
         "starved": len(summary.starved),
         "worst_table": {"name": summary.worst_table.name, "mean_staleness": summary.worst_table.mean_staleness},
         "commits_per_second": commits / (w1 - w0),
-        "cpu": _cpu(record.get("cpu_w0"), record.get("cpu_w1"), w1 - w0),
+        "cpu": cpu,
         "integrity": integrity,
         "own_staleness": own_staleness(record, observed, own_base),
-        "reader": {
-            "interval": reader["interval"],
-            "poll_rounds": reader["poll_rounds"],
-            "mean_observation_gap": statistics.fmean(gaps) if gaps else math.nan,
-            "drained": reader["drained"],
-            "drain_seconds": reader["drain_seconds"],
-            "cpu_seconds_before_drain": reader["cpu_seconds_before_drain"],
-        },
+        "reader": {k: v for k, v in reader.items() if k != "tables"}
+        | {"mean_observation_gap": statistics.fmean(gaps) if gaps else math.nan},
         "generator": {
             "errors": dict(errors),
             "first_error": record["produced"]["first_error"] or record["priming"]["first_error"],

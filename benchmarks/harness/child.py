@@ -1,6 +1,5 @@
 """A benchmark's child process (``testing.service_server.run_child``): ``python -m module SPEC.json``
-runs with the spec and prints its result as one JSON line (also written to the spec's
-``result_path`` when it names one)."""
+prints its result as one JSON line (and writes it to the spec's ``result_path``, if named)."""
 
 from __future__ import annotations
 
@@ -25,6 +24,6 @@ def main(run: Callable[[dict[str, Any]], Any]) -> int:
     spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")) if len(sys.argv) > 1 else {}
     result = run(spec)
     if "result_path" in spec:
-        Path(spec["result_path"]).write_text(json.dumps(result), encoding="utf-8")
+        write(spec["result_path"], result)
     sys.stdout.write(json.dumps(result) + "\n")
     return 0

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import provenance, results
+from benchmarks.harness import results
 from benchmarks.harness.markdown import publish
+from testing import report
 from testing.report import BENCHMARKS_MD, LoadMonitor, fmt_duration, log
 
 
@@ -66,26 +67,19 @@ class Benchmark:
         parser = argparse.ArgumentParser(
             prog=f"python -m {self.module}", description=self.doc, formatter_class=argparse.RawDescriptionHelpFormatter
         )
-        parser.add_argument("--quick", action="store_true", help="smoke run: its figures replace no published ones")
+        add = parser.add_argument
+        add("--quick", action="store_true", help="smoke run: its figures replace no published ones")
         if self.repeats:
-            parser.add_argument(
-                "--repeats", type=int, help=f"runs per figure (default {self.repeats[1]}; quick {self.repeats[0]})"
-            )
+            add("--repeats", type=int, help=f"runs per figure (default {self.repeats[1]}; quick {self.repeats[0]})")
         if self.seed is not None:
-            parser.add_argument("--seed", type=int, default=self.seed, help=f"(default {self.seed})")
+            add("--seed", type=int, default=self.seed, help=f"(default {self.seed})")
         if self.parts:
-            parser.add_argument(
-                "--skip", default="", help=f"parts to leave out, comma-separated: {', '.join(self.parts)}"
-            )
-        parser.add_argument("--json", type=Path, help=f"results file (default {results.path(self.stem)})")
-        parser.add_argument(
-            "--markdown", type=Path, help=f"file whose section to rewrite (default {BENCHMARKS_MD.name}; quick: none)"
-        )
-        parser.add_argument(
-            "--render", "--rerender", action="store_true", help="measure nothing: render the saved results again"
-        )
+            add("--skip", default="", help=f"parts to leave out, comma-separated: {', '.join(self.parts)}")
+        add("--json", type=Path, help=f"results file (default {results.path(self.stem)})")
+        add("--markdown", type=Path, help=f"file whose section to rewrite (default {BENCHMARKS_MD.name}; quick: none)")
+        add("--render", "--rerender", action="store_true", help="measure nothing: render the saved results again")
         for name, (quick, full, what) in self.counts.items():
-            parser.add_argument(f"--{name.replace('_', '-')}", type=type(full), help=f"{what} ({full}; quick {quick})")
+            add(f"--{name.replace('_', '-')}", type=type(full), help=f"{what} ({full}; quick {quick})")
         if self.options:
             self.options(parser)
         return parser
@@ -115,16 +109,23 @@ class Benchmark:
                 raise SystemExit("a quick run of this benchmark saves nothing to render: give --json")
             found = results.load(saved)
         else:
-            began = time.perf_counter()
-            extra = {"repeats": args.repeats} if self.repeats else {}
-            extra |= {"skipped": sorted(args.skip)} if self.parts else {}
-            meta = provenance.start(self.module, argv, self.package, self.fingerprints, quick=args.quick, **extra)
-            run = Run(self, args, meta, saved)
+            # The provenance: command, machine, the code measured (fingerprinted), load at start and end.
+            began, packages, fingerprint = (
+                time.perf_counter(),
+                (self.package, *self.fingerprints),
+                report.source_fingerprint,
+            )
+            meta: dict[str, Any] = {"command": report.command_line(self.module, argv), "quick": args.quick}
+            meta |= {"repeats": args.repeats} if self.repeats else {}
+            meta |= {"skipped": sorted(args.skip)} if self.parts else {}
+            meta["machine"] = machine = report.machine_info(self.package)
+            machine |= {f"{p}_sha256": fingerprint(p) for p in self.fingerprints}
             with LoadMonitor() as monitor:
-                figures = self.measure(run)
+                figures = self.measure(Run(self, args, meta, saved))
+            meta |= {"run_seconds": time.perf_counter() - began, "loadavg_end": report.load_average()}
+            meta["loadavg_peak"] = monitor.peak
+            meta |= {f"{p}_unchanged_during_run": fingerprint(p) == machine[f"{p}_sha256"] for p in packages}
             found = {"benchmark": self.module, "meta": meta, **figures}
-            if "meta" not in figures:  # (a partial run may return the earlier run's meta)
-                provenance.finish(meta, began, monitor, (self.package, *self.fingerprints))
             log(f"{self.module}: measured in {fmt_duration(time.perf_counter() - began)}")
         if self.finish:
             self.finish(found)

@@ -1,45 +1,30 @@
 """Acknowledgements beside loads (issue 15): does a producer's acknowledgement depend on how
-much the warehouse is loading? One run, side by side, on this machine:
+much the warehouse is loading?
 
     python -m benchmarks.isolation            # full run, ~25 min on 2 cores
     python -m benchmarks.isolation --quick    # smoke run, ~8 min; writes isolation-quick.json only
 
-Parts: the ceiling (a bare FastAPI endpoint, ``bare_app.py``, at saturation); ``loader serve``
-in each Spark mode (``connect``: loads in worker processes, the default; ``classic``: in the
-service process), with every table paused and with loading on, closed loop and open loop on
-the single- and multi-update endpoints (``testing.loadgen``, as ``benchmarks.service``); the
-price of the process boundary (``load_cost.py``); the event loop's CPU per request
-(``intake_cost.py``); freshness in connect mode (``benchmarks.service``'s replay, myopic;
-``--only freshness`` runs it alone into the saved results).
+Parts: the ceiling (``bare_app.py`` at saturation); ``loader serve`` in each Spark mode, tables
+paused and loading on, closed and open loop on both endpoints; the price of the process boundary
+(``load_cost.py``); the event loop's CPU per request (``intake_cost.py``); freshness in connect
+mode (``benchmarks.service``'s replay, myopic).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from benchmarks.harness import service as serving
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
 from benchmarks.harness.results import medians
-from benchmarks.service.__main__ import (
-    CONNECTIONS,
-    INTAKE_TABLES,
-    OPEN_CONNECTIONS,
-    ROWS_PER_UPDATE,
-    WORKERS,
-    generate,
-    pause,
-    requests_for,
-)
 from benchmarks.service.__main__ import run_freshness as replay_against_simulator
 from testing import service_server as srv
 from testing.report import log
@@ -59,35 +44,26 @@ def drive(target: tuple[int, int], size: int, spec: dict[str, Any]) -> dict[str,
     """One generator run of ``size`` updates per request against ``target``: a server's port, and the
     process tree whose CPU is measured by kind."""
     port, pid = target
-    connections = OPEN_CONNECTIONS if spec["mode"] == "open" else CONNECTIONS[size]
-    spec |= {"connections": connections, "requests": requests_for(size, INTAKE_TABLES, ROWS_PER_UPDATE, stride=10)}
+    connections = serving.OPEN_CONNECTIONS if spec["mode"] == "open" else serving.CONNECTIONS[size]
+    spec |= {"connections": connections, "requests": serving.requests_for(size, stride=10)}
     timeout = spec["warmup"] + spec["duration"] + 240
-    out, record, c0, c1, seconds, _ = generate(port, spec, timeout, lambda: srv.tree_cpu(pid))
+    _, record, c0, c1, seconds, _ = serving.generate(port, spec, timeout, lambda: srv.tree_cpu(pid))
     record["cores"] = {k: (c1[k] - c0[k]) / seconds for k in c0}
     if spec["mode"] == "open":
-        record["answered_per_second"] = out["done_in_window"] / out["window_seconds"]
-    log(
-        f"[{spec['mode']} loop, {size}/request {spec.get('rate', '')}] {record['requests_per_second']:,.0f} req/s, "
-        f"p50 {record['p50_ms']:.1f} ms, p99 {record['p99_ms']:.1f} ms, cores {record['cores']}"
-    )
-    return record
+        record["answered_per_second"] = record.pop("answered_in_window_per_second")
+    return record | {"updates_per_request": size}
 
 
 def closed(target: tuple[int, int], size: int, timing: tuple[float, float], repeats: int) -> dict[str, Any]:
-    warmup, duration = timing
-    runs = [drive(target, size, {"mode": "closed", "warmup": warmup, "duration": duration}) for _ in range(repeats)]
+    runs = [drive(target, size, {"mode": "closed", "warmup": timing[0], "duration": timing[1]}) for _ in range(repeats)]
     figures = medians(runs, ("requests_per_second", "updates_per_second", "p99_ms"))
-    return {
-        "updates_per_request": size,
-        "runs": runs,
-        **{f"median_{k}": v for k, v in figures.items()},
-        "median_cores": medians(r["cores"] for r in runs),
-    }
+    out = {"updates_per_request": size, "runs": runs, **{f"median_{k}": v for k, v in figures.items()}}
+    return out | {"median_cores": medians(r["cores"] for r in runs)}
 
 
 def open_loop(target: tuple[int, int], size: int, rate: int, timing: tuple[float, float]) -> dict[str, Any]:
     spec = {"mode": "open", "rate": rate, "warmup": timing[0], "duration": timing[1], "drain_seconds": 30.0}
-    return drive(target, size, spec) | {"updates_per_request": size}
+    return drive(target, size, spec)
 
 
 def _drain(service: srv.Service) -> float:
@@ -98,85 +74,64 @@ def _drain(service: srv.Service) -> float:
     return seconds
 
 
-def run_mode(mode: str, quick: bool, repeats: int) -> dict[str, Any]:
-    timing = (1.0, 3.0) if quick else (2.0, 8.0)
+def run_mode(mode: str, timing: tuple[float, float], quick: bool, repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {"mode": mode, "paused": {}, "closed": [], "open": []}
     extra = {"spark": {"master": srv.SPARK_MASTER, "mode": mode}}
-    with srv.running_service(tables=INTAKE_TABLES, workers=WORKERS, extra=extra) as service:
+    with srv.running_service(tables=serving.INTAKE_TABLES, workers=serving.WORKERS, extra=extra) as service:
         target = (service.port, service.pid)
-        out["ready_seconds"] = service.ready_seconds
         log(f"[{mode}] server ready in {service.ready_seconds:.1f} s; first with every table paused")
-        pause(service, INTAKE_TABLES, True)
+        serving.pause(service, True)
         out["paused"]["closed"] = closed(target, 1, timing, repeats)
         out["paused"]["open"] = open_loop(target, 1, TARGET_RATE, timing)
-        pause(service, INTAKE_TABLES, False)
+        serving.pause(service, False)
         out["paused"]["backlog_seconds"] = _drain(service)
         for size in ENDPOINTS:
-            result = closed(target, size, timing, repeats)
-            out["closed"].append(result | {"drain_seconds": _drain(service)})
+            out["closed"].append(closed(target, size, timing, repeats) | {"drain_seconds": _drain(service)})
             for rate in (TARGET_RATE,) if quick else RATES:
-                result = open_loop(target, size, rate, timing)
-                out["open"].append(result | {"drain_seconds": _drain(service)})
+                out["open"].append(open_loop(target, size, rate, timing) | {"drain_seconds": _drain(service)})
     return out
 
 
 @contextlib.contextmanager
 def bare_server() -> Iterator[tuple[int, int]]:
+    """``bare_app.py`` under uvicorn, as ``loader serve`` serves it: (port, pid)."""
     port = free_port()
-    app = ["benchmarks.isolation.bare_app:app", "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", *app], start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.post(f"http://127.0.0.1:{port}/v1/tables/t/updates", json={"rows": []}).status_code == 202:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the bare FastAPI server did not start")
-            time.sleep(0.2)
-        yield port, proc.pid
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
+
+    def up() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.post(f"http://127.0.0.1:{port}/v1/tables/t/updates", json={"rows": []}).status_code == 202
+        return False
+
+    with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
+        app = ["uvicorn", "benchmarks.isolation.bare_app:app", "--port", str(port), "--log-level", "warning"]
+        proc = serving.spawn(app, Path(tmp), "bare")
+        try:
+            serving.wait_until(up, proc, 60, "the bare FastAPI server did not start", Path(tmp) / "bare.log")
+            yield port, proc.pid
+        finally:
+            serving.stop_group(proc)
 
 
-def run_all(quick: bool, repeats: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "tables": len(INTAKE_TABLES),
-        "rows_per_update": ROWS_PER_UPDATE,
-        "workers": WORKERS,
-        "spark_master": srv.SPARK_MASTER,
-    }
+def measure(run: Run) -> dict[str, Any]:
+    quick, repeats = run.args.quick, run.args.repeats
+    timing = (1.0, 3.0) if quick else (2.0, 8.0)
+    out: dict[str, Any] = {"tables": len(serving.INTAKE_TABLES), "rows_per_update": serving.ROWS_PER_UPDATE}
+    out |= {"workers": serving.WORKERS, "spark_master": srv.SPARK_MASTER}
     with bare_server() as bare:
-        out["bare"] = closed(bare, 1, (1.0, 3.0) if quick else (2.0, 8.0), repeats)
+        out["bare"] = closed(bare, 1, timing, repeats)
     log(f"[bare] ceiling {out['bare']['median_requests_per_second']:,.0f} req/s")
-    out["modes"] = {mode: run_mode(mode, quick, repeats) for mode in MODES}
+    out["modes"] = {mode: run_mode(mode, timing, quick, repeats) for mode in MODES}
     spec = {"master": srv.SPARK_MASTER, "rows": 100, "runs": 10 if quick else 40, "warmup": 3}
     out["load_cost"] = srv.run_child("benchmarks.isolation.load_cost", spec, 900)
     log(f"[load cost] medians {out['load_cost']['median_seconds']}")
-    out["freshness"] = run_freshness(quick)
-    out["intake_cost"] = run_intake_cost(quick)
-    return out
-
-
-def run_intake_cost(quick: bool) -> dict[str, Any]:
-    spec = {"requests": 4000 if quick else 8000, "rounds": 3 if quick else 5}
-    result = srv.run_child("benchmarks.isolation.intake_cost", spec, 900)
-    log(f"[intake cost] event-loop µs per request {result['median_cpu_us']}")
-    return result
-
-
-def run_freshness(quick: bool) -> dict[str, Any]:
-    result = replay_against_simulator(quick, ["myopic"])
-    gap = result["policies"][0]["gap"]
+    fresh = replay_against_simulator(quick, ["myopic"])
+    gap = fresh["policies"][0]["gap"]
     log(f"[freshness] myopic, connect mode: gap to the simulator {100 * gap:+.1f}%")
-    return {"horizon": result["horizon"], "policy": "myopic", "gap": gap, "result": result}
-
-
-def _ms(value: float) -> str:
-    """Milliseconds; "∞" for a request never answered."""
-    return "∞" if math.isinf(value) else f"{value:,.1f}"
+    out["freshness"] = {"horizon": fresh["horizon"], "policy": "myopic", "gap": gap, "result": fresh}
+    spec = {"requests": 4000 if quick else 8000, "rounds": 3 if quick else 5}
+    out["intake_cost"] = srv.run_child("benchmarks.isolation.intake_cost", spec, 900)
+    log(f"[intake cost] event-loop µs per request {out['intake_cost']['median_cpu_us']}")
+    return out
 
 
 def _dash(spec: str) -> Any:
@@ -184,14 +139,15 @@ def _dash(spec: str) -> Any:
     return lambda value: "—" if value is None else format(value, spec)
 
 
-T = Template("isolation", {"ms": _ms, "met": lambda ok: "yes" if ok else "NO", "n0": _dash(",.0f"), "c2": _dash(".2f")})
+#: Cell formats: ms ("∞": a request never answered), a verdict, figures a row may not have ("—").
+FORMATS = {"ms": lambda v: "∞" if math.isinf(v) else f"{v:,.1f}", "met": lambda ok: "yes" if ok else "NO"}
+T = Template("isolation", FORMATS | {"n0": _dash(",.0f"), "c2": _dash(".2f")})
 
 
 def judge(out: dict[str, Any]) -> dict[str, Any]:
     connect = out["modes"]["connect"]
     single_open = next(r for r in connect["open"] if r["updates_per_request"] == 1 and r["rate"] == TARGET_RATE)
-    single_closed = next(c for c in connect["closed"] if c["updates_per_request"] == 1)
-    multi = next(c for c in connect["closed"] if c["updates_per_request"] == 100)
+    single_closed, multi = (next(c for c in connect["closed"] if c["updates_per_request"] == n) for n in (1, 100))
     ceiling = out["bare"]["median_requests_per_second"]
     return {
         "p99_ms": single_open["p99_ms"],
@@ -218,11 +174,9 @@ def render(out: dict[str, Any]) -> str:
         opened += [{"mode": mode, "offered": f"{r['rate']:,}", "r": r} for r in result["open"]]
     paused = out["modes"]["connect"]["paused"]["closed"]
     freshness = ""
-    if "freshness" in out:
-        gap = out["freshness"]["gap"]
-        freshness = T(
-            "freshness", goal=TARGET_GAP, horizon=out["freshness"]["horizon"], gap=gap, met=abs(gap) <= TARGET_GAP
-        )
+    if fresh := out.get("freshness"):
+        met = abs(fresh["gap"]) <= TARGET_GAP
+        freshness = T("freshness", goal=TARGET_GAP, horizon=fresh["horizon"], gap=fresh["gap"], met=met)
     text = T(
         "head",
         meta=meta,
@@ -230,15 +184,15 @@ def render(out: dict[str, Any]) -> str:
         minutes=meta["run_seconds"] / 60,
         v=judge(out),
         ceiling=bare["median_requests_per_second"],
-        p99_goal=TARGET_P99_MS,
-        rate=TARGET_RATE,
-        share_goal=TARGET_CEILING_SHARE,
-        multi_goal=TARGET_MULTI_UPDATES,
         freshness=freshness,
         closed=T.table("closed-table", closed, "-"),
         open=T.table("open-table", opened, "-"),
         per_bare=1e3 * bare["median_cores"]["service"] / bare["median_requests_per_second"],
         per_loader=1e3 * paused["median_cores"]["service"] / paused["median_requests_per_second"],
+        p99_goal=TARGET_P99_MS,
+        rate=TARGET_RATE,
+        share_goal=TARGET_CEILING_SHARE,
+        multi_goal=TARGET_MULTI_UPDATES,
     )
     if ic := out.get("intake_cost"):
         us = ic["median_cpu_us"]
@@ -247,26 +201,7 @@ def render(out: dict[str, Any]) -> str:
     return text + T("boundary", cost=out["load_cost"], s=s, ratio={k: v / s["classic"] for k, v in s.items()})
 
 
-def measure(run: Run) -> dict[str, Any]:
-    if run.args.only is None:
-        return run_all(run.args.quick, run.args.repeats)
-    out = run.previous()  # one part again, into the saved results (and their provenance)
-    part = run_freshness if run.args.only == "freshness" else run_intake_cost
-    return out | {run.args.only.replace("-", "_"): part(run.args.quick)}
-
-
-BENCHMARK = Benchmark(
-    "benchmarks.isolation",
-    "isolation",
-    __doc__,
-    measure,
-    render,
-    quick_saves=True,
-    repeats=(1, 3),
-    options=lambda parser: parser.add_argument(
-        "--only", choices=["freshness", "intake-cost"], help="run one part alone, into the saved results"
-    ),
-)
+BENCHMARK = Benchmark("benchmarks.isolation", "isolation", __doc__, measure, render, quick_saves=True, repeats=(1, 3))
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -1,6 +1,5 @@
-"""Where single-update intake's CPU goes: the event loop's CPU time per request, in process.
-
-    python -m benchmarks.isolation.intake_cost SPEC.json     # prints one JSON object on stdout
+"""Where single-update intake's CPU goes: the event loop's CPU time per request, in process
+(``python -m benchmarks.isolation.intake_cost SPEC.json``).
 
 The event loop's thread is what caps intake, so this is the number the hot path's changes
 were made against: each app (bare FastAPI; the service's submit routes through FastAPI; as
@@ -23,46 +22,19 @@ from starlette.types import ASGIApp
 
 from api.app import create_app
 from benchmarks.harness import child
+from benchmarks.harness.service import INTAKE_TABLES, requests_for
 from benchmarks.isolation.bare_app import app as bare_app
-from benchmarks.service.__main__ import INTAKE_TABLES, requests_for
 from loader.config import load_settings
 from testing.service_server import PRODUCER_TOKEN, SCHEMA
 
 CONCURRENCY = 16
 #: The service's apps: submit routes ahead of FastAPI's (``fast_intake``), the WAL's group delay.
 SERVICES = {"routes": (False, 0.001), "fast": (True, 0.001), "fast, no group delay": (True, 0.0)}
-
 #: An HTTP request's ASGI scope, but for its path and headers.
-SCOPE = {
-    "type": "http",
-    "asgi": {"version": "3.0"},
-    "http_version": "1.1",
-    "method": "POST",
-    "scheme": "http",
-    "query_string": b"",
-    "root_path": "",
-    "client": ("127.0.0.1", 1),
-    "server": ("127.0.0.1", 80),
-}
+SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http"}
+SCOPE |= {"query_string": b"", "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
 HEADERS = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
 HEADERS.append((b"authorization", f"Bearer {PRODUCER_TOKEN}".encode()))
-
-
-def _scope(path: str, body: bytes) -> dict[str, Any]:
-    headers = [*HEADERS, (b"content-length", str(len(body)).encode())]
-    return SCOPE | {"path": path, "raw_path": path.encode(), "headers": headers}
-
-
-def _receiver(body: bytes) -> Any:
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def receive() -> dict[str, Any]:
-        if messages:
-            return messages.pop()
-        await asyncio.Event().wait()  # (never: the body came whole)
-        raise AssertionError
-
-    return receive
 
 
 async def drive(app: ASGIApp, requests: list[dict[str, Any]], n: int) -> dict[str, Any]:
@@ -70,16 +42,25 @@ async def drive(app: ASGIApp, requests: list[dict[str, Any]], n: int) -> dict[st
     request, requests per second, and the statuses answered."""
     statuses: dict[int, int] = {}
 
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses[message["status"]] = statuses.get(message["status"], 0) + 1
+
     async def client(k: int) -> None:
         for i in range(n // CONCURRENCY):
             request = requests[(k + i) % len(requests)]
             body = request["body"].encode()
+            headers = [*HEADERS, (b"content-length", str(len(body)).encode())]
+            scope = SCOPE | {"path": request["path"], "raw_path": request["path"].encode(), "headers": headers}
+            messages = [{"type": "http.request", "body": body, "more_body": False}]
 
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.start":
-                    statuses[message["status"]] = statuses.get(message["status"], 0) + 1
+            async def receive(messages: list[dict[str, Any]] = messages) -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await asyncio.Event().wait()  # (never: the body came whole)
+                raise AssertionError
 
-            await app(_scope(request["path"], body), _receiver(body), send)
+            await app(scope, receive, send)
 
     began, cpu = time.perf_counter(), time.thread_time()
     await asyncio.gather(*(client(k) for k in range(CONCURRENCY)))
@@ -105,8 +86,7 @@ async def service(fast: bool, group_delay: float) -> AsyncIterator[ASGIApp]:
 
 
 async def measure(spec: dict[str, Any]) -> dict[str, Any]:
-    requests = requests_for(1)
-    n, rounds = int(spec.get("requests", 8000)), int(spec.get("rounds", 5))
+    requests, n, rounds = requests_for(1), int(spec.get("requests", 8000)), int(spec.get("rounds", 5))
     out: dict[str, list[dict[str, Any]]] = {}
     async with contextlib.AsyncExitStack() as stack:
         ways: dict[str, ASGIApp] = {"bare": bare_app}
@@ -117,16 +97,11 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         for _ in range(rounds):
             for name, app in ways.items():
                 out.setdefault(name, []).append(await drive(app, requests, n))
-    bad = {name: r["statuses"] for name, runs in out.items() for r in runs if set(r["statuses"]) != {202}}
-    if bad:
+    if bad := {name: r["statuses"] for name, runs in out.items() for r in runs if set(r["statuses"]) != {202}}:
         raise RuntimeError(f"requests were refused: {bad}")
-    return {
-        "requests": n,
-        "rounds": rounds,
-        "concurrency": CONCURRENCY,
-        "median_cpu_us": {name: statistics.median(r["cpu_us"] for r in runs) for name, runs in out.items()},
-        "runs": {name: [round(r["cpu_us"], 1) for r in runs] for name, runs in out.items()},
-    }
+    median_cpu_us = {name: statistics.median(r["cpu_us"] for r in runs) for name, runs in out.items()}
+    runs = {name: [round(r["cpu_us"], 1) for r in runs] for name, runs in out.items()}
+    return {"requests": n, "rounds": rounds, "concurrency": CONCURRENCY, "median_cpu_us": median_cpu_us, "runs": runs}
 
 
 if __name__ == "__main__":

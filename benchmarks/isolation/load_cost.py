@@ -1,6 +1,5 @@
-"""The price of the process boundary: one small load's wall time, three ways, in one process tree.
-
-    python -m benchmarks.isolation.load_cost SPEC.json     # prints one JSON object on stdout
+"""The price of the process boundary: one small load's wall time, three ways, in one process tree
+(``python -m benchmarks.isolation.load_cost SPEC.json``).
 
 ``classic`` (``DeltaRsSink.load`` on an in-process session), ``connect`` (the same sink on a
 Spark Connect client: the cost of Connect alone), ``process`` (``ProcessSink.load``: a handoff
@@ -11,21 +10,15 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import child, spark
 from benchmarks.harness.rows import SCHEMA, small_rows
-from loader.core.updates import Batch
 from loader.loading.connect_server import ConnectServer
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.spark import DEFAULT_LEAN, build_spark_session, connect_session, session_settings
 from loader.loading.workers.pool import ProcessSink, WorkerOptions
-
-
-def batch(table: str, seq: int, rows: int) -> Batch:
-    return spark.one_update(table, seq, small_rows(range(seq * rows, (seq + 1) * rows), "payload", typed=False))
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
@@ -49,9 +42,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         seconds: dict[str, list[float]] = {name: [] for name in sinks}
         for k in range(1, warmup + runs + 1):
             for name, sink in sinks.items():
-                started = time.perf_counter()
-                result = sink.load(batch("t", k, rows), SCHEMA)
-                took = time.perf_counter() - started
+                batch = spark.one_update("t", k, small_rows(range(k * rows, (k + 1) * rows), "payload", typed=False))
+                result, took = spark.timed(sink.load, batch, SCHEMA)
                 assert result.rows == rows and not result.skipped, result
                 if k > warmup:
                     seconds[name].append(took)

@@ -1,7 +1,5 @@
-"""Per-batch cost of the Delta commit path against a bare Spark Parquet write, in its own process
-(so that Spark's JVM goes away with it whatever happens).
-
-    python -m benchmarks.service.commit SPEC.json     # prints one JSON object on stdout
+"""Per-batch cost of the Delta commit path against a bare Spark Parquet write, in a process of
+its own (Spark's JVM goes away with it): ``python -m benchmarks.service.commit SPEC.json``.
 
 Per batch size the same ``Batch`` is written ``runs`` times by each path, alternating, after
 one untimed warm-up of each: ``delta`` (``DeltaRsSink.load`` as the service runs it) and
@@ -34,15 +32,13 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     from loader.loading.sinks.delta_rs import DeltaRsSink
     from loader.loading.sinks.frame import build_batch_frame
 
-    began = time.perf_counter()
+    out: dict[str, Any] = {"sizes": []}
     with spark.session(spec["master"], fair_pools=0) as session, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        out: dict[str, Any] = {"spark_start_seconds": time.perf_counter() - began, "sizes": []}
-        sink = DeltaRsSink(Path(tmp) / "warehouse", session)
-        seq = 0
+        sink, seq = DeltaRsSink(Path(tmp) / "warehouse", session), 0
         for rows in spec["sizes"]:
             table = f"commit_{rows}"
             sink.ensure_table(table, SCHEMA)
-            delta_runs, bare_runs, files = [], [], []
+            delta_runs, bare_runs = [], []
             for k in range(spec["runs"] + 1):  # k = 0: warm-up, not timed
                 batch = make_batch(table, rows, spec["rows_per_update"], seq + 1, seq * rows)
                 seq = batch.last_seq
@@ -50,35 +46,19 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
                 if result.skipped or result.rows != rows:
                     raise RuntimeError(f"delta load of {rows} rows wrote {result.rows} (skipped={result.skipped})")
                 bare = Path(tmp) / "bare" / f"{table}-{k}"
-                t0 = time.perf_counter()
+                began = time.perf_counter()
                 build_batch_frame(session, batch, SCHEMA, bare.with_name(f"{bare.name}-in")).write.parquet(str(bare))
-                bare_seconds = time.perf_counter() - t0
+                bare_seconds = time.perf_counter() - began
                 shutil.rmtree(bare, ignore_errors=True)
                 if k > 0:
                     delta_runs.append({"total_seconds": delta_seconds, **result.details})
                     bare_runs.append(bare_seconds)
-                    files.append(result.files_written)
-            med = medians(delta_runs)
-            out["sizes"].append(
-                {
-                    "rows": rows,
-                    "updates_per_batch": len(batch.updates),
-                    "runs": len(bare_runs),
-                    "delta_seconds": [r["total_seconds"] for r in delta_runs],
-                    "delta_details": delta_runs,
-                    "bare_seconds": bare_runs,
-                    "delta_median": med["total_seconds"],
-                    "spark_median": med["spark_seconds"],
-                    "publish_median": med["publish_seconds"],
-                    "commit_median": med["commit_seconds"],
-                    "bare_median": statistics.median(bare_runs),
-                    "overhead_median": med["total_seconds"] - statistics.median(bare_runs),
-                    "files_written": files,
-                }
-            )
-            log(
-                f"[commit] {rows:,} rows: delta {med['total_seconds']:.3f} s, bare {statistics.median(bare_runs):.3f} s"
-            )
+            med, bare_median = medians(delta_runs), statistics.median(bare_runs)
+            size = {"rows": rows, "updates_per_batch": len(batch.updates), "delta_details": delta_runs}
+            size |= {f"{k}_median": med[f"{k}_seconds"] for k in ("spark", "publish", "commit")}
+            size |= {"delta_median": med["total_seconds"], "bare_seconds": bare_runs, "bare_median": bare_median}
+            out["sizes"].append(size | {"overhead_median": med["total_seconds"] - bare_median})
+            log(f"[commit] {rows:,} rows: delta {med['total_seconds']:.3f} s, bare {bare_median:.3f} s")
     return out
 
 
