@@ -1,9 +1,5 @@
-"""The fixed cost of one small load, where it goes, and what each lean change saves.
-
-    python -m benchmarks.load_cost              # full run (~25 min on 2 cores)
-    python -m benchmarks.load_cost --quick      # smoke run (~4 min): writes load_cost-quick.json only
-    python -m benchmarks.load_cost --skip cluster
-    python -m benchmarks.load_cost --rerender   # the saved results again, and their section
+"""The fixed cost of one small load, where it goes, and what each lean change saves. A full run takes
+~25 min on 2 cores; ``--quick`` ~4 min (writes load_cost-quick.json only).
 
 Loads run in worker processes (``benchmarks.load_cost.worker``) so each JVM goes away with its
 process. Parts: ``changes`` (each lean change alone, the default set, without and with each
@@ -120,19 +116,14 @@ def measure(run: Run) -> dict[str, Any]:
     for name in COUNTS:
         if getattr(args, name) < (0 if name.endswith("warmup") else 1):
             raise SystemExit(f"--{name.replace('_', '-')} is too small")
-    run.meta.update(
-        rows_per_update=ROWS_PER_UPDATE,
-        # What each change was when measured (the report shows this, not the code of a later day).
-        lean_changes={
-            name: {"why": c.why, "default": c.default, "conf": dict(c.conf), "write_options": dict(c.write_options)}
-            for name, c in LEAN_CHANGES.items()
-        },
-    )
-    return run.parts(
-        changes=lambda: run_changes(args),
-        local=lambda: run_breakdown(args, "local[2]", {}),
-        cluster=lambda: run_cluster(args),
-    )
+    # What each change was when measured (the report shows this, not the code of a later day).
+    changes = {
+        name: {"why": c.why, "default": c.default, "conf": dict(c.conf), "write_options": dict(c.write_options)}
+        for name, c in LEAN_CHANGES.items()
+    }
+    run.meta.update(rows_per_update=ROWS_PER_UPDATE, lean_changes=changes)
+    local = lambda: run_breakdown(args, "local[2]", {})  # noqa: E731
+    return run.parts(changes=lambda: run_changes(args), local=local, cluster=lambda: run_cluster(args))
 
 
 BENCHMARK = Benchmark(

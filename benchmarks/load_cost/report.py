@@ -38,17 +38,14 @@ def _load_figures(loads: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over loads of one variant (and size) in one run."""
     phases = {p: _median(1e3 * load["phases"].get(p, 0.0) for load in loads) for p in PHASES}
     names = {k for load in loads for k in load["py4j_calls"]}
-    return {
-        "loads": len(loads),
-        "total_ms": _median(1e3 * load["total"] for load in loads),
-        "phases_ms": phases,
-        "py4j_calls": _median(sum(load["py4j_calls"].values()) for load in loads),
-        "py4j_calls_by_phase": {n: _median(load["py4j_calls"].get(n, 0) for load in loads) for n in names},
-        "py4j_ms": _median(1e3 * sum(load["py4j_seconds"].values()) for load in loads),
-        # Means: the JVM's CPU clock ticks every 10 ms, so a median of single loads is a multiple of 10.
-        "python_cpu_ms": _mean(1e3 * load["python_cpu"] for load in loads),
-        "jvm_cpu_ms": _mean(1e3 * load["jvm_cpu"] if load["jvm_cpu"] is not None else None for load in loads),
-    }
+    out = {"loads": len(loads), "total_ms": _median(1e3 * load["total"] for load in loads), "phases_ms": phases}
+    out["py4j_calls"] = _median(sum(load["py4j_calls"].values()) for load in loads)
+    out["py4j_calls_by_phase"] = {n: _median(load["py4j_calls"].get(n, 0) for load in loads) for n in names}
+    out["py4j_ms"] = _median(1e3 * sum(load["py4j_seconds"].values()) for load in loads)
+    # Means: the JVM's CPU clock ticks every 10 ms, so a median of single loads is a multiple of 10.
+    out["python_cpu_ms"] = _mean(1e3 * load["python_cpu"] for load in loads)
+    out["jvm_cpu_ms"] = _mean(1e3 * load["jvm_cpu"] if load["jvm_cpu"] is not None else None for load in loads)
+    return out
 
 
 def reference_of(name: str) -> str:
@@ -67,22 +64,14 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     for name in names:
         figures = [r[name] for r in per_run]
         reference = reference_of(name)
-        pairs = [
-            (load["total"], ref["total"])
-            for run in runs
-            for load, ref in zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True)
-        ]
-        out["variants"][name] = {
-            "reference": reference,
-            "median_ms": _median(f["total_ms"] for f in figures),
-            "run_medians_ms": [f["total_ms"] for f in figures],
-            "ratio": _median(v / r for v, r in pairs),
-            "delta_ms": _median(1e3 * (v - r) for v, r in pairs),
-            "py4j_calls": _median(f["py4j_calls"] for f in figures),
-            "python_cpu_ms": _median(f["python_cpu_ms"] for f in figures),
-            "jvm_cpu_ms": _median(f["jvm_cpu_ms"] for f in figures),
-            "phases_ms": {p: _median(f["phases_ms"][p] for f in figures) for p in PHASES},
-        }
+        rounds = (zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True) for run in runs)
+        pairs = [(load["total"], ref["total"]) for paired in rounds for load, ref in paired]
+        one = {"reference": reference, "median_ms": _median(f["total_ms"] for f in figures)}
+        one |= {"run_medians_ms": [f["total_ms"] for f in figures], "ratio": _median(v / r for v, r in pairs)}
+        one["delta_ms"] = _median(1e3 * (v - r) for v, r in pairs)
+        one |= {k: _median(f[k] for f in figures) for k in ("py4j_calls", "python_cpu_ms", "jvm_cpu_ms")}
+        one["phases_ms"] = {p: _median(f["phases_ms"][p] for f in figures) for p in PHASES}
+        out["variants"][name] = one
     out["reference_ms"] = _median(_median(1e3 * s for s in run["reference_range_count"]) for run in runs)
     out["audit_ok"] = all(v["ok"] for run in runs for v in run["audit"].values())
     return out
@@ -90,11 +79,8 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
 
 def _spark_figures(phases: list[dict[str, float] | None]) -> dict[str, float]:
     kept = [p for p in phases if p is not None]
-    return {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {
-        "_loads": float(len(kept)),
-        "_exchange": float(sum(p.get("_exchange", 0.0) for p in kept)),
-        "_adaptive": float(sum(p.get("_adaptive", 0.0) for p in kept)),
-    }
+    counts = {f"_{k}": float(sum(p.get(f"_{k}", 0.0) for p in kept)) for k in ("exchange", "adaptive")}
+    return {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {"_loads": float(len(kept))} | counts
 
 
 def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
@@ -113,17 +99,12 @@ def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
             figures["jfr_samples"] = total
             figures["forks_per_load"] = {k: v / jfr["loads"] for k, v in jfr["forks"].items()}
         blocks[key] = figures
-    return {
-        "master": part["spec"]["master"],
-        "sizes": part["spec"]["sizes"],
-        "loads_per_block": part["spec"]["runs"],
-        "jfr_loads": part["spec"].get("jfr_loads"),
-        "warmup_rounds": part["spec"]["warmup"],
-        "blocks": blocks,
-        "hadoop_conf": result.get("hadoop_conf"),
-        "audit_ok": all(v["ok"] for v in result["audit"].values()),
-        "cluster_start_seconds": part.get("cluster_start_seconds"),
-    }
+    spec = part["spec"]
+    out = {"master": spec["master"], "sizes": spec["sizes"], "loads_per_block": spec["runs"], "blocks": blocks}
+    out |= {"jfr_loads": spec.get("jfr_loads"), "warmup_rounds": spec["warmup"]}
+    out["hadoop_conf"] = result.get("hadoop_conf")
+    out["audit_ok"] = all(v["ok"] for v in result["audit"].values())
+    return out | {"cluster_start_seconds": part.get("cluster_start_seconds")}
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -131,15 +112,11 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     if "changes" in results:
         out["changes"] = summarize_changes(results["changes"])
         everything = out["changes"]["variants"]["default"]
-        out["target"] = {
-            "measured_ms": everything["median_ms"],
-            "baseline_ms": out["changes"]["variants"]["baseline"]["median_ms"],
-            "reference_ms": out["changes"]["reference_ms"],
-            "loads_per_run": out["changes"]["rounds"],
-            "runs": out["changes"]["runs"],
-            "goal_ms": TARGET_MS,
-            "ok": everything["median_ms"] <= TARGET_MS and out["changes"]["rounds"] >= TARGET_LOADS,
-        }
+        changes = out["changes"]
+        target = {"measured_ms": everything["median_ms"], "baseline_ms": changes["variants"]["baseline"]["median_ms"]}
+        target |= {"reference_ms": changes["reference_ms"], "loads_per_run": changes["rounds"], "runs": changes["runs"]}
+        ok = everything["median_ms"] <= TARGET_MS and changes["rounds"] >= TARGET_LOADS
+        out["target"] = target | {"goal_ms": TARGET_MS, "ok": ok}
     for part in ("local", "cluster"):
         if part in results:
             out[part] = summarize_breakdown(results[part])
