@@ -1,13 +1,7 @@
-"""What the load-cost benchmark measures a load with, besides a stopwatch.
-
-- ``PhaseRecorder``: wall time and py4j round trips of each step of ``DeltaRsSink.load``,
-  from wrappers put around the sink's own steps (the live path, not a copy of it).
-- ``JvmThreads``: CPU seconds of the driver JVM by thread kind, from ``/proc`` (Linux).
-- ``spark_phases``: the Spark job of each load, cut into phases by Spark's own event log
-  (``SparkListenerSQLExecutionStart``/``JobStart``/``TaskEnd``/``JobEnd``/...), with the
-  write command's ``job commit time`` and ``task commit time`` metrics.
-- ``Flight``: Java Flight Recorder samples of the driver JVM (``jcmd``, ``jfr`` of the
-  JDK), each sample put in one activity by the innermost frame that names one.
+"""What the load-cost benchmark measures a load with, besides a stopwatch: the steps of
+``DeltaRsSink.load`` (wrappers around the sink's own steps: the live path, not a copy of it) and
+their py4j round trips (``PhaseRecorder``), the driver JVM's CPU by thread kind from ``/proc``
+(``JvmThreads``), the Spark job cut by its own event log (``spark_phases``), JFR samples (``Flight``).
 """
 
 from __future__ import annotations

@@ -202,9 +202,8 @@ def changes_table(changes: dict[str, Any]) -> str:
     rows = []
     for name, v in changes["variants"].items():
         runs = f"{min(v['run_medians_ms']):.0f}–{max(v['run_medians_ms']):.0f}"
-        against = (
-            [v["reference"], f"{v['ratio']:.2f}", f"{v['delta_ms']:+.1f}"] if name != v["reference"] else ["–"] * 3
-        )
+        against = [v["reference"], f"{v['ratio']:.2f}", f"{v['delta_ms']:+.1f}"]
+        against = against if name != v["reference"] else ["–"] * 3
         cpu = [_ms(v["python_cpu_ms"], 0), _ms(v["jvm_cpu_ms"], 0)]
         rows.append([_variant_label(name), _ms(v["median_ms"]), runs, *against, f"{v['py4j_calls']:.0f}", *cpu])
     return T.table("changes-table", rows)
@@ -223,9 +222,7 @@ def change_phases_table(changes: dict[str, Any]) -> str:
 
 def lean_table(meta: dict[str, Any]) -> str:
     """The changes as they were when measured (kept in the results), else as the code has them."""
-    changes = meta.get("lean_changes") or {
-        name: {"why": c.why, "default": c.default} for name, c in LEAN_CHANGES.items()
-    }
+    changes = meta.get("lean_changes") or {n: {"why": c.why, "default": c.default} for n, c in LEAN_CHANGES.items()}
     rows = [[f"`{name}`", "yes" if c["default"] else "no", c["why"]] for name, c in changes.items()]
     return T.table("lean-table", rows, "lcl")
 
@@ -236,15 +233,12 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
     changes = summary.get("changes")
     if target and changes:
         default = changes["variants"]["default"]
-        notes.append(
-            T.line("note-target", verdict="met" if target["ok"] else "missed", target=target, ratio=default["ratio"])
-        )
+        verdict = "met" if target["ok"] else "missed"
+        notes.append(T.line("note-target", verdict=verdict, target=target, ratio=default["ratio"]))
         phases = sorted(default["phases_ms"].items(), key=lambda kv: -kv[1])
         notes.append(T.line("note-steps", top=", ".join(f"{name} {value:.0f} ms" for name, value in phases[:4])))
         variants = changes["variants"]
-        without = {
-            n.removeprefix("default-without-"): v for n, v in variants.items() if n.startswith("default-without-")
-        }
+        without = {n[len("default-without-") :]: v for n, v in variants.items() if n.startswith("default-without-")}
         if without:
             ranked = sorted(without.items(), key=lambda kv: -kv[1]["delta_ms"])
             parts = ", ".join(f"`{n}` {v['delta_ms']:+.0f} ms" for n, v in ranked)
@@ -266,9 +260,8 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
     parts = [summary[p] for p in ("local", "cluster") if p in summary]
     if plans := [b["spark_ms"] for p in parts for b in p["blocks"].values() if b["spark_ms"].get("_loads")]:
         counts = {k: sum(s[f"_{k}"] for s in plans) for k in ("exchange", "adaptive", "loads")}
-        notes.append(
-            T.line("note-plans", shuffles=counts["exchange"], adaptive=counts["adaptive"], counted=counts["loads"])
-        )
+        shuffles, adaptive = counts["exchange"], counts["adaptive"]
+        notes.append(T.line("note-plans", shuffles=shuffles, adaptive=adaptive, counted=counts["loads"]))
     for part in ("local", "cluster"):
         if (p := summary.get(part)) and not p["audit_ok"]:
             notes.append(T.line("note-audit", part=part))
