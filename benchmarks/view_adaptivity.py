@@ -106,9 +106,8 @@ def plot(result: dict[str, Any]) -> None:
         ax.plot(s, rates, styles[name], label=labels.get(name, f"static {name}"), linewidth=width, color=colour)
     ax.axvline(result["burst_at"], color="0.3", linewidth=0.8)
     ax.text(result["burst_at"], ax.get_ylim()[1] * 0.97, " burst of ΔR (20x)", va="top", fontsize=9)
-    ax.set_xlabel("ΔS tuples arrived")
-    ax.set_ylabel("tuples processed per second")
-    ax.set_title("Adaptivity to a changing stream rate (Babu et al. Fig. 12), this executor")
+    title = "Adaptivity to a changing stream rate (Babu et al. Fig. 12), this executor"
+    ax.set(xlabel="ΔS tuples arrived", ylabel="tuples processed per second", title=title)
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -70,12 +70,8 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         with StandaloneCluster(cores=2, memory="1g") as cluster:
             started = time.perf_counter() - began
             log(f"[cluster] up at {cluster.master_url} after {started:.1f} s")
-            conf = {
-                "spark.driver.host": "127.0.0.1",
-                "spark.driver.bindAddress": "127.0.0.1",
-                "spark.cores.max": "2",
-                "spark.executor.memory": "1g",
-            }
+            conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.cores.max": "2"}
+            conf["spark.executor.memory"] = "1g"
             out = run_breakdown(args, cluster.master_url, conf)
             out["cluster_start_seconds"] = started
             return out
