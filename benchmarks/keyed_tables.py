@@ -55,8 +55,10 @@ def measure(run: Run) -> dict[str, Any]:
 
 def render(saved: dict[str, Any]) -> str:
     meta, results = saved["meta"], saved["results"]
-    medians_of = lambda r: {v: medians(s[v] for s in r["runs"]) for v in VARIANTS}  # noqa: E731
-    rows = [{**r, "bound": r["max_keys_per_batch"] or "-", "m": medians_of(r)} for r in results]
+    rows = [
+        {**r, "bound": r["max_keys_per_batch"] or "-", "m": {v: medians(s[v] for s in r["runs"]) for v in VARIANTS}}
+        for r in results
+    ]
     horizon = 300.0 if meta["quick"] else 600.0
     table = T.table("table", rows, "r" * 11)
     return T("section", machine=machine_markdown(meta), seeds=len(results[0]["runs"]), horizon=horizon, table=table)

@@ -105,11 +105,14 @@ def measure_engines(sales: int, customers: int, repeats: int, seed: int) -> dict
     return out | {"load_runs": loads, "open_runs": opens}
 
 
+def _case(case: str) -> str:
+    return case.replace("sales x", "sales commits of 200 rows: ").replace("customers x1", CUSTOMER_UPSERTS)
+
+
 def render(saved: dict[str, Any]) -> str:
     meta, result = saved["meta"], saved["result"]
     loads = [(case, by["driver"], by["spark"], by["spark"] / by["driver"]) for case, by in result["loads"].items()]
-    case = lambda c: c.replace("sales x", "sales commits of 200 rows: ").replace("customers x1", CUSTOMER_UPSERTS)  # noqa: E731
-    rows = [[case(c), f"{d:.3f}", f"{s:.3f}", f"{r:.1f}"] for c, d, s, r in loads]
+    rows = [[_case(c), f"{d:.3f}", f"{s:.3f}", f"{r:.1f}"] for c, d, s, r in loads]
     opened = (result["open"]["driver"], result["open"]["spark"], result["open"]["spark"] / result["open"]["driver"])
     rows.append(["opening the view after a restart", *(f"{v:.2f}" for v in opened)])
     ratios = [r for *_, r in loads]

@@ -10,6 +10,7 @@ load's time goes, on ``local[2]`` and on a standalone master and worker started 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from typing import Any
 
@@ -118,7 +119,7 @@ def measure(run: Run) -> dict[str, Any]:
         for name, c in LEAN_CHANGES.items()
     }
     run.meta.update(rows_per_update=ROWS_PER_UPDATE, lean_changes=changes)
-    local = lambda: run_breakdown(args, "local[2]", {})  # noqa: E731
+    local = functools.partial(run_breakdown, args, "local[2]", {})
     return run.parts(changes=lambda: run_changes(args), local=local, cluster=lambda: run_cluster(args))
 
 
