@@ -46,25 +46,18 @@ def run_config(workers: int, mode: str, seconds: float, scratch: Path) -> dict[s
             list(threads.map(work, range(workers)))
     counts = [len(per) for per in latencies]
     flat = [x for per in latencies for x in per]
-    return {
-        "workers": workers,
-        "mode": mode,
-        "counts": counts,
-        "jain": sum(counts) ** 2 / (workers * sum(c * c for c in counts)) if any(counts) else 1.0,
-        "jobs_per_second": sum(counts) / seconds,
-        "median_latency": statistics.median(flat),
-        "max_latency": max(flat),
-    }
+    jain = sum(counts) ** 2 / (workers * sum(c * c for c in counts)) if any(counts) else 1.0
+    out = {"workers": workers, "mode": mode, "counts": counts, "jain": jain, "jobs_per_second": sum(counts) / seconds}
+    return out | {"median_latency": statistics.median(flat), "max_latency": max(flat)}
 
 
 def render(results: dict[str, Any]) -> str:
+    figures = ("jain", "jobs_per_second", "median_latency", "max_latency")
     rows = [
-        {
-            **c,
-            **medians(c["runs"], ("jain", "jobs_per_second", "median_latency", "max_latency")),
-            "mode": c["mode"].upper(),
-            "counts": " / ".join(map(str, c["runs"][len(c["runs"]) // 2]["counts"])),  # runs: sorted by fairness
-        }
+        c
+        | medians(c["runs"], figures)
+        | {"mode": c["mode"].upper()}
+        | {"counts": " / ".join(map(str, c["runs"][len(c["runs"]) // 2]["counts"]))}  # runs: sorted by fairness
         for c in results["configs"]
     ]
     worst = min(r["jain"] for r in rows if r["mode"] == "FAIR")

@@ -35,11 +35,8 @@ CLI_CASES = {"single-table": [], "grouped (32, rate)": ["--max-tables-per-job", 
 
 
 def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
-    from loader.loading.sinks.delta_rs import DeltaRsSink
-
     out: dict[str, Any] = {"sizes": sizes, "runs": runs, "group": {}, "single": {}}
-    with spark.session(fair_pools=1) as session, tempfile.TemporaryDirectory() as directory:
-        sink = DeltaRsSink(Path(directory), session)
+    with spark.sink("job-groups-", fair_pools=1) as (_, sink):
         names = [f"t{i}" for i in range(max(sizes))]
         for name in names:
             sink.ensure_table(name, SCHEMA)
@@ -93,23 +90,11 @@ def freshness(cost: dict[str, Any], seconds: float) -> list[dict[str, Any]]:
                 made = make_policy(policy, max_tables_per_job=groups, job_overhead=shared, group_rule=rule)
                 r = simulate(trace, made, 2, job_overhead=shared)
                 f, area = r.freshness, tables * r.makespan
-                results.append(
-                    {
-                        "tables": tables,
-                        "rate": rate,
-                        "policy": policy,
-                        "jobs": label,
-                        "ratio": f.staleness_ratio,
-                        "mean_staleness": f.total_staleness / area,
-                        "ideal_staleness": f.low_bound / area,
-                        "max_stretch": f.max_stretch,
-                        "batches": f.batches,
-                        "tables_per_job": (r.policy_state.get("job_groups") or {}).get("mean_tables_per_job") or 1.0,
-                        "overhead": overhead,
-                        "job_overhead": shared,
-                        "alpha": alpha,
-                    }
-                )
+                grouped = (r.policy_state.get("job_groups") or {}).get("mean_tables_per_job") or 1.0
+                row = {"tables": tables, "rate": rate, "policy": policy, "jobs": label, "ratio": f.staleness_ratio}
+                row |= {"mean_staleness": f.total_staleness / area, "ideal_staleness": f.low_bound / area}
+                row |= {"max_stretch": f.max_stretch, "batches": f.batches, "tables_per_job": grouped}
+                results.append(row | {"overhead": overhead, "job_overhead": shared, "alpha": alpha})
     return results
 
 
@@ -139,11 +124,8 @@ def simulate_cli(runs: int) -> dict[str, Any]:
 def measure(run: Run) -> dict[str, Any]:
     quick = run.args.quick
     cost = measure_cost([1, 4] if quick else [1, 2, 4, 8, 16, 32], 2 if quick else 5)
-    return {
-        "cost": cost,
-        "freshness": freshness(cost, 60.0 if quick else 600.0),
-        "cli": simulate_cli(1 if quick else 3),
-    }
+    fresh = freshness(cost, 60.0 if quick else 600.0)
+    return {"cost": cost, "freshness": fresh, "cli": simulate_cli(1 if quick else 3)}
 
 
 def render(saved: dict[str, Any]) -> str:
@@ -151,23 +133,12 @@ def render(saved: dict[str, Any]) -> str:
     group, single = int_keys(cost["group"]), int_keys(cost["single"])
     medians = [(k, statistics.median(group[k]), statistics.median(single[k])) for k in cost["sizes"]]
     cost_rows = [(k, g, g / k * 1000, s, s / k * 1000, s / g) for k, g, s in medians]
-    cli_rows = [
-        (label, statistics.median(cli[label]), ", ".join(f"{t:.2f}" for t in cli[label])) for label in CLI_CASES
-    ]
-    return T(
-        "section",
-        machine=machine_markdown(saved["meta"], "loader"),
-        rows=ROWS,
-        cost=cost,
-        fit=cost["fit"],
-        per_table_ms=cost["fit"]["per_table"] * 1000,
-        shared=fresh[0]["job_overhead"],
-        seconds="60" if saved["meta"]["quick"] else "600",
-        cli=cli,
-        cost_table=T.table("cost", cost_rows, "rrrrrr"),
-        fresh_table=T.table("freshness", fresh, "rllrrrrr"),
-        cli_table=T.table("cli", cli_rows, "lrl"),
-    )
+    cli_rows = [(case, statistics.median(cli[case]), ", ".join(f"{t:.2f}" for t in cli[case])) for case in CLI_CASES]
+    tables = {"cost_table": T.table("cost", cost_rows, "rrrrrr"), "cli_table": T.table("cli", cli_rows, "lrl")}
+    tables["fresh_table"] = T.table("freshness", fresh, "rllrrrrr")
+    values = {"rows": ROWS, "cost": cost, "fit": cost["fit"], "per_table_ms": cost["fit"]["per_table"] * 1000}
+    values |= {"shared": fresh[0]["job_overhead"], "seconds": "60" if saved["meta"]["quick"] else "600", "cli": cli}
+    return T("section", machine=machine_markdown(saved["meta"], "loader"), **values, **tables)
 
 
 BENCHMARK = Benchmark("benchmarks.job_groups", "job-groups", __doc__, measure, render)

@@ -43,13 +43,10 @@ def run_plan(
         engine.apply(i, inserts=[row])
         if mode != "mjoin" and step % 500 == 0:  # the caches' memory as section 3.3 lays them out
             peak = max(peak, sum(store_bytes(store, len(group[0])) for group, store in engine.stores.items()))
-    return {
-        "throughput": engine.updates / (time.perf_counter() - started),
-        "hit": engine.cache_hits / engine.cache_probes if engine.cache_probes else None,
-        "used": [c.name(workload.spec.aliases) for c in engine.reoptimizer.used],
-        "candidates": len(engine.candidates),
-        "peak_bytes": peak,
-    }
+    out = {"throughput": engine.updates / (time.perf_counter() - started), "peak_bytes": peak}
+    out["hit"] = engine.cache_hits / engine.cache_probes if engine.cache_probes else None
+    used = [c.name(workload.spec.aliases) for c in engine.reoptimizer.used]
+    return out | {"used": used, "candidates": len(engine.candidates)}
 
 
 def best(runs: dict[str, list[dict[str, Any]]], prefix: str) -> tuple[str, float]:
@@ -60,13 +57,9 @@ def best(runs: dict[str, list[dict[str, Any]]], prefix: str) -> tuple[str, float
 
 
 def three_way_plans(workload: Workload, forced: bool, no_index: tuple[str, ...] = ()) -> Plans:
-    plans: dict[str, tuple[Orders, str, tuple[str, ...]]] = {
-        "M rs-order": (ORDERS_RS_CACHE, "mjoin", ()),
-        "M st-order": (ORDERS_ST_CACHE, "mjoin", ()),
-        "X R-S": (ORDERS_RS_CACHE, "xjoin", ("t:[s r]",)),
-        "X S-T": (ORDERS_ST_CACHE, "xjoin", ("r:[s t]",)),
-        "A": (ORDERS_RS_CACHE, "adaptive", ()),
-    }
+    plans: dict[str, tuple[Orders, str, tuple[str, ...]]] = {"M rs-order": (ORDERS_RS_CACHE, "mjoin", ())}
+    plans |= {"M st-order": (ORDERS_ST_CACHE, "mjoin", ()), "X R-S": (ORDERS_RS_CACHE, "xjoin", ("t:[s r]",))}
+    plans |= {"X S-T": (ORDERS_ST_CACHE, "xjoin", ("r:[s t]",)), "A": (ORDERS_RS_CACHE, "adaptive", ())}
     if forced:
         plans["C"] = (ORDERS_RS_CACHE, "static", ("t:[s r]",))
     return {name: functools.partial(run_plan, workload, *plan, no_index=no_index) for name, plan in plans.items()}
@@ -109,40 +102,24 @@ def figures(point: dict[str, Any]) -> dict[str, Any]:
     x_name, x = best(runs, "X ") if any(k.startswith("X ") for k in runs) else ("  ", nan)
     c = med(runs["C"], "throughput") if "C" in runs else nan
     a = med(runs["A"], "throughput")
-    return {
-        **point,
-        **{"m": m, "x": x, "tree": x_name[2:], "c": c, "a": a, "m_c": m / c, "m_a": m / a, "x_a": x / a},
-        "hit": med(runs["C"], "hit") if "C" in runs else nan,
-        "caches": statistics.median(len(r["used"]) for r in runs["A"]),
-        "candidates": runs["A"][0]["candidates"],
-        "uses": "; ".join(sorted({", ".join(r["used"]) or "none" for r in runs["A"]})),
-    }
+    out = point | {"m": m, "x": x, "tree": x_name[2:], "c": c, "a": a, "m_c": m / c, "m_a": m / a, "x_a": x / a}
+    out |= {"hit": med(runs["C"], "hit") if "C" in runs else nan, "candidates": runs["A"][0]["candidates"]}
+    out["caches"] = statistics.median(len(r["used"]) for r in runs["A"])
+    return out | {"uses": "; ".join(sorted({", ".join(r["used"]) or "none" for r in runs["A"]}))}
 
 
 def render(saved: dict[str, Any]) -> str:
     f13 = saved["fig13"]
     m, x = best(f13["base"], "M ")[1], best(f13["base"], "X ")[1]
     rows = [
-        [
-            f"{p['budget']:,.0f}",
-            f"{m:,.0f}",
-            f"{x:,.0f}" if p["budget"] >= f13["x_need"] else "infeasible",
-            f"{med(p['runs']['A'], 'throughput'):,.0f}",
-            f"{med(p['runs']['A'], 'peak_bytes'):,.0f}",
-        ]
+        [f"{p['budget']:,.0f}", f"{m:,.0f}", f"{x:,.0f}" if p["budget"] >= f13["x_need"] else "infeasible"]
+        + [f"{med(p['runs']['A'], key):,.0f}" for key in ("throughput", "peak_bytes")]
         for p in f13["points"]
     ]
     figs = {f"fig{n}": T.table(f"fig{n}", map(figures, saved[f"fig{n}"]), align) for n, align in ALIGN.items()}
-    return T(
-        "section",
-        machine=machine_markdown(saved["meta"]),
-        repeats=saved["meta"]["repeats"],
-        interval=views.INTERVAL,
-        a_need=f13["a_need"],
-        x_need=f13["x_need"],
-        fig13=T.table("fig13", rows, "rrrrr"),
-        **figs,
-    )
+    meta, figs["fig13"] = saved["meta"], T.table("fig13", rows, "rrrrr")
+    values = {"repeats": meta["repeats"], "interval": views.INTERVAL, "a_need": f13["a_need"], "x_need": f13["x_need"]}
+    return T("section", machine=machine_markdown(meta), **values, **figs)
 
 
 def measure(run: Run) -> dict[str, Any]:
@@ -165,18 +142,11 @@ def measure(run: Run) -> dict[str, Any]:
     fig9 = {n: star_plans(star(n=n, values=values // n, window=10), n) for n in (3, 4, 5, 6)}
     # Fig. 10: no hash index on S.B, so T's pipeline scans S's window: the join cost grows with it.
     fig10 = {w: three_way_plans(three_way(values=values, window=w), True, NO_INDEX) for w in (10, 25, 50, 100)}
-    return {
-        "fig6": sweep("r", fig6),
-        "fig8": sweep("ratio", fig8),
-        "fig9": sweep("n", fig9),
-        "fig10": sweep("window", fig10),
-        "fig13": figure13(repeats, values),
-    }
+    swept = {"fig6": sweep("r", fig6), "fig8": sweep("ratio", fig8), "fig9": sweep("n", fig9)}
+    return swept | {"fig10": sweep("window", fig10), "fig13": figure13(repeats, values)}
 
 
-BENCHMARK = Benchmark(
-    "benchmarks.join_views", "join-views", __doc__, measure, render, package="schedulers", repeats=(1, 3)
-)
+BENCHMARK = Benchmark("benchmarks.join_views", "join-views", __doc__, measure, render, "schedulers", repeats=(1, 3))
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -28,20 +28,17 @@ T = Template("keyed-tables")
 
 
 def run_scenario(keys: int, rows: int, bound: int | None, utilization: float, seed: int, horizon: float) -> dict:
-    base = poisson(
-        tables=20, rate_range=(0.2, 2.0), horizon=horizon, utilization=utilization, workers=2, overhead=0.1, seed=seed
-    )
+    fleet = {"tables": 20, "rate_range": (0.2, 2.0), "workers": 2, "overhead": 0.1}
+    base = poisson(**fleet, horizon=horizon, utilization=utilization, seed=seed)
     trace = with_latest_tables(base, 10, keys=keys, rows=rows, max_keys_per_batch=bound, seed=seed)
     out: dict[str, Any] = {}
     for variant in VARIANTS:
         policy = MyopicPolicy() if variant == "myopic" else MaxBenefitPolicy(catch_up=variant != "next batch")
         result = simulate(trace, policy, 2, key_costs=variant != "key-blind")
-        out[variant] = {
-            "ratio": result.freshness.staleness_ratio,
-            "key_staleness": statistics.mean(k.application.mean for k in result.keyed.values()),
-            "key_staleness_p99": statistics.mean(k.application.p99 for k in result.keyed.values()),
-            "batches": result.freshness.batches,
-        }
+        keyed = result.keyed.values()
+        out[variant] = {"ratio": result.freshness.staleness_ratio, "batches": result.freshness.batches}
+        out[variant] |= {"key_staleness": statistics.mean(k.application.mean for k in keyed)}
+        out[variant] |= {"key_staleness_p99": statistics.mean(k.application.p99 for k in keyed)}
     return out
 
 
@@ -51,9 +48,8 @@ def measure(run: Run) -> dict[str, Any]:
     for (keys, rows, bound), utilization in itertools.product(SCENARIOS, (0.7, 0.9)):
         log(f"{keys} keys, {rows} rows an update, bound {bound}, utilization {utilization}")
         runs = [run_scenario(keys, rows, bound, utilization, seed, horizon) for seed in range(seeds)]
-        results.append(
-            {"keys": keys, "rows": rows, "max_keys_per_batch": bound, "utilization": utilization, "runs": runs}
-        )
+        scenario = {"keys": keys, "rows": rows, "max_keys_per_batch": bound, "utilization": utilization}
+        results.append(scenario | {"runs": runs})
     return {"results": results}
 
 

@@ -88,12 +88,9 @@ def figure9(seeds: int, updates: int) -> list[dict[str, Any]]:
     everyone = ("in-place", *CUTTERS)
     for slow in range(11):
         in_place, best = fluid(slow)
-        row: dict[str, Any] = {
-            "slow": slow,
-            # The slow keys' own arrival rate against the loader's rate (1 key per C_t).
-            "slow_load": 5.0 * slow * 0.1 / (10 - slow + slow * 0.1),
-            "fluid_ratio": in_place / best if best else 1.0,
-        }
+        # The slow keys' own arrival rate against the loader's rate (1 key per C_t).
+        slow_load = 5.0 * slow * 0.1 / (10 - slow + slow * 0.1)
+        row: dict[str, Any] = {"slow": slow, "slow_load": slow_load, "fluid_ratio": in_place / best if best else 1.0}
         samples: dict[str, list[float]] = defaultdict(list)
         for s in range(seeds):
             w = keyed_workload("two-class", keys=10, load=5.0, slow=slow, updates=updates, seed=s)
@@ -136,9 +133,8 @@ def batched(seeds: int, updates: int) -> list[dict[str, Any]]:
     """1,000 keys, Zipf 0.9; a job costs 50 C_t plus 1 C_t per key, at most ``max_keys`` keys."""
     setting = {"shape": "zipf", "keys": 1000, "theta": 0.9, "load": 0.8, "updates": updates, "overhead": 50.0}
     batches = attrgetter("batches")
-    return [
-        over_seeds(seeds, {"max_keys": k}, KEYED_POLICIES, "batches", batches, **setting) for k in (None, 200, 50, 20)
-    ]
+    points = ({"max_keys": k} for k in (None, 200, 50, 20))
+    return [over_seeds(seeds, point, KEYED_POLICIES, "batches", batches, **setting) for point in points]
 
 
 def _f(value: float | None) -> str:
@@ -173,27 +169,18 @@ def render(saved: dict[str, Any]) -> str:
         lambda r: "unlimited" if r["max_keys"] is None else r["max_keys"],
         *(lambda r, p=p: f"{_f(r[p])} ({r[f'{p} batches']:,.0f})" for p in KEYED_POLICIES),
     ]
-    return T(
-        "section",
-        machine=machine_markdown(saved["meta"]),
-        updates=updates,
-        seeds=seeds,
-        figure7=T.table("figure7", f7, "rrrrrr"),
-        figure9=T.table("figure9", f9, "r" * 15),
-        best=max(f9, key=lambda r: r[f"queue_ratio {lc}"]),
-        best_b=max(f9, key=lambda r: r[f"queue_ratio {lcb}"]),
-        worst=min(f9, key=lambda r: r[f"queue_ratio {lc}"]),
-        worst_b=min(f9, key=lambda r: r[f"queue_ratio {lcb}"]),
-        fluid=max(f9, key=lambda r: r["fluid_ratio"]),
-        loads=T.table("loads", fl, "rrrr"),
-        low=min(fl, key=lambda r: r[lc]),
-        low_b=min(fl, key=lambda r: r[lcb]),
-        zipf=table(["keys", "theta", *upper], zipf_cells, zf, "r" * (2 + len(KEYED_POLICIES))),
-        zipf_means=zipf_means,
-        batched=table(["max keys per batch", *upper], batch_cells, bt, "l" + "r" * len(KEYED_POLICIES)),
-        batch_ratios=", ".join(f"{r['in-place'] / r[lcb]:.2f} at {r['max_keys']} keys" for r in small),
-        batch_ratios_lc=", ".join(f"{r['in-place'] / r[lc]:.2f} at {r['max_keys']} keys" for r in small),
-    )
+    n = len(KEYED_POLICIES)
+    tables = {"figure7": T.table("figure7", f7, "rrrrrr"), "figure9": T.table("figure9", f9, "r" * 15)}
+    tables["loads"] = T.table("loads", fl, "rrrr")
+    tables["zipf"] = table(["keys", "theta", *upper], zipf_cells, zf, "r" * (2 + n))
+    tables["batched"] = table(["max keys per batch", *upper], batch_cells, bt, "l" + "r" * n)
+    queue = {cutter: lambda r, c=cutter: r[f"queue_ratio {c}"] for cutter in CUTTERS}
+    values = {"best": max(f9, key=queue[lc]), "best_b": max(f9, key=queue[lcb]), "worst": min(f9, key=queue[lc])}
+    values |= {"worst_b": min(f9, key=queue[lcb]), "fluid": max(f9, key=lambda r: r["fluid_ratio"])}
+    values |= {"low": min(fl, key=lambda r: r[lc]), "low_b": min(fl, key=lambda r: r[lcb]), "zipf_means": zipf_means}
+    for name, cutter in (("batch_ratios", lcb), ("batch_ratios_lc", lc)):
+        values[name] = ", ".join(f"{r['in-place'] / r[cutter]:.2f} at {r['max_keys']} keys" for r in small)
+    return T("section", machine=machine_markdown(saved["meta"]), updates=updates, seeds=seeds, **tables, **values)
 
 
 BENCHMARK = Benchmark("benchmarks.keys", "keys", __doc__, measure, render, package="schedulers")

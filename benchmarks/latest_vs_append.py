@@ -94,13 +94,9 @@ def run_feed(seconds: float, session: Any, seed: int) -> dict[str, Any]:
             for name in TABLES:
                 status = h.status(name)
                 path = h.settings.warehouse_path / name
-                out[name] = {
-                    "rows": read_delta(path).num_rows,
-                    "rows_written": rows_written(path),
-                    "versions": DeltaTable(str(path)).version(),
-                    "ratio": status["staleness_integral"] / status["low_bound"] if status["low_bound"] else None,
-                    "superseded_rows": status["superseded_rows"],
-                }
+                ratio = status["staleness_integral"] / status["low_bound"] if status["low_bound"] else None
+                out[name] = {"rows": read_delta(path).num_rows, "rows_written": rows_written(path), "ratio": ratio}
+                out[name] |= {"versions": DeltaTable(str(path)).version(), "superseded_rows": status["superseded_rows"]}
             con = duckdb.connect()
             latest_path = h.settings.warehouse_path / "feed_latest"
             append_path = h.settings.warehouse_path / "feed_append"
@@ -137,17 +133,10 @@ def render(saved: dict[str, Any]) -> str:
         cells = [_spread([x[k] for x in of], f) for k, f in FIGURES]
         reads = _spread([statistics.median(r["reads"][read]) * 1000 for r in results], ".1f")
         rows.append([LABELS[name], *cells[:3], _spread(ratios, ".2f") if ratios else "—", cells[3], reads])
-    return T(
-        "section",
-        machine=machine_markdown(saved["meta"], "loader"),
-        first=results[0],
-        rows=ROWS,
-        keys=KEYS,
-        rate=RATE,
-        runs=len(results),
-        same="yes" if all(r["same_answer"] for r in results) else "NO",
-        table=T.table("table", rows, "lrrrrrr"),
-    )
+    values = {"first": results[0], "rows": ROWS, "keys": KEYS, "rate": RATE, "runs": len(results)}
+    values["same"] = "yes" if all(r["same_answer"] for r in results) else "NO"
+    values["table"] = T.table("table", rows, "lrrrrrr")
+    return T("section", machine=machine_markdown(saved["meta"], "loader"), **values)
 
 
 BENCHMARK = Benchmark("benchmarks.latest_vs_append", "latest-vs-append", __doc__, measure, render, repeats=(1, 3))

@@ -10,12 +10,10 @@ from __future__ import annotations
 import itertools
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import spark
@@ -53,8 +51,6 @@ def loads_until(stop: threading.Event, load: Callable[[], float]) -> list[float]
 
 
 def measure(run: Run) -> dict[str, Any]:
-    from loader.loading.sinks.delta_rs import DeltaRsSink
-
     seconds = run.meta["seconds"] = 4.0 if run.args.quick else 10.0
     rows, seqs = small_rows(range(1, 4)), itertools.count(1)
 
@@ -64,8 +60,7 @@ def measure(run: Run) -> dict[str, Any]:
         return spark.timed(sink.load, batch, SCHEMA)[1]
 
     results = []
-    with spark.session(fair_pools=2) as session, tempfile.TemporaryDirectory(prefix="contention-") as warehouse:
-        sink = DeltaRsSink(Path(warehouse), session)
+    with spark.sink("contention-", fair_pools=2) as (_, sink):
         sink.ensure_table("t", SCHEMA)
         try:
             for _ in range(3):
@@ -80,16 +75,10 @@ def measure(run: Run) -> dict[str, Any]:
                     loads = thread.submit(loads_until, stop, load)
                     busy, worst = spin(seconds)
                     stop.set()
-                results.append(
-                    {
-                        "interval_ms": interval * 1000,
-                        "main_relative": busy / (alone * 2),
-                        "worst_stall_ms": worst * 1000,
-                        "loads": len(loads.result()),
-                        "load_median_s": statistics.median(loads.result()),
-                        "load_alone_median_s": statistics.median(idle_loads),
-                    }
-                )
+                busy_loads = loads.result()
+                result = {"interval_ms": interval * 1000, "main_relative": busy / (alone * 2), "loads": len(busy_loads)}
+                result |= {"worst_stall_ms": worst * 1000, "load_median_s": statistics.median(busy_loads)}
+                results.append(result | {"load_alone_median_s": statistics.median(idle_loads)})
         finally:
             sys.setswitchinterval(0.005)
     return {"results": results}
@@ -100,16 +89,9 @@ def render(saved: dict[str, Any]) -> str:
     seconds = meta.get("seconds", 4.0 if meta["quick"] else 10.0)  # (results before it was recorded)
     med = {i * 1000: medians(r for r in saved["results"] if r["interval_ms"] == i * 1000) for i in INTERVALS}
     rows = [m | {"loads_per_second": m["loads"] / seconds} for m in med.values()]
-    return T(
-        "section",
-        machine=machine_markdown(meta, "loader"),
-        meta=meta,
-        seconds=seconds,
-        table=T.table("table", rows),
-        service_ms=SERVICE_INTERVAL * 1000,
-        used=med[SERVICE_INTERVAL * 1000],
-        default=med[5.0],
-    )
+    values = {"meta": meta, "seconds": seconds, "table": T.table("table", rows), "service_ms": SERVICE_INTERVAL * 1000}
+    values |= {"used": med[SERVICE_INTERVAL * 1000], "default": med[5.0]}
+    return T("section", machine=machine_markdown(meta, "loader"), **values)
 
 
 BENCHMARK = Benchmark("benchmarks.load_contention", "load-contention", __doc__, measure, render, repeats=(1, 3))

@@ -14,7 +14,6 @@ import math
 import random
 import shutil
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,26 +26,17 @@ from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Lookup, Template, table
 from benchmarks.harness.results import int_keys
-from loader.core.schema import TableSchema
+from benchmarks.harness.rows import schema
+from loader.loading.failures import TableRefusesWrites
 from loader.loading.sinks.delta_rs import DeltaRsSink
+from loader.loading.sinks.upsert import merge_predicates
 from testing.report import log, machine_markdown
 
-COLUMNS = [
-    {"name": "id", "type": "int64", "nullable": False},
-    {"name": "v", "type": "float64"},
-    {"name": "ts", "type": "int64", "nullable": False},
-]
-APPEND = TableSchema.model_validate({"columns": COLUMNS})
-LATEST = TableSchema.model_validate({"columns": COLUMNS, "key": ["id"], "order_by": "ts"})
+COLUMNS = ("id int64 not null", "v float64", "ts int64 not null")
+APPEND = schema(*COLUMNS)
+LATEST = schema(*COLUMNS, key=["id"], order_by="ts")
 #: What-if: the rows carry a key-range bucket, part of the key and the partition column.
-BUCKETED = TableSchema.model_validate(
-    {
-        "columns": [{"name": "bucket", "type": "int64", "nullable": False}, *COLUMNS],
-        "key": ["bucket", "id"],
-        "order_by": "ts",
-        "partition_by": ["bucket"],
-    }
-)
+BUCKETED = schema("bucket int64 not null", *COLUMNS, key=["bucket", "id"], order_by="ts", partition_by=["bucket"])
 ROWS = 100
 #: Files of the many-files layouts, and partitions of the partitioned one.
 FILES = 16
@@ -84,10 +74,8 @@ def _rows(rng: random.Random, held: int, seq: int, kind: str) -> pa.Table:
     """The batch: new keys at even positions, held keys at odd ones (at random, or the
     contiguous range ``start, start + 1, ...``), the first key again last."""
     start = rng.randrange(held - ROWS)
-    ids = [
-        (rng.randrange(held) if kind == "random" else start + i // 2) if i % 2 else held + seq * ROWS + i
-        for i in range(ROWS)
-    ]
+    held_key = (lambda i: rng.randrange(held)) if kind == "random" else (lambda i: start + i // 2)
+    ids = [held_key(i) if i % 2 else held + seq * ROWS + i for i in range(ROWS)]
     ids[-1] = ids[0]  # a key twice in the batch: one value superseded
     return pa.table({"id": ids, "v": [rng.random() for _ in ids], "ts": [seq] * len(ids)}, schema=APPEND.arrow())
 
@@ -96,13 +84,11 @@ def build_tables(sink: Any, size: int) -> dict[str, dict[str, Any]]:
     """The tables of one size: name, schema, the version holding the layout, files."""
     ids = np.arange(size, dtype=np.int64)
     tables: dict[str, dict[str, Any]] = {}
-    for key, schema in (("append", APPEND), ("one", LATEST), ("unsorted", LATEST), ("zorder", LATEST)):
-        tables[key] = {"name": f"{key}_{size}", "schema": schema}
-        sink.ensure_table(f"{key}_{size}", schema)
-        parts = (
-            [ids] if key in ("append", "one") else np.array_split(np.random.default_rng(size).permutation(size), FILES)
-        )
-        for part in parts:
+    for key, declared in (("append", APPEND), ("one", LATEST), ("unsorted", LATEST), ("zorder", LATEST)):
+        tables[key] = {"name": f"{key}_{size}", "schema": declared}
+        sink.ensure_table(f"{key}_{size}", declared)
+        shuffled = key not in ("append", "one")
+        for part in np.array_split(np.random.default_rng(size).permutation(size), FILES) if shuffled else [ids]:
             write_deltalake(str(sink.table_path(f"{key}_{size}")), _base(part), mode="append")
     one = DeltaTable(str(sink.table_path(f"one_{size}")))
     one_bytes = sum(pa.table(one.get_add_actions(flatten=True)).column("size_bytes").to_pylist())
@@ -110,9 +96,8 @@ def build_tables(sink: Any, size: int) -> dict[str, dict[str, Any]]:
     width = math.ceil(size / FILES)
     tables["part"] = {"name": f"part_{size}", "schema": BUCKETED, "width": width}
     sink.ensure_table(f"part_{size}", BUCKETED)
-    write_deltalake(
-        str(sink.table_path(f"part_{size}")), _bucketed(_base(ids), width), mode="append", partition_by=["bucket"]
-    )
+    bucketed = _bucketed(_base(ids), width)
+    write_deltalake(str(sink.table_path(f"part_{size}")), bucketed, mode="append", partition_by=["bucket"])
     # Its own table: its transactions must not make the sink skip a load of the Z-ordered one.
     tables["streamed"] = {"name": f"streamed_{size}", "schema": LATEST}
     shutil.copytree(sink.table_path(f"zorder_{size}"), sink.table_path(f"streamed_{size}"))
@@ -161,33 +146,35 @@ class StreamedSink(DeltaRsSink):
 
 
 def probe_deletion_vectors(sink: Any, size: int = 10_000) -> dict[str, Any]:
-    """One upsert through the sink into a table created with deletion vectors enabled: does
-    the MERGE mark the updated rows deleted, or rewrite their files?"""
+    """A table created with deletion vectors enabled: the sink's upsert into it (refused: deltalake's
+    MERGE would not honour vectors other writers leave), then the sink's MERGE (its predicates,
+    ``streamed_exec=False``) through deltalake directly: does it mark the updated rows deleted, or
+    rewrite their files?"""
     path = sink.table_path("dv_probe")
     path.mkdir(parents=True)
     DeltaTable.create(str(path), LATEST.arrow(), configuration={"delta.enableDeletionVectors": "true"}, name="dv_probe")
     sink.ensure_table("dv_probe", LATEST)
     write_deltalake(str(path), _base(np.arange(size, dtype=np.int64)), mode="append")
-    sink.load(spark.one_update("dv_probe", 1, _rows(random.Random(7), size, 1, "random")), LATEST)
+    rows, refused = _rows(random.Random(7), size, 1, "random"), None
+    try:
+        sink.load(spark.one_update("dv_probe", 1, rows), LATEST)
+    except TableRefusesWrites as exc:
+        refused = str(exc.reason)
+    newest = pa.Table.from_pylist(list({r["id"]: r for r in rows.to_pylist()}.values()), schema=LATEST.arrow())
+    on, newer = merge_predicates(LATEST)
+    merge = DeltaTable(str(path)).merge(newest, on, source_alias="s", target_alias="t", streamed_exec=False)
+    merge.when_matched_update_all(predicate=newer).when_not_matched_insert_all().execute()
     delta = DeltaTable(str(path))
     protocol, last = delta.protocol(), delta.history(1)[0]
     commit = path / "_delta_log" / f"{delta.version():020d}.json"
     actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
     metrics = last.get("operationMetrics", {})
-    return {
-        "size": size,
-        "min_reader_version": protocol.min_reader_version,
-        "min_writer_version": protocol.min_writer_version,
-        "reader_features": list(protocol.reader_features or []),
-        "operation": last.get("operation"),
-        "actions_with_deletion_vector": sum(
-            1 for a in actions for k in ("add", "remove") if a.get(k, {}).get("deletionVector")
-        ),
-        "files_with_deletion_vectors": pa.table(delta.deletion_vectors()).num_rows,
-        "files_removed": metrics.get("num_target_files_removed"),
-        "files_added": metrics.get("num_target_files_added"),
-        "rows_copied": metrics.get("num_target_rows_copied"),
-    }
+    out = {"size": size, "sink_refused": refused, "min_reader_version": protocol.min_reader_version}
+    out |= {"min_writer_version": protocol.min_writer_version, "reader_features": list(protocol.reader_features or [])}
+    dv = sum(1 for a in actions for k in ("add", "remove") if a.get(k, {}).get("deletionVector"))
+    out |= {"operation": last.get("operation"), "actions_with_deletion_vector": dv}
+    out["files_with_deletion_vectors"] = pa.table(delta.deletion_vectors()).num_rows
+    return out | {k: metrics.get(f"num_target_{k}") for k in ("files_removed", "files_added", "rows_copied")}
 
 
 def merged(sink: Any, info: dict[str, Any]) -> dict[str, Any]:
@@ -204,8 +191,7 @@ def measure_sizes(sizes: tuple[int, ...], runs: int) -> dict[str, Any]:
     rng = random.Random(16)
     out: dict[str, Any] = {"sizes": list(sizes), "runs": {}, "files": FILES, "layouts": {}, "times": {}, "merge": {}}
     out["deltalake_version"] = deltalake.__version__
-    with spark.session(fair_pools=1) as session, tempfile.TemporaryDirectory() as directory:
-        sink = DeltaRsSink(Path(directory) / "warehouse", session)
+    with spark.sink("upsert-cost-", fair_pools=1) as (session, sink):
         streamed = StreamedSink(sink.warehouse, session)  # the same tables, only the what-if's loaded by it
         out["deletion_vectors"] = probe_deletion_vectors(sink)
         for size in sizes:
@@ -281,30 +267,24 @@ def render(saved: dict[str, Any]) -> str:
     ]
     align = "rl" + "r" * len(LAYOUTS)
     dv = result["deletion_vectors"]
-    return T(
-        "section",
-        machine=machine_markdown(saved["meta"], "loader"),
-        rows=ROWS,
-        files=FILES,
-        big=big,
-        small_runs="/".join(map(str, sorted({n for s, n in runs.items() if s != big}) or [runs[big]])),
-        big_runs=runs[big],
-        seconds=table(["N held", "held keys", *LABELS.values()], None, seconds, "rl" + "r" * len(VARIANTS)),
-        ratios=table(["N held", "held keys", "one file / append", *ratio_heads], None, ratios, align),
-        rewrites=table(["N held", "held keys", *(LABELS[v] for v in LAYOUTS)], None, rewrites, align),
-        r=Lookup(lambda kind, v, bottom="one": f"{ratio(big, kind, v, bottom):.2f}x"),
-        copied=Lookup(lambda kind, v: _rows_text(metric(big, kind, v, "num_target_rows_copied"))),
-        touched=Lookup(lambda kind, v: f"{metric(big, kind, v, 'num_target_files_removed'):.0f} of {files(big, v)}"),
-        scan=Lookup(lambda kind, v: f"{metric(big, kind, v, 'scan_time_ms'):.0f} ms"),
-        best_label=LABELS[best[1]],
-        best_kind=best[0],
-        best_ratio=f"{ratio(big, *best):.2f}x",
-        out=metric(big, "random", "unsorted", "num_target_files_removed"),
-        added=metric(big, "random", "unsorted", "num_target_files_added"),
-        version=result.get("deltalake_version") or deltalake.__version__,  # (results before it was saved: installed)
-        dv=dv,
-        features=", ".join(dv["reader_features"]),
-    )
+    dv_block = "dv-refused" if "sink_refused" in dv else "dv"  # (results before the sink refused such tables)
+    head = ["N held", "held keys"]
+    tables = {"seconds": table([*head, *LABELS.values()], None, seconds, "rl" + "r" * len(VARIANTS))}
+    tables["ratios"] = table([*head, "one file / append", *ratio_heads], None, ratios, align)
+    tables["rewrites"] = table([*head, *(LABELS[v] for v in LAYOUTS)], None, rewrites, align)
+    small_runs = "/".join(map(str, sorted({n for s, n in runs.items() if s != big}) or [runs[big]]))
+    values = {"rows": ROWS, "files": FILES, "big": big, "small_runs": small_runs, "big_runs": runs[big]}
+    values["r"] = Lookup(lambda kind, v, bottom="one": f"{ratio(big, kind, v, bottom):.2f}x")
+    values["copied"] = Lookup(lambda kind, v: _rows_text(metric(big, kind, v, "num_target_rows_copied")))
+    values["touched"] = Lookup(lambda k, v: f"{metric(big, k, v, 'num_target_files_removed'):.0f} of {files(big, v)}")
+    values["scan"] = Lookup(lambda kind, v: f"{metric(big, kind, v, 'scan_time_ms'):.0f} ms")
+    values |= {"best_label": LABELS[best[1]], "best_kind": best[0], "best_ratio": f"{ratio(big, *best):.2f}x"}
+    values["out"] = metric(big, "random", "unsorted", "num_target_files_removed")
+    values["added"] = metric(big, "random", "unsorted", "num_target_files_added")
+    version = result.get("deltalake_version") or deltalake.__version__  # (results before it was saved: installed)
+    dv_values = {"rows": ROWS, "version": version, "dv": dv, "features": ", ".join(dv["reader_features"])}
+    machine = machine_markdown(saved["meta"], "loader")
+    return T("section", machine=machine, **tables, **values) + T(dv_block, **dv_values)
 
 
 def measure(run: Run) -> dict[str, Any]:

@@ -1,27 +1,13 @@
 """A join view's caches adapting to a burst: Babu et al.'s Fig. 12 (section 7.4); a full run also plots it.
 
-Section 7.2's three-way join R(A) ⋈ S(A,B) ⋈ T(B) (R and S carry each value once, T five
-times at five times their rate, time-based windows of 50 time units), then from the
-``burst_at``-th S tuple on a burst of ΔR at 20 times its rate
-(``schedulers.views.workloads.three_way_burst``). Plans, as in the paper:
+Section 7.2's R(A) ⋈ S(A,B) ⋈ T(B), then a burst of ΔR at 20 times its rate
+(``schedulers.views.workloads.three_way_burst``); the plans (``PLANS``) are the paper's: the two
+static ones, A-Caching with section 6's caches (A) and restricted to the prefix invariant (P), MJoin.
 
-- T⋈(R⋈S): the R-S cache in T's pipeline, forced (the best plan before the burst);
-- R⋈(T⋈S): the T-S cache in R's pipeline, forced (pipelines ordered so that it satisfies
-  the prefix invariant; the best plan during the burst);
-- A: A-Caching with section 6's caches, the pipelines ordered for T⋈(R⋈S), so that the
-  T-S cache in R's pipeline is a globally-consistent candidate (``r:[s t]*``);
-- P: A-Caching restricted to the prefix invariant (section 4), the same orders: it cannot
-  reach the burst's best plan;
-- M: the MJoin, no caches.
-
-The re-optimization interval is 10,000 tuples and W = 10, the paper's. The executor is
-pure Python: a hash-index probe costs what a cache probe costs there (the "join-views"
-section measures it), so, as in that section's Fig. 10, S is joined without an index (a
-scan of its window): the joins a cache skips then cost what they cost in the paper's
-engine. ``--indexed`` runs the same with S's hash indexes, for the phase averages.
-
-Throughput is tuples processed (insertions and window deletions) per wall second over each
-span of ``--sample`` S tuples; the figures are medians over the repeats (plans interleaved).
+The executor is pure Python: a hash-index probe costs what a cache probe costs there (the
+"join-views" section measures it), so, as in that section's Fig. 10, S is joined without an index
+(a scan of its window): the joins a cache skips then cost what they cost in the paper's engine.
+``--indexed`` runs the same with S's hash indexes, for the phase averages.
 """
 
 from __future__ import annotations
@@ -66,19 +52,15 @@ def run_plan(workload: Workload, name: str, sample: int, no_index: tuple[str, ..
             rate = (engine.updates - last_updates) / (now - last)
             timeline.append({"s": s_tuples, "rate": rate, "used": [c.name(aliases) for c in engine.reoptimizer.used]})
             last, last_updates = now, engine.updates
-    return {
-        "timeline": timeline,
-        "reoptimizations": engine.reoptimizer.reoptimizations,
-        "candidates": [c.name(aliases) for c in engine.candidates],
-    }
+    candidates = [c.name(aliases) for c in engine.candidates]
+    return {"timeline": timeline, "reoptimizations": engine.reoptimizer.reoptimizations, "candidates": candidates}
 
 
 def measure_plans(values: int, burst_at: int, repeats: int, sample: int, no_index: tuple[str, ...]) -> dict[str, Any]:
     workload = three_way_burst(values=values, burst_at=burst_at)
     label = "no index on S" if no_index else "hash indexes"
-    runs = views.interleaved(
-        repeats, {name: functools.partial(run_plan, workload, name, sample, no_index) for name in PLANS}, label
-    )
+    plans = {name: functools.partial(run_plan, workload, name, sample, no_index) for name in PLANS}
+    runs = views.interleaved(repeats, plans, label)
     return {"values": values, "burst_at": burst_at, "sample": sample, "no_index": list(no_index), "runs": runs}
 
 
@@ -124,9 +106,8 @@ def plot(result: dict[str, Any]) -> None:
         ax.plot(s, rates, styles[name], label=labels.get(name, f"static {name}"), linewidth=width, color=colour)
     ax.axvline(result["burst_at"], color="0.3", linewidth=0.8)
     ax.text(result["burst_at"], ax.get_ylim()[1] * 0.97, " burst of ΔR (20x)", va="top", fontsize=9)
-    ax.set_xlabel("ΔS tuples arrived")
-    ax.set_ylabel("tuples processed per second")
-    ax.set_title("Adaptivity to a changing stream rate (Babu et al. Fig. 12), this executor")
+    title = "Adaptivity to a changing stream rate (Babu et al. Fig. 12), this executor"
+    ax.set(xlabel="ΔS tuples arrived", ylabel="tuples processed per second", title=title)
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -160,22 +141,13 @@ def render(saved: dict[str, Any]) -> str:
             return T.line("never", what=what)
         return T.line("settled", what=what, median=statistics.median(got), got=len(got), runs=len(found))
 
-    return T(
-        "section",
-        machine=machine_markdown(meta),
-        end=end,
-        burst=burst,
-        interval=views.INTERVAL,
-        repeats=meta["repeats"],
-        half=burst // 2,
-        middle=(burst + end) // 2,
-        table=phase_table(main),
-        before=when([converged(r, 0, burst, "t:[s r]") for r in runs], "T⋈(R⋈S)'s cache `t:[s r]`"),
-        during=when([converged(r, burst, end, "r:[s t]*") for r in runs], "section 6's `r:[s t]*`"),
-        reoptimizations=statistics.median(r["reoptimizations"] for r in runs),
-        candidates=", ".join(runs[0]["candidates"]),
-        indexed="" if indexed is None else T("indexed", table=phase_table(indexed)),
-    )
+    values = {"end": end, "burst": burst, "interval": views.INTERVAL, "repeats": meta["repeats"], "half": burst // 2}
+    values |= {"middle": (burst + end) // 2, "table": phase_table(main), "candidates": ", ".join(runs[0]["candidates"])}
+    values["before"] = when([converged(r, 0, burst, "t:[s r]") for r in runs], "T⋈(R⋈S)'s cache `t:[s r]`")
+    values["during"] = when([converged(r, burst, end, "r:[s t]*") for r in runs], "section 6's `r:[s t]*`")
+    values["reoptimizations"] = statistics.median(r["reoptimizations"] for r in runs)
+    values["indexed"] = "" if indexed is None else T("indexed", table=phase_table(indexed))
+    return T("section", machine=machine_markdown(meta), **values)
 
 
 def measure(run: Run) -> dict[str, Any]:

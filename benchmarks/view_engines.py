@@ -99,45 +99,26 @@ def measure_engines(sales: int, customers: int, repeats: int, seed: int) -> dict
                 if engine == "driver":
                     memory.append(rss_mib() - before)  # (while the view is held)
                 del fresh
-    return {
-        "sales": sales,
-        "customers": customers,
-        "equal": equal,
-        "loads": {case: {e: statistics.median(v) for e, v in by.items()} for case, by in loads.items()},
-        "load_runs": loads,
-        "open": {e: statistics.median(v) for e, v in opens.items()},
-        "open_runs": opens,
-        "driver_mib": statistics.median(memory),
-    }
+    out = {"sales": sales, "customers": customers, "equal": equal, "driver_mib": statistics.median(memory)}
+    out["loads"] = {case: {e: statistics.median(v) for e, v in by.items()} for case, by in loads.items()}
+    out["open"] = {e: statistics.median(v) for e, v in opens.items()}
+    return out | {"load_runs": loads, "open_runs": opens}
+
+
+def _case(case: str) -> str:
+    return case.replace("sales x", "sales commits of 200 rows: ").replace("customers x1", CUSTOMER_UPSERTS)
 
 
 def render(saved: dict[str, Any]) -> str:
     meta, result = saved["meta"], saved["result"]
-    rows = [
-        [
-            case.replace("sales x", "sales commits of 200 rows: ").replace("customers x1", CUSTOMER_UPSERTS),
-            f"{by['driver']:.3f}",
-            f"{by['spark']:.3f}",
-            f"{by['spark'] / by['driver']:.1f}",
-        ]
-        for case, by in result["loads"].items()
-    ]
-    opened = result["open"]
-    ratio = opened["spark"] / opened["driver"]
-    rows.append(
-        ["opening the view after a restart", f"{opened['driver']:.2f}", f"{opened['spark']:.2f}", f"{ratio:.2f}"]
-    )
-    ratios = [by["spark"] / by["driver"] for by in result["loads"].values()]
-    return T(
-        "section",
-        machine=machine_markdown(meta, "loader"),
-        r=result,
-        repeats=meta["repeats"],
-        equal="are equal" if result["equal"] else "DIFFER",
-        table=T.table("table", rows, "lrrr"),
-        low=min(ratios),
-        high=max(ratios),
-    )
+    loads = [(case, by["driver"], by["spark"], by["spark"] / by["driver"]) for case, by in result["loads"].items()]
+    rows = [[_case(c), f"{d:.3f}", f"{s:.3f}", f"{r:.1f}"] for c, d, s, r in loads]
+    opened = (result["open"]["driver"], result["open"]["spark"], result["open"]["spark"] / result["open"]["driver"])
+    rows.append(["opening the view after a restart", *(f"{v:.2f}" for v in opened)])
+    ratios = [r for *_, r in loads]
+    equal = "are equal" if result["equal"] else "DIFFER"
+    values = {"r": result, "repeats": meta["repeats"], "equal": equal, "low": min(ratios), "high": max(ratios)}
+    return T("section", machine=machine_markdown(meta, "loader"), table=T.table("table", rows, "lrrr"), **values)
 
 
 def measure(run: Run) -> dict[str, Any]:

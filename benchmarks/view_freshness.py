@@ -20,8 +20,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
+from benchmarks.harness.rows import schema
 from benchmarks.harness.spark import timed
-from loader.core.schema import TableSchema
 from loader.core.views import ViewConfig, resolve
 from loader.durability.transactions import load_commit
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
@@ -32,29 +32,10 @@ from schedulers.registry import make_policy
 from schedulers.simulator import simulate
 from testing.report import log, machine_markdown
 
-SALES = TableSchema.model_validate(
-    {
-        "columns": [
-            {"name": "sid", "type": "int64"},
-            {"name": "cid", "type": "int64"},
-            {"name": "amt", "type": "float64"},
-        ]
-    }
-)
-CUSTOMERS = TableSchema.model_validate(
-    {
-        "columns": [{"name": "cid", "type": "int64", "nullable": False}, {"name": "region", "type": "string"}],
-        "key": ["cid"],
-    }
-)
-VIEW = ViewConfig.model_validate(
-    {
-        "name": "enriched",
-        "inputs": [{"table": "sales", "alias": "s"}, {"table": "customers", "alias": "c"}],
-        "on": ["s.cid = c.cid"],
-        "select": ["s.sid", "s.amt", "c.region"],
-    }
-)
+SALES = schema("sid int64", "cid int64", "amt float64")
+CUSTOMERS = schema("cid int64 not null", "region string", key=["cid"])
+INPUTS = [{"table": "sales", "alias": "s"}, {"table": "customers", "alias": "c"}]
+VIEW = ViewConfig(name="enriched", inputs=INPUTS, on=["s.cid = c.cid"], select=["s.sid", "s.amt", "c.region"])
 COMMIT_ROWS = 200
 CHANGES = [InputChange("sales", None), InputChange("customers", None)]
 WAITING = (1, 4, 16, 32)
@@ -83,10 +64,8 @@ class Warehouse:
         write_deltalake(str(self.root / table), data, mode="append", commit_properties=commit)
 
     def append_sales(self, n: int) -> None:
-        rows = [
-            {"sid": self.next_sid + k, "cid": self.rng.randrange(self.customers), "amt": float(k % 97)}
-            for k in range(n)
-        ]
+        sid, customers = self.next_sid, self.customers
+        rows = [{"sid": sid + k, "cid": self.rng.randrange(customers), "amt": float(k % 97)} for k in range(n)]
         self.next_sid += n
         self.write("sales", pa.Table.from_pylist(rows, schema=SALES.arrow()))
 
@@ -113,17 +92,10 @@ def measure_costs(sales: int, customers: int, repeats: int, seed: int) -> dict[s
     medians = {k: statistics.median(v) for k, v in loads.items()}
     # Least squares over the medians: seconds = overhead + per_commit * commits.
     per_commit, overhead = statistics.linear_regression(list(medians), list(medians.values()))
-    return {
-        "sales_rows": sales,
-        "customers": customers,
-        "view_rows": view_rows,
-        "load_seconds": {str(k): v for k, v in medians.items()},
-        "load_runs": {str(k): v for k, v in loads.items()},
-        "overhead": max(0.0, overhead),
-        "per_commit": max(0.0, per_commit),
-        "rebuild_seconds": statistics.median(rebuilds),
-        "rebuild_runs": rebuilds,
-    }
+    out = {"sales_rows": sales, "customers": customers, "view_rows": view_rows}
+    out |= {"load_seconds": {str(k): v for k, v in medians.items()}, "load_runs": {str(k): v for k, v in loads.items()}}
+    out |= {"overhead": max(0.0, overhead), "per_commit": max(0.0, per_commit)}
+    return out | {"rebuild_seconds": statistics.median(rebuilds), "rebuild_runs": rebuilds}
 
 
 def trace(seed: int, seconds: float, view: TableSpec | None) -> Trace:
@@ -155,12 +127,9 @@ def rebuilt_view(commits: list[float], interval: float, cost: float, horizon: fl
 
 
 def summary(view: TableFreshness, horizon: float) -> dict[str, float]:
-    return {
-        "mean_staleness": view.staleness / horizon,
-        "ratio": view.staleness / view.low_bound if view.low_bound else float("nan"),
-        "max_stretch": view.max_stretch,
-        "view_loads": view.batches,
-    }
+    ratio = view.staleness / view.low_bound if view.low_bound else float("nan")
+    out = {"mean_staleness": view.staleness / horizon, "ratio": ratio, "max_stretch": view.max_stretch}
+    return out | {"view_loads": view.batches}
 
 
 def freshness(costs: dict[str, Any], seed: int, seconds: float) -> dict[str, Any]:
@@ -192,33 +161,21 @@ def render(saved: dict[str, Any]) -> str:
     costs, fresh = saved["costs"], saved["freshness"]
     rows = [(f"incremental, {name}", f, 2) for name, f in fresh["policies"].items()]
     rows += [(f"rebuilt every {float(t):.0f} s", f, 1) for t, f in fresh["rebuilds"].items()]
-    loads = [
-        (f"view load absorbing {k} input commits of {COMMIT_ROWS} rows", f"{v:.3f}")
-        for k, v in costs["load_seconds"].items()
-    ]
+    absorbing = f"view load absorbing {{}} input commits of {COMMIT_ROWS} rows"
+    loads = [(absorbing.format(k), f"{v:.3f}") for k, v in costs["load_seconds"].items()]
     loads.append(("fitted: overhead + per commit", f"{costs['overhead']:.3f} + {costs['per_commit']:.4f}"))
     loads.append(("rebuild (read both, pyarrow hash join, overwrite)", f"{costs['rebuild_seconds']:.3f}"))
     # The comparison at about equal compute: the rebuild interval whose worker time per hour is
     # nearest the incremental view's.
     name, inc = min(fresh["policies"].items(), key=lambda kv: kv[1]["mean_staleness"])
-    interval, rebuilt = min(
-        fresh["rebuilds"].items(), key=lambda kv: abs(kv[1]["worker_seconds_per_hour"] - inc["worker_seconds_per_hour"])
-    )
+    compute = inc["worker_seconds_per_hour"]
+    interval, rebuilt = min(fresh["rebuilds"].items(), key=lambda kv: abs(kv[1]["worker_seconds_per_hour"] - compute))
     one = costs["load_seconds"]["1"]
-    return T.line(
-        "section",
-        machine=machine_markdown(saved["meta"], package="loader"),
-        costs=costs,
-        costs_table=T.table("costs", loads),
-        freshness_table=T.table("freshness", rows),
-        name=name,
-        inc=inc,
-        interval=float(interval),
-        rebuilt=rebuilt,
-        more=rebuilt["mean_staleness"] / inc["mean_staleness"],
-        rebuild_ratio=costs["rebuild_seconds"] / one,
-        one=one,
-    )
+    values = {"costs_table": T.table("costs", loads), "freshness_table": T.table("freshness", rows), "costs": costs}
+    values |= {"name": name, "inc": inc, "interval": float(interval), "rebuilt": rebuilt, "one": one}
+    values["more"] = rebuilt["mean_staleness"] / inc["mean_staleness"]
+    values["rebuild_ratio"] = costs["rebuild_seconds"] / one
+    return T.line("section", machine=machine_markdown(saved["meta"], package="loader"), **values)
 
 
 def measure(run: Run) -> dict[str, Any]:

@@ -51,14 +51,10 @@ def run_once(concurrency: int, seconds: float, scratch: Path | None, durability:
         elapsed = asyncio.run(run())
         bytes_per_record = wal.size_bytes / max(1, len(latencies))
     latencies.sort()
-    return {
-        "records_per_second": len(latencies) / elapsed,
-        "fsyncs_per_second": len(groups) / elapsed,
-        "records_per_fsync": len(latencies) / max(1, len(groups)),
-        "p50_ms": latencies[len(latencies) // 2] * 1e3,
-        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3,
-        "bytes_per_record": bytes_per_record,
-    }
+    n = len(latencies)
+    out = {"records_per_second": n / elapsed, "fsyncs_per_second": len(groups) / elapsed}
+    out |= {"records_per_fsync": n / max(1, len(groups)), "p50_ms": latencies[n // 2] * 1e3}
+    return out | {"p99_ms": latencies[int(n * 0.99)] * 1e3, "bytes_per_record": bytes_per_record}
 
 
 def measure(run: Run) -> dict[str, Any]:

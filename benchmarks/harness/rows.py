@@ -1,19 +1,24 @@
-"""The small table the Spark benchmarks load: (id int64 not null, v float64, s string)."""
+"""The small table the Spark benchmarks load, (id int64 not null, v float64, s string), and
+``schema``, a table declaration from its columns' short form."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from loader.core.schema import TableSchema
 
-COLUMNS = [
-    {"name": "id", "type": "int64", "nullable": False},
-    {"name": "v", "type": "float64"},
-    {"name": "s", "type": "string"},
-]
-SCHEMA = TableSchema.model_validate({"columns": COLUMNS})
+
+def schema(*columns: str, **declaration: Any) -> TableSchema:
+    """A table schema from columns written ``"name type"`` or ``"name type not null"``, and the rest
+    of its declaration (``key``, ``order_by``, ...)."""
+    parsed = [{"name": c.split()[0], "type": c.split()[1], "nullable": not c.endswith(" not null")} for c in columns]
+    return TableSchema.model_validate({"columns": parsed, **declaration})
+
+
+SCHEMA = schema("id int64 not null", "v float64", "s string")
 
 
 def small_rows(ids: Sequence[int], label: str = "row", typed: bool = True) -> pa.Table:

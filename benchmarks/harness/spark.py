@@ -1,10 +1,13 @@
-"""What the Spark-load benchmarks share: a session stopped on the way out, a timed call, a batch."""
+"""What the Spark-load benchmarks share: a session stopped on the way out, the product's sink over
+a temporary warehouse, a timed call, a batch."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -24,6 +27,15 @@ def session(master: str = "local[2]", **settings: Any) -> Iterator[Any]:
         yield spark
     finally:
         spark.stop()
+
+
+@contextmanager
+def sink(prefix: str = "bench-", **settings: Any) -> Iterator[tuple[Any, Any]]:
+    """A session (``session(**settings)``) and a ``DeltaRsSink`` over a temporary warehouse, both gone after."""
+    from loader.loading.sinks.delta_rs import DeltaRsSink
+
+    with session(**settings) as spark, tempfile.TemporaryDirectory(prefix=prefix) as warehouse:
+        yield spark, DeltaRsSink(Path(warehouse), spark)
 
 
 def timed(function: Callable[..., T], *args: Any) -> tuple[T, float]:

@@ -28,13 +28,8 @@ def engine(
 ) -> MJoinEngine:
     """The executor over ``workload``'s view, re-optimizing every ``INTERVAL`` tuples, on the wall clock."""
     reoptimizer = ReoptimizerSettings(interval=INTERVAL, memory_budget=memory_budget)
-    settings = EngineSettings(
-        mode=mode,  # type: ignore[arg-type]
-        caches=tuple(caches),
-        no_index=no_index,
-        global_caches=global_caches,
-        reoptimizer=reoptimizer,
-    )
+    options = {"caches": tuple(caches), "no_index": no_index, "global_caches": global_caches}
+    settings = EngineSettings(mode=mode, reoptimizer=reoptimizer, **options)  # type: ignore[arg-type]
     return MJoinEngine(workload.spec, workload.graph(), workload.shapes, orders, settings, timer=time.perf_counter)
 
 

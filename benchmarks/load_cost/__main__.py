@@ -1,9 +1,5 @@
-"""The fixed cost of one small load, where it goes, and what each lean change saves.
-
-    python -m benchmarks.load_cost              # full run (~25 min on 2 cores)
-    python -m benchmarks.load_cost --quick      # smoke run (~4 min): writes load_cost-quick.json only
-    python -m benchmarks.load_cost --skip cluster
-    python -m benchmarks.load_cost --rerender   # the saved results again, and their section
+"""The fixed cost of one small load, where it goes, and what each lean change saves. A full run takes
+~25 min on 2 cores; ``--quick`` ~4 min (writes load_cost-quick.json only).
 
 Loads run in worker processes (``benchmarks.load_cost.worker``) so each JVM goes away with its
 process. Parts: ``changes`` (each lean change alone, the default set, without and with each
@@ -14,6 +10,7 @@ load's time goes, on ``local[2]`` and on a standalone master and worker started 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from typing import Any
 
@@ -74,12 +71,8 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         with StandaloneCluster(cores=2, memory="1g") as cluster:
             started = time.perf_counter() - began
             log(f"[cluster] up at {cluster.master_url} after {started:.1f} s")
-            conf = {
-                "spark.driver.host": "127.0.0.1",
-                "spark.driver.bindAddress": "127.0.0.1",
-                "spark.cores.max": "2",
-                "spark.executor.memory": "1g",
-            }
+            conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.cores.max": "2"}
+            conf["spark.executor.memory"] = "1g"
             out = run_breakdown(args, cluster.master_url, conf)
             out["cluster_start_seconds"] = started
             return out
@@ -120,19 +113,14 @@ def measure(run: Run) -> dict[str, Any]:
     for name in COUNTS:
         if getattr(args, name) < (0 if name.endswith("warmup") else 1):
             raise SystemExit(f"--{name.replace('_', '-')} is too small")
-    run.meta.update(
-        rows_per_update=ROWS_PER_UPDATE,
-        # What each change was when measured (the report shows this, not the code of a later day).
-        lean_changes={
-            name: {"why": c.why, "default": c.default, "conf": dict(c.conf), "write_options": dict(c.write_options)}
-            for name, c in LEAN_CHANGES.items()
-        },
-    )
-    return run.parts(
-        changes=lambda: run_changes(args),
-        local=lambda: run_breakdown(args, "local[2]", {}),
-        cluster=lambda: run_cluster(args),
-    )
+    # What each change was when measured (the report shows this, not the code of a later day).
+    changes = {
+        name: {"why": c.why, "default": c.default, "conf": dict(c.conf), "write_options": dict(c.write_options)}
+        for name, c in LEAN_CHANGES.items()
+    }
+    run.meta.update(rows_per_update=ROWS_PER_UPDATE, lean_changes=changes)
+    local = functools.partial(run_breakdown, args, "local[2]", {})
+    return run.parts(changes=lambda: run_changes(args), local=local, cluster=lambda: run_cluster(args))
 
 
 BENCHMARK = Benchmark(

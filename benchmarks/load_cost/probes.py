@@ -1,13 +1,7 @@
-"""What the load-cost benchmark measures a load with, besides a stopwatch.
-
-- ``PhaseRecorder``: wall time and py4j round trips of each step of ``DeltaRsSink.load``,
-  from wrappers put around the sink's own steps (the live path, not a copy of it).
-- ``JvmThreads``: CPU seconds of the driver JVM by thread kind, from ``/proc`` (Linux).
-- ``spark_phases``: the Spark job of each load, cut into phases by Spark's own event log
-  (``SparkListenerSQLExecutionStart``/``JobStart``/``TaskEnd``/``JobEnd``/...), with the
-  write command's ``job commit time`` and ``task commit time`` metrics.
-- ``Flight``: Java Flight Recorder samples of the driver JVM (``jcmd``, ``jfr`` of the
-  JDK), each sample put in one activity by the innermost frame that names one.
+"""What the load-cost benchmark measures a load with, besides a stopwatch: the steps of
+``DeltaRsSink.load`` (wrappers around the sink's own steps: the live path, not a copy of it) and
+their py4j round trips (``PhaseRecorder``), the driver JVM's CPU by thread kind from ``/proc``
+(``JvmThreads``), the Spark job cut by its own event log (``spark_phases``), JFR samples (``Flight``).
 """
 
 from __future__ import annotations
@@ -256,9 +250,7 @@ def spark_phases(events: Iterable[dict[str, Any]], windows: list[tuple[float, fl
         kind = event["Event"]
         if kind.endswith("SQLExecutionStart"):
             _metric_names(event.get("sparkPlanInfo", {}), names)
-            executions[event["executionId"]] = _Execution(
-                start_ms=event["time"], plan=event.get("physicalPlanDescription", "")
-            )
+            executions[event["executionId"]] = _Execution(event["time"], event.get("physicalPlanDescription", ""))
         elif kind.endswith("SQLAdaptiveExecutionUpdate"):
             _metric_names(event.get("sparkPlanInfo", {}), names)
         elif kind.endswith("SQLExecutionEnd"):
@@ -289,11 +281,8 @@ def spark_phases(events: Iterable[dict[str, Any]], windows: list[tuple[float, fl
                 executions[job_execution[job]].tasks.append(event)
     out: list[dict[str, float] | None] = []
     for begin, end in windows:
-        inside = [
-            e
-            for e in executions.values()
-            if begin * 1000 - 2 <= e.start_ms <= end * 1000 + 2 and e.job_ids and e.end_ms is not None
-        ]
+        window = (begin * 1000 - 2, end * 1000 + 2)
+        inside = [e for e in executions.values() if window[0] <= e.start_ms <= window[1] and e.job_ids and e.end_ms]
         if len(inside) != 1 or len(inside[0].job_ids) != 1 or len(inside[0].tasks) != 1:
             out.append(None)
             continue
@@ -304,23 +293,13 @@ def spark_phases(events: Iterable[dict[str, Any]], windows: list[tuple[float, fl
         task_commit = float(accumulables.get("task commit time") or 0)
         deserialize, run = metrics["Executor Deserialize Time"], metrics["Executor Run Time"]
         assert e.job_submit_ms is not None and e.job_end_ms is not None and e.end_ms is not None
-        out.append(
-            {
-                SPARK_PHASES[0]: e.start_ms - begin * 1000,
-                SPARK_PHASES[1]: e.job_submit_ms - e.start_ms,
-                SPARK_PHASES[2]: info["Launch Time"] - e.job_submit_ms,
-                SPARK_PHASES[3]: deserialize,
-                SPARK_PHASES[4]: run - task_commit,
-                SPARK_PHASES[5]: task_commit,
-                SPARK_PHASES[6]: e.job_end_ms - info["Launch Time"] - deserialize - run,
-                SPARK_PHASES[7]: e.job_commit_ms,
-                SPARK_PHASES[8]: e.end_ms - e.job_end_ms - e.job_commit_ms,
-                SPARK_PHASES[9]: end * 1000 - e.end_ms,
-                # What the plan holds: an Exchange would mean a shuffle, AdaptiveSparkPlan that AQE took part.
-                "_exchange": float("Exchange" in e.plan),
-                "_adaptive": float("AdaptiveSparkPlan" in e.plan),
-            }
-        )
+        launch, job_end = info["Launch Time"], e.job_end_ms
+        cut = [e.start_ms - begin * 1000, e.job_submit_ms - e.start_ms, launch - e.job_submit_ms, deserialize]
+        cut += [run - task_commit, task_commit, job_end - launch - deserialize - run, e.job_commit_ms]
+        cut += [e.end_ms - job_end - e.job_commit_ms, end * 1000 - e.end_ms]
+        # What the plan holds: an Exchange would mean a shuffle, AdaptiveSparkPlan that AQE took part.
+        plan = {"_exchange": float("Exchange" in e.plan), "_adaptive": float("AdaptiveSparkPlan" in e.plan)}
+        out.append(dict(zip(SPARK_PHASES, cut, strict=True)) | plan)
     return out
 
 

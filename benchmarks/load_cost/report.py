@@ -38,17 +38,14 @@ def _load_figures(loads: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over loads of one variant (and size) in one run."""
     phases = {p: _median(1e3 * load["phases"].get(p, 0.0) for load in loads) for p in PHASES}
     names = {k for load in loads for k in load["py4j_calls"]}
-    return {
-        "loads": len(loads),
-        "total_ms": _median(1e3 * load["total"] for load in loads),
-        "phases_ms": phases,
-        "py4j_calls": _median(sum(load["py4j_calls"].values()) for load in loads),
-        "py4j_calls_by_phase": {n: _median(load["py4j_calls"].get(n, 0) for load in loads) for n in names},
-        "py4j_ms": _median(1e3 * sum(load["py4j_seconds"].values()) for load in loads),
-        # Means: the JVM's CPU clock ticks every 10 ms, so a median of single loads is a multiple of 10.
-        "python_cpu_ms": _mean(1e3 * load["python_cpu"] for load in loads),
-        "jvm_cpu_ms": _mean(1e3 * load["jvm_cpu"] if load["jvm_cpu"] is not None else None for load in loads),
-    }
+    out = {"loads": len(loads), "total_ms": _median(1e3 * load["total"] for load in loads), "phases_ms": phases}
+    out["py4j_calls"] = _median(sum(load["py4j_calls"].values()) for load in loads)
+    out["py4j_calls_by_phase"] = {n: _median(load["py4j_calls"].get(n, 0) for load in loads) for n in names}
+    out["py4j_ms"] = _median(1e3 * sum(load["py4j_seconds"].values()) for load in loads)
+    # Means: the JVM's CPU clock ticks every 10 ms, so a median of single loads is a multiple of 10.
+    out["python_cpu_ms"] = _mean(1e3 * load["python_cpu"] for load in loads)
+    out["jvm_cpu_ms"] = _mean(1e3 * load["jvm_cpu"] if load["jvm_cpu"] is not None else None for load in loads)
+    return out
 
 
 def reference_of(name: str) -> str:
@@ -67,22 +64,14 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     for name in names:
         figures = [r[name] for r in per_run]
         reference = reference_of(name)
-        pairs = [
-            (load["total"], ref["total"])
-            for run in runs
-            for load, ref in zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True)
-        ]
-        out["variants"][name] = {
-            "reference": reference,
-            "median_ms": _median(f["total_ms"] for f in figures),
-            "run_medians_ms": [f["total_ms"] for f in figures],
-            "ratio": _median(v / r for v, r in pairs),
-            "delta_ms": _median(1e3 * (v - r) for v, r in pairs),
-            "py4j_calls": _median(f["py4j_calls"] for f in figures),
-            "python_cpu_ms": _median(f["python_cpu_ms"] for f in figures),
-            "jvm_cpu_ms": _median(f["jvm_cpu_ms"] for f in figures),
-            "phases_ms": {p: _median(f["phases_ms"][p] for f in figures) for p in PHASES},
-        }
+        rounds = (zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True) for run in runs)
+        pairs = [(load["total"], ref["total"]) for paired in rounds for load, ref in paired]
+        one = {"reference": reference, "median_ms": _median(f["total_ms"] for f in figures)}
+        one |= {"run_medians_ms": [f["total_ms"] for f in figures], "ratio": _median(v / r for v, r in pairs)}
+        one["delta_ms"] = _median(1e3 * (v - r) for v, r in pairs)
+        one |= {k: _median(f[k] for f in figures) for k in ("py4j_calls", "python_cpu_ms", "jvm_cpu_ms")}
+        one["phases_ms"] = {p: _median(f["phases_ms"][p] for f in figures) for p in PHASES}
+        out["variants"][name] = one
     out["reference_ms"] = _median(_median(1e3 * s for s in run["reference_range_count"]) for run in runs)
     out["audit_ok"] = all(v["ok"] for run in runs for v in run["audit"].values())
     return out
@@ -90,11 +79,8 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
 
 def _spark_figures(phases: list[dict[str, float] | None]) -> dict[str, float]:
     kept = [p for p in phases if p is not None]
-    return {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {
-        "_loads": float(len(kept)),
-        "_exchange": float(sum(p.get("_exchange", 0.0) for p in kept)),
-        "_adaptive": float(sum(p.get("_adaptive", 0.0) for p in kept)),
-    }
+    counts = {f"_{k}": float(sum(p.get(f"_{k}", 0.0) for p in kept)) for k in ("exchange", "adaptive")}
+    return {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {"_loads": float(len(kept))} | counts
 
 
 def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
@@ -113,17 +99,12 @@ def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
             figures["jfr_samples"] = total
             figures["forks_per_load"] = {k: v / jfr["loads"] for k, v in jfr["forks"].items()}
         blocks[key] = figures
-    return {
-        "master": part["spec"]["master"],
-        "sizes": part["spec"]["sizes"],
-        "loads_per_block": part["spec"]["runs"],
-        "jfr_loads": part["spec"].get("jfr_loads"),
-        "warmup_rounds": part["spec"]["warmup"],
-        "blocks": blocks,
-        "hadoop_conf": result.get("hadoop_conf"),
-        "audit_ok": all(v["ok"] for v in result["audit"].values()),
-        "cluster_start_seconds": part.get("cluster_start_seconds"),
-    }
+    spec = part["spec"]
+    out = {"master": spec["master"], "sizes": spec["sizes"], "loads_per_block": spec["runs"], "blocks": blocks}
+    out |= {"jfr_loads": spec.get("jfr_loads"), "warmup_rounds": spec["warmup"]}
+    out["hadoop_conf"] = result.get("hadoop_conf")
+    out["audit_ok"] = all(v["ok"] for v in result["audit"].values())
+    return out | {"cluster_start_seconds": part.get("cluster_start_seconds")}
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -131,15 +112,11 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     if "changes" in results:
         out["changes"] = summarize_changes(results["changes"])
         everything = out["changes"]["variants"]["default"]
-        out["target"] = {
-            "measured_ms": everything["median_ms"],
-            "baseline_ms": out["changes"]["variants"]["baseline"]["median_ms"],
-            "reference_ms": out["changes"]["reference_ms"],
-            "loads_per_run": out["changes"]["rounds"],
-            "runs": out["changes"]["runs"],
-            "goal_ms": TARGET_MS,
-            "ok": everything["median_ms"] <= TARGET_MS and out["changes"]["rounds"] >= TARGET_LOADS,
-        }
+        changes = out["changes"]
+        target = {"measured_ms": everything["median_ms"], "baseline_ms": changes["variants"]["baseline"]["median_ms"]}
+        target |= {"reference_ms": changes["reference_ms"], "loads_per_run": changes["rounds"], "runs": changes["runs"]}
+        ok = everything["median_ms"] <= TARGET_MS and changes["rounds"] >= TARGET_LOADS
+        out["target"] = target | {"goal_ms": TARGET_MS, "ok": ok}
     for part in ("local", "cluster"):
         if part in results:
             out[part] = summarize_breakdown(results[part])
@@ -225,9 +202,8 @@ def changes_table(changes: dict[str, Any]) -> str:
     rows = []
     for name, v in changes["variants"].items():
         runs = f"{min(v['run_medians_ms']):.0f}–{max(v['run_medians_ms']):.0f}"
-        against = (
-            [v["reference"], f"{v['ratio']:.2f}", f"{v['delta_ms']:+.1f}"] if name != v["reference"] else ["–"] * 3
-        )
+        against = [v["reference"], f"{v['ratio']:.2f}", f"{v['delta_ms']:+.1f}"]
+        against = against if name != v["reference"] else ["–"] * 3
         cpu = [_ms(v["python_cpu_ms"], 0), _ms(v["jvm_cpu_ms"], 0)]
         rows.append([_variant_label(name), _ms(v["median_ms"]), runs, *against, f"{v['py4j_calls']:.0f}", *cpu])
     return T.table("changes-table", rows)
@@ -246,9 +222,7 @@ def change_phases_table(changes: dict[str, Any]) -> str:
 
 def lean_table(meta: dict[str, Any]) -> str:
     """The changes as they were when measured (kept in the results), else as the code has them."""
-    changes = meta.get("lean_changes") or {
-        name: {"why": c.why, "default": c.default} for name, c in LEAN_CHANGES.items()
-    }
+    changes = meta.get("lean_changes") or {n: {"why": c.why, "default": c.default} for n, c in LEAN_CHANGES.items()}
     rows = [[f"`{name}`", "yes" if c["default"] else "no", c["why"]] for name, c in changes.items()]
     return T.table("lean-table", rows, "lcl")
 
@@ -259,15 +233,12 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
     changes = summary.get("changes")
     if target and changes:
         default = changes["variants"]["default"]
-        notes.append(
-            T.line("note-target", verdict="met" if target["ok"] else "missed", target=target, ratio=default["ratio"])
-        )
+        verdict = "met" if target["ok"] else "missed"
+        notes.append(T.line("note-target", verdict=verdict, target=target, ratio=default["ratio"]))
         phases = sorted(default["phases_ms"].items(), key=lambda kv: -kv[1])
         notes.append(T.line("note-steps", top=", ".join(f"{name} {value:.0f} ms" for name, value in phases[:4])))
         variants = changes["variants"]
-        without = {
-            n.removeprefix("default-without-"): v for n, v in variants.items() if n.startswith("default-without-")
-        }
+        without = {n[len("default-without-") :]: v for n, v in variants.items() if n.startswith("default-without-")}
         if without:
             ranked = sorted(without.items(), key=lambda kv: -kv[1]["delta_ms"])
             parts = ", ".join(f"`{n}` {v['delta_ms']:+.0f} ms" for n, v in ranked)
@@ -289,9 +260,8 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
     parts = [summary[p] for p in ("local", "cluster") if p in summary]
     if plans := [b["spark_ms"] for p in parts for b in p["blocks"].values() if b["spark_ms"].get("_loads")]:
         counts = {k: sum(s[f"_{k}"] for s in plans) for k in ("exchange", "adaptive", "loads")}
-        notes.append(
-            T.line("note-plans", shuffles=counts["exchange"], adaptive=counts["adaptive"], counted=counts["loads"])
-        )
+        shuffles, adaptive = counts["exchange"], counts["adaptive"]
+        notes.append(T.line("note-plans", shuffles=shuffles, adaptive=adaptive, counted=counts["loads"]))
     for part in ("local", "cluster"):
         if (p := summary.get(part)) and not p["audit_ok"]:
             notes.append(T.line("note-audit", part=part))

@@ -23,27 +23,15 @@ from typing import Any
 
 from benchmarks.harness import child
 from benchmarks.harness.rows import SCHEMA
-from benchmarks.load_cost.probes import (
-    Flight,
-    JvmThreads,
-    PhaseRecorder,
-    count_py4j,
-    cpu_delta,
-    find_executor_pid,
-    read_event_log,
-    spark_phases,
-)
+from benchmarks.load_cost import probes
 from benchmarks.service.commit import make_batch
 from loader.core.updates import Batch
 
 #: Lean changes with Spark settings of their own, and how a variant switches them at run time.
 RUNTIME_SETTINGS = {"no_call_sites"}
 #: Spark's event log, uncompressed in one file per application (``probes.read_event_log`` reads it).
-EVENT_LOG = {
-    "spark.eventLog.enabled": "true",
-    "spark.eventLog.rolling.enabled": "false",
-    "spark.eventLog.compress": "false",
-}
+EVENT_LOG = {"spark.eventLog.enabled": "true", "spark.eventLog.rolling.enabled": "false"}
+EVENT_LOG["spark.eventLog.compress"] = "false"
 
 
 @dataclasses.dataclass
@@ -82,8 +70,8 @@ class Session:
         began = time.perf_counter()
         self.spark = build_spark_session(spec["master"], conf, "load-cost", fair_pools=2, lean=frozenset())
         self.start_seconds = time.perf_counter() - began
-        self.recorder = PhaseRecorder()
-        self._undo = count_py4j(self.recorder)
+        self.recorder = probes.PhaseRecorder()
+        self._undo = probes.count_py4j(self.recorder)
         self.tables: dict[str, Table] = {}
         for name, lean in spec["variants"].items():
             sink = DeltaRsSink(root / "warehouse" / name, self.spark, lean)
@@ -92,7 +80,8 @@ class Session:
             self.tables[name] = Table(sink, frozenset(lean))
         self._patch_classes()
         gateway = getattr(self.spark.sparkContext._gateway, "proc", None)
-        self.jvm = JvmThreads(gateway.pid) if gateway is not None and JvmThreads.available(gateway.pid) else None
+        pid = gateway.pid if gateway is not None else None
+        self.jvm = probes.JvmThreads(pid) if pid is not None and probes.JvmThreads.available(pid) else None
         self.app_id = self.spark.sparkContext.applicationId
         self.local = spec["master"].startswith("local")
         # The service's worker threads each load in their own FAIR pool; so does this one.
@@ -135,9 +124,8 @@ class Session:
         cpu = time.process_time() - cpu0
         jvm = self.jvm.total() - jvm0 if self.jvm and jvm0 is not None else None
         if result.skipped or result.rows != len(batch.updates) * self.spec["rows_per_update"]:
-            raise RuntimeError(
-                f"{variant}: load of {batch.last_seq} wrote {result.rows} rows (skipped={result.skipped})"
-            )
+            wrote = f"wrote {result.rows} rows (skipped={result.skipped})"
+            raise RuntimeError(f"{variant}: load of {batch.last_seq} {wrote}")
         return {**record, "python_cpu": cpu, "jvm_cpu": jvm}
 
     def reference(self) -> float:
@@ -205,16 +193,14 @@ def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
         if r >= spec["warmup"]:
             reference.append(ref)
         log(f"round {r + 1}/{rounds}")
-    return {
-        "variants": {n: {str(u): loads for u, loads in by.items()} for n, by in results.items()},
-        "reference_range_count": reference,
-    }
+    variants = {n: {str(u): loads for u, loads in by.items()} for n, by in results.items()}
+    return {"variants": variants, "reference_range_count": reference}
 
 
-def _flight(session: Session) -> Flight | None:
+def _flight(session: Session) -> probes.Flight | None:
     if not (session.spec.get("jfr") and session.local and session.jvm is not None):
         return None
-    flight = Flight(session.jvm.pid, session.root)
+    flight = probes.Flight(session.jvm.pid, session.root)
     return flight if flight.available else None
 
 
@@ -229,8 +215,8 @@ def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
             for name in rotate(names, r):
                 session.load(name, updates)
         log(f"warm-up round {r + 1}/{spec['warmup']}")
-    executor = None if session.local else find_executor_pid(session.app_id)
-    executor_cpu = JvmThreads(executor) if executor is not None else None
+    executor = None if session.local else probes.find_executor_pid(session.app_id)
+    executor_cpu = probes.JvmThreads(executor) if executor is not None else None
     blocks = {(name, updates): [] for updates in spec["sizes"] for name in names}
     threads: dict[tuple[str, int], dict[str, float]] = {key: collections.defaultdict(float) for key in blocks}
     executor_seconds: dict[tuple[str, int], float] = collections.defaultdict(float)
@@ -241,22 +227,17 @@ def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
                 exec0 = executor_cpu.total() if executor_cpu else None
                 blocks[name, updates].append(session.load(name, updates))
                 if session.jvm and before is not None:
-                    for kind, seconds in cpu_delta(before, session.jvm.snapshot()).items():
+                    for kind, seconds in probes.cpu_delta(before, session.jvm.snapshot()).items():
                         threads[name, updates][kind] += seconds
                 if executor_cpu and exec0 is not None:
                     executor_seconds[name, updates] += executor_cpu.total() - exec0
         log(f"{updates} update(s): {spec['runs']} rounds done")
-    out = [
-        {
-            "variant": name,
-            "updates": updates,
-            "rows": updates * spec["rows_per_update"],
-            "loads": loads,
-            "jvm_threads": {k: v / len(loads) for k, v in threads[name, updates].items()} if session.jvm else None,
-            "executor_cpu": executor_seconds[name, updates] / len(loads) if executor_cpu else None,
-        }
-        for (name, updates), loads in blocks.items()
-    ]
+    out = []
+    for (name, updates), loads in blocks.items():
+        block = {"variant": name, "updates": updates, "rows": updates * spec["rows_per_update"], "loads": loads}
+        cpu = {k: v / len(loads) for k, v in threads[name, updates].items()} if session.jvm else None
+        executor_s = executor_seconds[name, updates] / len(loads) if executor_cpu else None
+        out.append(block | {"jvm_threads": cpu, "executor_cpu": executor_s})
     flight = _flight(session)
     if flight:
         for block in out:
@@ -286,10 +267,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         session = None
         if events is not None and breakdown:
             # Each load's Spark job, found in the event log by the wall-clock marks of its write call.
-            log_events = read_event_log(events)
+            log_events = probes.read_event_log(events)
             for block in result["blocks"]:
                 windows = [tuple(load["marks"]["Spark write job"]) for load in block["loads"]]
-                block["spark_phases"] = spark_phases(log_events, windows)  # type: ignore[arg-type]
+                block["spark_phases"] = probes.spark_phases(log_events, windows)  # type: ignore[arg-type]
     finally:
         if session is not None:
             session.stop()

@@ -1,14 +1,10 @@
-"""Benchmark of the scheduling core: policy quality, simulator speed, decision cost.
-
-    python -m benchmarks.scheduling              # full run, ~7-10 min on 2 cores
-    python -m benchmarks.scheduling --quick      # smoke run, < 1 min
-    python -m benchmarks.scheduling --repeats 5  # speed = median of N runs (default 3; quick 1)
-    python -m benchmarks.scheduling --rerender   # re-judge saved results, rewrite the report
+"""Benchmark of the scheduling core: policy quality, simulator speed, decision cost. A full run takes
+~7-10 min on 2 cores, ``--quick`` < 1 min; speed figures are medians of ``--repeats`` runs.
 
 Parts: ``quality`` (every policy on fixed, seeded workloads: the main grid, with a per-job
 overhead, inside the paper's premises; each schedule re-scored by ``evaluate_schedule``),
 ``big`` (simulator speed at >= 1,000,000 updates), ``decisions`` (one dispatch decision at
-10,000 tables). Verdicts: ``claims.py``; the section: ``report.py`` and templates/scheduling.md.
+10,000 tables). Verdicts and the section: ``report.py`` and templates/scheduling.md.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ from typing import Any
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.results import repeat
 from benchmarks.harness.views import interleaved
-from benchmarks.scheduling import claims, report
+from benchmarks.scheduling import report
 from schedulers import generators
 from schedulers.base import Policy
 from schedulers.freshness import evaluate_schedule
@@ -314,13 +310,10 @@ def run_decisions(policies: list[str], tables: int, decisions: int, warmup: int,
     baseline = median([r["ns_per_decision"] for r in runs["(harness only)"]])
     for name, done in runs.items():
         samples = [r["ns_per_decision"] for r in done]
-        out["policies"][name] = {
-            "ns_per_decision_samples": samples,
-            "ns_per_decision": median(samples),
-            "ns_policy_share": median(samples) - baseline,
-            "setup_ms": median([r["setup_ms"] for r in done]),
-            **{k: done[-1][k] for k in ("index_live_entries", "index_heap_entries", "workers_driven")},
-        }
+        entry = {"ns_per_decision_samples": samples, "ns_per_decision": median(samples)}
+        entry |= {"ns_policy_share": median(samples) - baseline, "setup_ms": median([r["setup_ms"] for r in done])}
+        out["policies"][name] = entry | {k: done[-1][k] for k in ("index_live_entries", "index_heap_entries")}
+        out["policies"][name]["workers_driven"] = done[-1]["workers_driven"]
         log(f"[decision] {name}: {median(samples):,.0f} ns per decision at {tables:,} tables")
     return out
 
@@ -347,7 +340,7 @@ def measure(run: Run) -> dict[str, Any]:
     decisions, verify = args.decisions, not args.no_verify
     decision_repeats = max(DECISION_MIN_RUNS, args.repeats)
     run.meta.update(decision_repeats=decision_repeats, verify=verify, policies=policies, suite=suite_description(quick))
-    big = claims.BIG_UPDATES // 10 if quick else claims.BIG_UPDATES
+    big = report.BIG_UPDATES // 10 if quick else report.BIG_UPDATES
     return run.parts(
         quality=lambda: run_quality(suite(quick), policies, args.repeats, verify),
         big=lambda: run_big(policies, big, args.repeats, args.big_repeats_others),
@@ -367,7 +360,7 @@ BENCHMARK = Benchmark(
     parts=("quality", "big", "decisions"),
     counts={"decisions": (10_000, 50_000, "timed decisions per run")},
     options=options,
-    finish=claims.judge,
+    finish=report.judge,
 )
 
 if __name__ == "__main__":

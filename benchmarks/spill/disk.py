@@ -49,21 +49,13 @@ def _rows(rng: np.random.Generator, n: int) -> pa.Table:
     paths, depth = rng.integers(0, 1 << 40, size=n).tolist(), rng.integers(1, 5, size=n).tolist()
     urls = [f"https://shop.example.com/{'/'.join(['c'] * d)}/item-{p:x}?ref=feed" for p, d in zip(paths, depth)]
     ids, ts = rng.integers(0, 1 << 62, size=n), np.sort(rng.integers(0, 3_600_000_000, size=n))  # in column order
-    return pa.table(
-        {
-            "event_id": ids,
-            "ts": pa.array(1_700_000_000_000_000 + ts, pa.timestamp("us", tz="UTC")),
-            "user_id": rng.integers(0, 10_000_000, size=n),
-            "session_id": sessions,
-            "event_type": [EVENT_TYPES[i] for i in rng.integers(0, len(EVENT_TYPES), size=n)],
-            "amount": rng.gamma(2.0, 20.0, size=n),
-            "quantity": rng.integers(1, 10, size=n).astype(np.int32),
-            "country": [COUNTRIES[i] for i in rng.integers(0, len(COUNTRIES), size=n)],
-            "url": urls,
-            "is_mobile": rng.random(size=n) < 0.6,
-            "score": rng.random(size=n).astype(np.float32),
-        }
-    )
+    columns = {"event_id": ids, "ts": pa.array(1_700_000_000_000_000 + ts, pa.timestamp("us", tz="UTC"))}
+    columns |= {"user_id": rng.integers(0, 10_000_000, size=n), "session_id": sessions}
+    columns["event_type"] = [EVENT_TYPES[i] for i in rng.integers(0, len(EVENT_TYPES), size=n)]
+    columns |= {"amount": rng.gamma(2.0, 20.0, size=n), "quantity": rng.integers(1, 10, size=n).astype(np.int32)}
+    columns["country"] = [COUNTRIES[i] for i in rng.integers(0, len(COUNTRIES), size=n)]
+    columns |= {"url": urls, "is_mobile": rng.random(size=n) < 0.6, "score": rng.random(size=n).astype(np.float32)}
+    return pa.table(columns)
 
 
 class TimedSegments(SegmentFiles):
@@ -204,11 +196,8 @@ def spill_run(directory: Path, total: int, budget: int, pool: list[pa.Table], li
             store.take(table, limit=limit)
             store.loaded(table)
     reads = ops["read"]
-    out |= {
-        "drain_s": time.perf_counter() - began,
-        "reads": len(reads),
-        "payload_bytes_read": sum(o.nbytes for o in reads),
-    }
+    out |= {"drain_s": time.perf_counter() - began, "reads": len(reads)}
+    out["payload_bytes_read"] = sum(o.nbytes for o in reads)
     out |= {"file_bytes_read": segments.file_bytes_read, "read_s": segments.read_seconds}
     out["writes_during_drain"] = len(writes) - written_before
     shutil.rmtree(directory / "spill", ignore_errors=True)
