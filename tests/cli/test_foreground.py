@@ -27,6 +27,7 @@ from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
+from tests.system.test_connect_mode import _running
 
 OPERATOR = "operator-token-0123456789"
 PRODUCER = "producer-token-0123456789"
@@ -133,17 +134,9 @@ def test_the_demo_run_from_another_directory_loads_with_no_failed_attempt_and_st
     assert started and workers, text[-4000:]
     deadline = time.monotonic() + 30
     for pid in (int(started.group(1)), *workers):
-        while running(pid):
+        while _running(pid):
             assert time.monotonic() < deadline, f"pid {pid} (its Spark server or a load worker) outlived the demo"
             time.sleep(0.1)
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie waiting to be reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _serve(tmp_path: Path, spark_remote: str = "", **extra: object) -> ServerProcess:
