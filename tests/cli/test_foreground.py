@@ -27,7 +27,7 @@ from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
-from tests.system.test_connect_mode import _running
+from tests.system.test_connect_mode import SERVER_LINE, WORKER_LINE, _until_gone
 
 OPERATOR = "operator-token-0123456789"
 PRODUCER = "producer-token-0123456789"
@@ -129,14 +129,12 @@ def test_the_demo_run_from_another_directory_loads_with_no_failed_attempt_and_st
     assert "failed (attempt" not in text
     # Its Spark Connect server and load workers have process groups of their own (Ctrl-C does
     # not reach them): the service stopped them.
-    started = re.search(r"starting a local Spark Connect server at sc://\S+ \(pid (\d+)\)", text)
-    workers = [int(pid) for pid in re.findall(r"load worker \d+ started \(pid (\d+)", text)]
+    started = SERVER_LINE.search(text)
+    workers = [int(m.group(2)) for m in WORKER_LINE.finditer(text)]
     assert started and workers, text[-4000:]
-    deadline = time.monotonic() + 30
-    for pid in (int(started.group(1)), *workers):
-        while _running(pid):
-            assert time.monotonic() < deadline, f"pid {pid} (its Spark server or a load worker) outlived the demo"
-            time.sleep(0.1)
+    _until_gone(int(started.group(2)), 30)
+    for pid in workers:
+        _until_gone(pid, 30, "a load worker")
 
 
 def _serve(tmp_path: Path, spark_remote: str = "", **extra: object) -> ServerProcess:
