@@ -202,6 +202,9 @@ class LatestQueue:
         head = self._head(update.seq)
         #: LINECUTTING-BOUNDED: the latest virtual join time of the values that stay (below).
         virtual = self._tail_virtual()
+        #: Keys of this update placed so far that were not waiting: residents for the keys after
+        #: them, as in the simulator's queue (schedulers/keys/backlog.py), where each joins in turn.
+        newcomers = 0
         for key, position in sorted(last.items(), key=lambda kv: kv[1]):
             interval = self.rates.observe(key, at)
             waiting = self.index.get(key)
@@ -210,7 +213,8 @@ class LatestQueue:
                 if held_order is not None and orders[position] < held_order:  # type: ignore[operator]
                     superseded += 1  # the waiting value is the newer: this one is dropped
                     continue
-            residents = len(self.index) - (waiting is not None)
+            residents = len(self.index) - (waiting is not None) + newcomers
+            newcomers += waiting is None
             where = place(
                 self.spec.policy,
                 waiting=waiting is not None,

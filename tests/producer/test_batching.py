@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from producer.batching import Accumulator, Batch, Send, plan, request_for, row_json
+from testing.depth import examples
 
 TABLES = ["a", "b", "c"]
-SETTINGS = settings(max_examples=200, derandomize=True, deadline=None)
+SETTINGS = settings(max_examples=examples(80), derandomize=True, deadline=None)
 
 
 @st.composite

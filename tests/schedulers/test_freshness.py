@@ -30,6 +30,7 @@ from schedulers.freshness import (
 from schedulers.model import BatchRecord, TableSpec, Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
+from testing.depth import examples
 
 
 def one_table_trace(releases: list[float], alpha: float = 1.0, overhead: float = 0.0) -> Trace:
@@ -327,7 +328,7 @@ def instantaneous_traces(draw: st.DrawFn) -> Trace:
     return Trace(tables=specs, update_tables=[t for _, t in events], update_releases=[r for r, _ in events])
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(25))
 @given(trace=instantaneous_traces(), workers=st.integers(1, 3), policy=st.sampled_from(EAGER_POLICIES))
 def test_instantaneous_loading_meets_low_exactly_on_random_traces(trace: Trace, workers: int, policy: str) -> None:
     result = simulate(trace, make_policy(policy), workers, record_schedule=True)

@@ -25,6 +25,7 @@ from schedulers.model import TableSpec, Trace
 from schedulers.peers import IntervalPolicy
 from schedulers.registry import make_policy
 from schedulers.simulator import simulate
+from testing.depth import examples
 
 
 def trace_of(tables: list[TableSpec], releases: dict[str, list[float]]) -> Trace:
@@ -239,7 +240,7 @@ def reference_starts(releases: list[float], alpha: float, period: float) -> list
     return starts
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(80))
 @given(
     grid=st.lists(st.integers(1, 600), min_size=1, max_size=25, unique=True),
     alpha=st.sampled_from([0.01, 0.3, 1.5]),

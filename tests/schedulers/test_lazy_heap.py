@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from schedulers.base import LazyHeap
+from testing.depth import examples
 
 
 def drain(heap: LazyHeap) -> list[int]:
@@ -164,7 +165,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(60))
 @given(ops=OPS)
 def test_matches_dict_reference(ops: list[tuple[str, int | None, float | None]]) -> None:
     heap = LazyHeap()
@@ -235,4 +236,4 @@ class LazyHeapMachine(RuleBasedStateMachine):
 
 
 TestLazyHeapMachine = LazyHeapMachine.TestCase
-TestLazyHeapMachine.settings = settings(max_examples=60, stateful_step_count=80)
+TestLazyHeapMachine.settings = settings(max_examples=examples(25), stateful_step_count=80)

@@ -20,6 +20,7 @@ from schedulers.freshness import evaluate_schedule
 from schedulers.model import BatchRecord, TableSpec, Trace
 from schedulers.registry import POLICIES, make_policy
 from schedulers.simulator import simulate
+from testing.depth import examples
 from testing.invariants import (
     EAGER_POLICIES,
     check_coverage,
@@ -109,13 +110,13 @@ POLICY_CASES = [(name, {}) for name in POLICY_NAMES] + [
     POLICY_CASES,
     ids=[name + "".join(f"-{k}={v}" for k, v in opts.items()) for name, opts in POLICY_CASES],
 )
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), workers=st.integers(1, 4))
 def test_random_trace_schedules_satisfy_invariants(policy_name: str, options: dict, trace: Trace, workers: int) -> None:
     run_and_check(trace, policy_name, workers, **options)
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(max_tables=3, max_updates=25), workers=st.integers(1, 3))
 def test_zero_cost_tables_batch_and_run_at_once(trace: Trace, workers: int) -> None:
     """alpha = overhead = 0: every batch is zero-length, so staleness is exactly LOW."""
@@ -318,7 +319,7 @@ def test_freshness_checker_rejects_simulator_disagreement() -> None:
 # -- evaluate_schedule scores a schedule, whatever the order of its records ----------------
 
 
-@settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(max_tables=4, max_updates=30), workers=st.integers(1, 3), data=st.data())
 def test_evaluate_schedule_ignores_record_order(trace: Trace, workers: int, data: st.DataObject) -> None:
     """A schedule read back from a file in another order (say, grouped by table) is the same

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader.durability.wal_format import _rows_to_ipc
+from testing.depth import examples
 
 SCHEMA = pa.schema(
     [
@@ -39,7 +40,7 @@ def _stream_writer(rows: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(25), deadline=None, derandomize=True)
 @given(st.lists(ROW, max_size=8), st.integers(0, 8), st.integers(1, 3))
 def test_row_bodies_are_byte_for_byte_what_the_ipc_stream_writer_writes(rows: list, cut: int, copies: int) -> None:
     """Replay reads them with ``pa.ipc.open_stream``, and old segments were written by the

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from loader.core.errors import Invalid
 from loader.core.schema import TableSchema
 from loader.intake.rows import rows_to_arrow
+from testing.depth import examples
 
 SCHEMA = TableSchema.model_validate(
     {
@@ -86,7 +87,7 @@ def test_non_object_row_and_empty_update() -> None:
         rows_to_arrow([], SCHEMA, "t")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     st.lists(
         st.dictionaries(
@@ -128,7 +129,7 @@ JSON_VALUE = (
 JSON_ROW = st.dictionaries(st.sampled_from(["id", "small", "v", "s", "b", "extra"]), JSON_VALUE, max_size=6)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(100), deadline=None, derandomize=True)
 @given(st.lists(JSON_ROW | st.integers(), min_size=1, max_size=12))
 def test_whole_column_checks_accept_only_what_conversion_leaves_unchanged(rows: list) -> None:
     """The fast path (``_checked_columns``) may decline anything, but what it accepts must be

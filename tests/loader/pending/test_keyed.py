@@ -20,6 +20,7 @@ from loader.pending.keyed import KeySpec
 from loader.pending.spill.registry import make_spill_policy
 from loader.pending.spill.segments import SegmentFiles
 from loader.pending.store import PendingStore
+from testing.depth import examples
 
 SCHEMA = TableSchema.model_validate(
     {
@@ -160,7 +161,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(100), deadline=None, derandomize=True)
 @given(
     script=steps,
     policy=st.sampled_from(["fifo-uq", "in-place", "linecutting", "linecutting-bounded"]),
@@ -410,7 +411,7 @@ held_steps = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(100), deadline=None, derandomize=True)
 @given(
     script=held_steps,
     policy=st.sampled_from(["fifo-uq", "in-place", "linecutting", "linecutting-bounded"]),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loader.core.schema import TableSchema
@@ -18,6 +18,7 @@ from loader.pending.spill.segments import SegmentFiles
 from loader.pending.store import PendingStore
 from schedulers.keys.backlog import KeyBacklog
 from schedulers.keys.queue import KEY_POLICIES
+from testing.depth import examples
 
 SCHEMA = TableSchema.model_validate(
     {"columns": [{"name": "k", "type": "int64", "nullable": False}, {"name": "v", "type": "int64"}], "key": ["k"]}
@@ -73,8 +74,15 @@ steps = st.lists(
 
 
 @pytest.mark.parametrize("policy", KEY_POLICIES)
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=examples(20), deadline=None, derandomize=True)
 @given(steps=steps, max_keys=st.one_of(st.none(), st.integers(1, 6)))
+# Found at depth (python -m trials.properties): the live store judged a key slow against the
+# queue as it was before the update, the simulator against the keys of the update placed before
+# it too; LINECUTTING cut key 1 in the one and not in the other.
+@example(
+    steps=[("arrive", [0, 1], 1.0), ("take", [], 1.0), ("arrive", [0], 1.0), ("load", [], 1.0), ("arrive", [2, 1], 2.0)],
+    max_keys=None,
+)
 def test_the_simulators_key_queue_takes_the_live_stores_batches(
     tmp_path_factory: pytest.TempPathFactory,
     policy: str,

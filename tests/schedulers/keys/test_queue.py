@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedulers.keys.queue import KEY_POLICIES, KeyQueue
+from testing.depth import examples
 
 
 @dataclass
@@ -52,7 +53,7 @@ operations = st.lists(
 
 
 @pytest.mark.parametrize("policy", ["fifo-uq", "in-place"])
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=examples(80), deadline=None, derandomize=True)
 @given(ops=operations)
 def test_update_queue_serves_the_newest_value_of_each_key_in_the_policys_order(policy: str, ops: list) -> None:
     queue: KeyQueue[float] = KeyQueue(policy)
@@ -70,7 +71,7 @@ def test_update_queue_serves_the_newest_value_of_each_key_in_the_policys_order(p
         assert queue.oldest_enqueued() == (min(model.first.values()) if model.first else None)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@settings(max_examples=examples(40), deadline=None, derandomize=True)
 @given(ops=operations)
 def test_linecutting_without_a_known_cost_is_in_place(ops: list) -> None:
     cutting: KeyQueue[float] = KeyQueue("linecutting")  # c = 0: nothing cuts

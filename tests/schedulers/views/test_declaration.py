@@ -27,6 +27,7 @@ from schedulers.views.declaration import (
     parse_output,
     parse_predicate,
 )
+from testing.depth import examples
 
 SCHEMAS: dict[str, dict[str, str]] = {
     "R": {"a": "long", "x": "string"},
@@ -368,7 +369,7 @@ def shaped(draw: st.DrawFn) -> list[str]:
     return predicates
 
 
-@settings(derandomize=True, deadline=None, max_examples=150)
+@settings(derandomize=True, deadline=None, max_examples=examples(60))
 @given(shaped())
 def test_accepted_shapes_cover_every_input_and_are_connected(predicates: list[str]) -> None:
     n = 1 + len(predicates)
@@ -459,7 +460,7 @@ def expected_refusal(n: int, pairs: list[tuple[int, str, int, str]]) -> str | No
     return None
 
 
-@settings(derandomize=True, deadline=None, max_examples=150)
+@settings(derandomize=True, deadline=None, max_examples=examples(60))
 @given(random_predicates())
 def test_random_predicates_against_oracle(case: tuple[int, list[tuple[int, str, int, str]]]) -> None:
     """Accepted exactly when the oracle accepts; refused with the oracle's reason; and what

@@ -20,6 +20,7 @@ from schedulers.views.declaration import ViewInput, ViewSpec, Window, check, dec
 from schedulers.views.engine import EMPTY_KEPT, CacheStore, EngineSettings, InputShape, MJoinEngine
 from schedulers.views.pipelines import Orders, conflicts
 from schedulers.views.reoptimizer import ReoptimizerSettings
+from testing.depth import examples
 from tests.schedulers.views.strategies import valid_orders
 
 #: Small statistics windows and a short interval, so caches come and go within a test.
@@ -210,7 +211,7 @@ SHAPES = {
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("mode", ["mjoin", "adaptive", "static", "xjoin"])
-@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_view_equals_recompute(shape: str, mode: str, data: st.DataObject) -> None:
     spec, schemas, shapes = SHAPES[shape]()
@@ -236,7 +237,7 @@ def test_view_equals_recompute(shape: str, mode: str, data: st.DataObject) -> No
 
 @pytest.mark.parametrize("shape", ["chain", "chain-rows-window", "chain-latest", "star4", "hyperedge"])
 @pytest.mark.parametrize("mode", ["adaptive", "static"])
-@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_global_caches_equal_recompute(shape: str, mode: str, data: st.DataObject) -> None:
     """Section 6: under any valid pipeline orders, a globally-consistent cache forced (with
@@ -298,7 +299,7 @@ def test_conflicting_or_materialised_global_caches_are_refused() -> None:
 
 
 @pytest.mark.parametrize("mode", ["mjoin", "adaptive", "xjoin"])
-@settings(max_examples=15, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(6), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_nested_loop_join_equals_recompute(mode: str, data: st.DataObject) -> None:
     """Fig. 10's plan: no index on S.B, so T's pipeline scans S; the view is the same."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from schedulers.views.memory import Grant, MemoryClaim, allocate
 from schedulers.views.pipelines import Candidate
 from schedulers.views.profiler import ENTRY_BYTES, REFERENCE_BYTES, Profiler
+from testing.depth import examples
 
 # -- allocate ------------------------------------------------------------------------------
 
@@ -102,7 +103,7 @@ def priority(c: MemoryClaim) -> float:
     return c.net / c.need if c.need > 0 else math.inf
 
 
-@settings(derandomize=True, deadline=None, max_examples=300)
+@settings(derandomize=True, deadline=None, max_examples=examples(100))
 @given(CLAIMS, st.integers(0, 5000).map(float))
 def test_allocation_properties(claims: list[MemoryClaim], budget: float) -> None:
     """Integer sizes keep the arithmetic exact. Provable from the greedy loop:
@@ -140,7 +141,7 @@ def test_allocation_properties(claims: list[MemoryClaim], budget: float) -> None
         assert lower < entry
 
 
-@settings(derandomize=True, deadline=None, max_examples=100)
+@settings(derandomize=True, deadline=None, max_examples=examples(40))
 @given(CLAIMS)
 def test_ample_budget_serves_every_positive_claim_fully(claims: list[MemoryClaim]) -> None:
     budget = sum(max(c.need, c.entry_bytes, 1.0) for c in claims)
@@ -177,7 +178,7 @@ def test_rate_is_share_of_recent_updates() -> None:
     assert (profiler.rate(0), profiler.rate(1), profiler.rate(2)) == (0.0, 0.0, 1.0)
 
 
-@settings(derandomize=True, deadline=None, max_examples=100)
+@settings(derandomize=True, deadline=None, max_examples=examples(40))
 @given(st.lists(st.integers(0, 2), max_size=40), st.integers(1, 10))
 def test_rate_matches_last_updates(updates: list[int], window: int) -> None:
     profiler = Profiler(3, [], rate_window=window)

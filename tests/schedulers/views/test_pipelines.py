@@ -25,6 +25,7 @@ from schedulers.views.pipelines import (
     default_orders,
     global_candidates,
 )
+from testing.depth import examples
 from tests.schedulers.views.strategies import valid_orders
 
 SCHEMAS = {
@@ -33,7 +34,7 @@ SCHEMAS = {
     "T": {"b": "long"},
     "wide": {c: "long" for c in "abcd"},
 }
-SETTINGS = settings(derandomize=True, deadline=None, max_examples=150)
+SETTINGS = settings(derandomize=True, deadline=None, max_examples=examples(60))
 
 
 def chain() -> JoinGraph:
@@ -300,7 +301,7 @@ def test_overlapping_candidates_nest(data: st.DataObject) -> None:
                 assert a.covers(b) or b.covers(a)
 
 
-@settings(max_examples=150, derandomize=True, deadline=None)
+@settings(max_examples=examples(60), derandomize=True, deadline=None)
 @given(data=st.data())
 def test_no_candidate_spans_another_candidates_maintenance_point(data: st.DataObject) -> None:
     """Candidate C2 is maintained in each of its inputs' pipelines after |C2| - 1 operators.
@@ -393,7 +394,7 @@ def test_global_candidates_follow_section_6(data: st.DataObject) -> None:
             assert w == (outside[0] if outside else q)
 
 
-@settings(max_examples=150, derandomize=True, deadline=None)
+@settings(max_examples=examples(60), derandomize=True, deadline=None)
 @given(data=st.data())
 def test_prefix_candidates_conflict_only_by_overlapping(data: st.DataObject) -> None:
     """``conflicts`` adds nothing between prefix-invariant candidates: section 4's forest

@@ -24,6 +24,7 @@ from schedulers.views.selection import (
     shared_groups,
     total_cost,
 )
+from testing.depth import examples
 from tests.schedulers.views.strategies import valid_orders
 
 #: Brute force enumerates 2^m subsets: keep m small.
@@ -32,7 +33,7 @@ SCHEMAS = {"t": {"a": "int", **{f"b{i}": "int" for i in range(1, 7)}}}
 SETTINGS = settings(
     derandomize=True,
     deadline=None,
-    max_examples=100,
+    max_examples=examples(40),
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
 TOL = 1e-9

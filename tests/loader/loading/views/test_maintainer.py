@@ -22,6 +22,7 @@ from loader.durability.transactions import load_commit
 from loader.loading.sinks.view_delta import ViewTable
 from loader.loading.views.commits import HistoryGone, read_commit
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
+from testing.depth import examples
 
 SALES = TableSchema.model_validate(
     {
@@ -131,7 +132,7 @@ def declare(window: dict[str, Any] | None, mode: str) -> Any:
     return resolve(config, SCHEMAS)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     seed=st.integers(0, 2**31),
     window=st.sampled_from(WINDOWS),

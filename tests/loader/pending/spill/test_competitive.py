@@ -25,6 +25,7 @@ from loader.pending.spill.greedy_chunk import GreedyChunk
 from loader.pending.spill.model import QueueCache, SpillPolicy, Step
 from loader.pending.spill.offline import Leftover, offline_optimum, window_lower_bound
 from loader.pending.spill.registry import make_spill_policy
+from testing.depth import examples
 
 #: Unconsumed tuples at one tick in the generated workloads: the exact optimum is 2**CAP states.
 CAP = 14
@@ -201,7 +202,7 @@ def small_workloads(draw: st.DrawFn, max_tuples: int) -> tuple[list[Step], int]:
     return steps, budget
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(workload=small_workloads(max_tuples=7), leftover=st.sampled_from(["take_all", "free"]))
 def test_offline_optimum_matches_a_search_over_single_operations(
     workload: tuple[list[Step], int], leftover: Leftover
@@ -210,7 +211,7 @@ def test_offline_optimum_matches_a_search_over_single_operations(
     assert offline_optimum(steps, budget, leftover=leftover) == search_optimum(steps, budget, leftover)
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(
     workload=small_workloads(max_tuples=7),
     leftover=st.sampled_from(["take_all", "free"]),
@@ -227,7 +228,7 @@ def test_extended_optimum_matches_a_search_over_single_operations(
     )
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(workload=small_workloads(max_tuples=12), leftover=st.sampled_from(["take_all", "free"]))
 def test_window_lower_bound_never_exceeds_the_optimum(workload: tuple[list[Step], int], leftover: Leftover) -> None:
     steps, budget = workload

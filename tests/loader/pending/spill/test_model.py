@@ -41,6 +41,7 @@ from loader.pending.spill.greedy_chunk import GreedyChunk
 from loader.pending.spill.lru import Lru
 from loader.pending.spill.model import DiskOp, Item, QueueCache, Run, SpillPolicy
 from loader.pending.spill.registry import ALL_POLICIES, make_spill_policy
+from testing.depth import examples
 
 ACYCLIC_EVENTS = re.compile(r"(WL*R?)?")  # W write, L read in place by a load, R read back by the driver
 CYCLIC_EVENTS = re.compile(r"(WL*R)*(WL*)?")
@@ -197,7 +198,7 @@ def check_segment(op: DiskOp, policy: SpillPolicy, largest: int) -> None:
 
 
 @pytest.mark.parametrize("policy", ALL_POLICIES)
-@settings(max_examples=120, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fifo_acyclicity_and_memory(policy: str, data: st.DataObject) -> None:
     run(data.draw(workloads(policy)))
