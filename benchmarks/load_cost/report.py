@@ -48,11 +48,6 @@ def _load_figures(loads: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def reference_of(name: str) -> str:
-    """What a variant is compared with: the default set for its variations, else the baseline."""
-    return "default" if name.startswith("default-") else "baseline"
-
-
 def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     """Per variant: the median load, and against its reference's load of the same round
     (paired, so the machine's load, which drifts over seconds, weighs on both alike) the
@@ -63,7 +58,7 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"variants": {}, "runs": len(runs), "rounds": part["spec"]["runs"]}
     for name in names:
         figures = [r[name] for r in per_run]
-        reference = reference_of(name)
+        reference = "default" if name.startswith("default-") else "baseline"  # a variation's, or the baseline
         rounds = (zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True) for run in runs)
         pairs = [(load["total"], ref["total"]) for paired in rounds for load, ref in paired]
         one = {"reference": reference, "median_ms": _median(f["total_ms"] for f in figures)}
@@ -77,19 +72,16 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _spark_figures(phases: list[dict[str, float] | None]) -> dict[str, float]:
-    kept = [p for p in phases if p is not None]
-    counts = {f"_{k}": float(sum(p.get(f"_{k}", 0.0) for p in kept)) for k in ("exchange", "adaptive")}
-    return {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {"_loads": float(len(kept))} | counts
-
-
 def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
     result = part["result"]
     blocks = {}
     for block in result["blocks"]:
         key = f"{block['variant']}/{block['updates']}"
         figures = _load_figures(block["loads"])
-        figures["spark_ms"] = _spark_figures(block.get("spark_phases") or [])
+        kept = [p for p in block.get("spark_phases") or [] if p is not None]
+        counts = {f"_{k}": float(sum(p.get(f"_{k}", 0.0) for p in kept)) for k in ("exchange", "adaptive")}
+        spark = {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {"_loads": float(len(kept))}
+        figures["spark_ms"] = spark | counts
         figures["jvm_threads_ms"] = {k: 1e3 * v for k, v in (block.get("jvm_threads") or {}).items()}
         blocks[key] = figures
     spec = part["spec"]
@@ -101,9 +93,8 @@ def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "changes" in results:
-        out["changes"] = summarize_changes(results["changes"])
-        everything = out["changes"]["variants"]["default"]
-        changes = out["changes"]
+        changes = out["changes"] = summarize_changes(results["changes"])
+        everything = changes["variants"]["default"]
         target = {"measured_ms": everything["median_ms"], "baseline_ms": changes["variants"]["baseline"]["median_ms"]}
         target |= {"reference_ms": changes["reference_ms"], "loads_per_run": changes["rounds"], "runs": changes["runs"]}
         ok = everything["median_ms"] <= TARGET_MS and changes["rounds"] >= TARGET_LOADS
@@ -162,12 +153,11 @@ def cpu_table(part: dict[str, Any]) -> str:
     return _table("CPU per load (ms)", labels, blocks, cells)
 
 
+LABELS = {"only-": "only", "default-without-": "default without", "default-with-": "default with"}
+
+
 def _variant_label(name: str) -> str:
-    for prefix, words in (
-        ("only-", "only"),
-        ("default-without-", "default without"),
-        ("default-with-", "default with"),
-    ):
+    for prefix, words in LABELS.items():
         if name.startswith(prefix):
             return f"{words} `{name.removeprefix(prefix)}`"
     return {"baseline": "baseline (no change)", "default": "**default set**"}.get(name, name)

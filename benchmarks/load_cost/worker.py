@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from benchmarks.harness.rows import SCHEMA
 from benchmarks.load_cost import probes
 from benchmarks.service.commit import make_batch
 from loader.core.updates import Batch
+from testing.report import log
 
 #: Lean changes with Spark settings of their own, and how a variant switches them at run time.
 RUNTIME_SETTINGS = {"no_call_sites"}
@@ -169,10 +169,6 @@ class Session:
 def rotate(items: list[str], k: int) -> list[str]:
     k %= len(items)
     return items[k:] + items[:k]
-
-
-def log(message: str) -> None:
-    print(f"[load_cost] {message}", file=sys.stderr, flush=True)
 
 
 def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
