@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
+from benchmarks.harness.rows import declared
 from testing.report import log, machine_markdown
 from testing.service_harness import OPERATOR, Harness
 from testing.tables import read_delta
@@ -30,14 +31,10 @@ KEYS, ROWS, RATE = 200, 10, 20.0
 T = Template("latest-vs-append")
 LABELS = {"feed_latest": "latest table", "feed_append": "append table + newest-row query"}
 FIGURES = (("rows", ",.0f"), ("rows_written", ",.0f"), ("versions", ".0f"), ("superseded_rows", ",.0f"))
-COLUMNS = [
-    {"name": "sym", "type": "string", "nullable": False},
-    {"name": "px", "type": "float64"},
-    {"name": "ts", "type": "int64", "nullable": False},
-]
+SCHEMA = declared("sym string not null", "px float64", "ts int64 not null")
 TABLES = {
-    "feed_latest": {"schema": {"columns": COLUMNS}, "mode": "latest", "key": ["sym"], "order_by": "ts"},
-    "feed_append": {"schema": {"columns": COLUMNS}},
+    "feed_latest": {"schema": SCHEMA, "mode": "latest", "key": ["sym"], "order_by": "ts"},
+    "feed_append": {"schema": SCHEMA},
 }
 
 

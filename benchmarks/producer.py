@@ -27,13 +27,14 @@ import httpx
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Lookup, Template
+from benchmarks.harness.rows import declared
 from benchmarks.harness.service import serve
 from producer import LoaderProducer
 from testing.report import log, machine_markdown
 
 TOKEN = "bench-producer-operator-token-01"
 TABLES = ("t0", "t1", "t2")
-SCHEMA = {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "v", "type": "float64"}]}
+SCHEMA = declared("id int64 not null", "v float64")
 PER_SEND = (1, 10, 100)
 T = Template("producer")
 

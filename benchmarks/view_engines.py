@@ -9,7 +9,6 @@ restart, the driver's memory. Both views must be equal at the end (checked).
 from __future__ import annotations
 
 import gc
-import resource
 import statistics
 import tempfile
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from benchmarks.harness import spark
+from benchmarks.harness import child, spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
 from benchmarks.view_freshness import CHANGES, COMMIT_ROWS, CUSTOMERS, SALES, VIEW, Warehouse, options
@@ -34,12 +33,6 @@ WAITING = (1, 4, 16)
 SPARK_VIEW = VIEW.model_copy(update={"name": "enriched_spark", "engine": "spark"})
 CUSTOMER_UPSERTS = "one commit of 200 customer upserts"
 T = Template("view-engines")
-
-
-def rss_mib() -> float:
-    """This process's resident memory now (Linux: /proc)."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
 
 
 def upsert(warehouse: Warehouse, customers: int) -> None:
@@ -91,13 +84,13 @@ def measure_engines(sales: int, customers: int, repeats: int, seed: int) -> dict
         for _ in range(repeats):
             for engine, view in (("driver", VIEW), ("spark", SPARK_VIEW)):
                 gc.collect()
-                before = rss_mib()
+                before = child.rss_mib()
                 began = time.perf_counter()
                 fresh = ViewMaintainer(resolve(view, schemas), root)
                 fresh.open()
                 opens[engine].append(time.perf_counter() - began)
                 if engine == "driver":
-                    memory.append(rss_mib() - before)  # (while the view is held)
+                    memory.append(child.rss_mib() - before)  # (while the view is held)
                 del fresh
     out = {"sales": sales, "customers": customers, "equal": equal, "driver_mib": statistics.median(memory)}
     out["loads"] = {case: {e: statistics.median(v) for e, v in by.items()} for case, by in loads.items()}

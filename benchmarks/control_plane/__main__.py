@@ -1,11 +1,9 @@
-"""Benchmark of the control plane at 1,000 and 10,000 tables, and of partitioning 100,000.
-
-    python -m benchmarks.control_plane              # full run, ~15 min on 2 cores
-    python -m benchmarks.control_plane --quick      # smoke run, ~1 min
-    python -m benchmarks.control_plane --skip registration,reads,partitioning   # dispatch again
+"""Benchmark of the control plane at 1,000 and 10,000 tables, and of partitioning 100,000. A full
+run takes ~15 min on 2 cores, ``--quick`` ~1 min.
 
 Parts (each one's docstring says what is timed): registration (``registration.py``), dispatch,
-reads, partitioning; those left out with ``--skip`` keep their figures from the results file.
+reads, partitioning; those left out with ``--skip`` keep their figures from the results file
+(``--skip registration,reads,partitioning`` measures dispatch again).
 """
 
 from __future__ import annotations

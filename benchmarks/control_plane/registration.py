@@ -35,14 +35,6 @@ def declarations(count: int) -> list[dict[str, Any]]:
     return [{"name": f"t{i:05d}", "schema": {"columns": COLUMNS}} for i in range(count)]
 
 
-def rss_mb() -> float:
-    """Resident memory of this process now (Linux /proc)."""
-    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 async def _start_and_stop(settings: Any) -> dict[str, float]:
     from loader.service import LoaderService
     from testing.fakes import ArrowSink
@@ -55,7 +47,7 @@ async def _start_and_stop(settings: Any) -> dict[str, float]:
             assert service.failure is None, service.failure
             await asyncio.sleep(0.01)
         ready = time.perf_counter() - began
-        memory = rss_mb()
+        memory = child.rss_mib()
     return {"intake_open_s": opened, "ready_s": ready, "rss_mb": memory}
 
 
@@ -65,7 +57,7 @@ def run_config(tables: int, workdir: Path) -> dict[str, Any]:
     from loader.config import load_settings
     from testing.server_process import write_config
 
-    baseline = rss_mb()
+    baseline = child.rss_mib()
     config = write_config(
         workdir / "loader.toml",
         {
@@ -133,7 +125,7 @@ def run_bulk(tables: int, workdir: Path) -> dict[str, Any]:
                     wall = time.perf_counter() - began
                 assert answer.status_code == expected, answer.text[:500]
                 out[name] = {"wall_s": wall, "catalog_saves": len(saves) - before, "loop_lag": lag}
-        out["rss_mb"] = rss_mb()
+        out["rss_mb"] = child.rss_mib()
     Catalog.save = save  # type: ignore[method-assign]
     return out
 

@@ -1,10 +1,6 @@
 """Freshness at 50, 200 and 1,000 tables: the loader's variants against Spark Structured
-Streaming, side by side in one run on this machine (issue 14, part 6).
-
-    python -m benchmarks.freshness_at_scale                    # full run, ~45 min on 2 cores
-    python -m benchmarks.freshness_at_scale --quick            # smoke: 10 tables x 20 s per system
-    python -m benchmarks.freshness_at_scale --systems peer,before --workloads 50:0.5
-    python -m benchmarks.freshness_at_scale --rerender         # re-judge saved results
+Streaming, side by side in one run on this machine (issue 14, part 6). A full run takes ~45 min
+on 2 cores; ``--quick``: 10 tables x 20 s per system; e.g. ``--systems peer,before --workloads 50:0.5``.
 
 Per workload and system, one after the other: ``systems.run_cell`` measures, ``analyze.py``
 computes the figures; the results file is written after every measurement.
@@ -105,11 +101,6 @@ def measure(run: Run) -> dict[str, Any]:
             run.meta["run_seconds"] = time.perf_counter() - began
             run.save(results)  # an interrupted run keeps what it measured
     return results
-
-
-def judge(results: dict[str, Any]) -> None:
-    results["targets"] = evaluate_targets(results)
-    results["notes"] = build_notes(results)
 
 
 #: Issue 14's targets: staleness ratio to ideal by table count; own metrics within 5%.
@@ -272,7 +263,7 @@ BENCHMARK = Benchmark(
     seed=14,
     counts={"duration": (20.0, 120.0, "window seconds"), "drain_timeout": (120.0, 600.0, "seconds after the arrivals")},
     options=options,
-    finish=judge,
+    finish=lambda results: results.update(targets=evaluate_targets(results), notes=build_notes(results)),
 )
 
 if __name__ == "__main__":

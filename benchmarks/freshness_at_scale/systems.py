@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from benchmarks.harness import child
+from benchmarks.harness.rows import declared
 from benchmarks.harness.service import read_json, serve, spawn, stop_group, wait_exit, wait_until
 from testing.commit_logs import follower
 from testing.report import REPO_ROOT, log
@@ -31,14 +32,7 @@ from testing.service_server import OPERATOR_TOKEN, PRODUCER_TOKEN, group_cpu, sc
 from testing.tables import read_delta
 
 #: The tables' schema in the loader's declaration format (loader/core/tables.py).
-SCHEMA: dict[str, Any] = {
-    "columns": [
-        {"name": "u", "type": "int64", "nullable": False},
-        {"name": "r", "type": "int32", "nullable": False},
-        {"name": "v", "type": "float64"},
-        {"name": "s", "type": "string"},
-    ]
-}
+SCHEMA = declared("u int64 not null", "r int32 not null", "v float64", "s string")
 UPDATE_ID = "u"
 
 

@@ -19,6 +19,11 @@ def write(path: str | Path, result: Any) -> None:
     os.replace(tmp, target)
 
 
+def rss_mib() -> float:
+    """This process's resident memory now, MiB (Linux /proc)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def main(run: Callable[[dict[str, Any]], Any]) -> int:
     """``run(spec)`` on the spec file named by the first argument ({} if none); its result out."""
     spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")) if len(sys.argv) > 1 else {}

@@ -110,11 +110,8 @@ class Benchmark:
             found = results.load(saved)
         else:
             # The provenance: command, machine, the code measured (fingerprinted), load at start and end.
-            began, packages, fingerprint = (
-                time.perf_counter(),
-                (self.package, *self.fingerprints),
-                report.source_fingerprint,
-            )
+            began, fingerprint = time.perf_counter(), report.source_fingerprint
+            packages = (self.package, *self.fingerprints)
             meta: dict[str, Any] = {"command": report.command_line(self.module, argv), "quick": args.quick}
             meta |= {"repeats": args.repeats} if self.repeats else {}
             meta |= {"skipped": sorted(args.skip)} if self.parts else {}

@@ -83,19 +83,12 @@ class Template:
         """A one-line block, filled, without its newline (a phrase, a note, a target)."""
         return self(block, **values).removesuffix("\n")
 
-    def table(
-        self,
-        block: str,
-        rows: Iterable[Any],
-        align: str | None = None,
-        cells: Sequence[Cell] | None = None,
-        **values: Any,
-    ) -> str:
+    def table(self, block: str, rows: Iterable[Any], align: str | None = None, **values: Any) -> str:
         """A table whose block holds its headers' line (filled with ``values``) and its cells' line,
-        unless ``cells`` are given or ``rows`` are their cells."""
+        unless ``rows`` are their cells."""
         headers, *line = self.blocks[block].splitlines()
         headers = self.formatter.vformat(headers, (), values)
-        return table(headers, cells or (line[0] if line else None), rows, align, self.formatter.formats)
+        return table(headers, line[0] if line else None, rows, align, self.formatter.formats)
 
 
 def cell(spec: Cell, row: Any, formats: Formats | None = None) -> str:

@@ -1,5 +1,5 @@
 """The small table the Spark benchmarks load, (id int64 not null, v float64, s string), and
-``schema``, a table declaration from its columns' short form."""
+table declarations from their columns' short form (``declared``, ``schema``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,16 @@ import pyarrow as pa
 from loader.core.schema import TableSchema
 
 
-def schema(*columns: str, **declaration: Any) -> TableSchema:
-    """A table schema from columns written ``"name type"`` or ``"name type not null"``, and the rest
-    of its declaration (``key``, ``order_by``, ...)."""
+def declared(*columns: str) -> dict[str, Any]:
+    """A schema in the loader's declaration format, its columns written ``"name type"`` or ``"name type not null"``."""
     parsed = [{"name": c.split()[0], "type": c.split()[1], "nullable": not c.endswith(" not null")} for c in columns]
-    return TableSchema.model_validate({"columns": parsed, **declaration})
+    return {"columns": parsed}
+
+
+def schema(*columns: str, **declaration: Any) -> TableSchema:
+    """A table schema from its columns' short form (``declared``) and the rest of its declaration
+    (``key``, ``order_by``, ...)."""
+    return TableSchema.model_validate(declared(*columns) | declaration)
 
 
 SCHEMA = schema("id int64 not null", "v float64", "s string")

@@ -1,8 +1,6 @@
 """Acknowledgements beside loads (issue 15): does a producer's acknowledgement depend on how
-much the warehouse is loading?
-
-    python -m benchmarks.isolation            # full run, ~25 min on 2 cores
-    python -m benchmarks.isolation --quick    # smoke run, ~8 min; writes isolation-quick.json only
+much the warehouse is loading? A full run takes ~25 min on 2 cores; ``--quick`` ~8 min (writes
+isolation-quick.json only).
 
 Parts: the ceiling (``bare_app.py`` at saturation); ``loader serve`` in each Spark mode, tables
 paused and loading on, closed and open loop on both endpoints; the price of the process boundary

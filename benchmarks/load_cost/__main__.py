@@ -3,15 +3,13 @@
 
 Loads run in worker processes (``benchmarks.load_cost.worker``) so each JVM goes away with its
 process. Parts: ``changes`` (each lean change alone, the default set, without and with each
-change, in rotating order; the target comes from here), ``local`` and ``cluster`` (where a
-load's time goes, on ``local[2]`` and on a standalone master and worker started here).
+change, in rotating order; the target comes from here), ``local`` (where a load's time goes,
+on ``local[2]``).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import time
 from typing import Any
 
 from benchmarks.harness.cli import Benchmark, Run
@@ -19,12 +17,10 @@ from benchmarks.load_cost import report
 from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN, LEAN_CHANGES
 from testing.report import load_average, log
 from testing.service_server import run_child
-from testing.spark_cluster import ClusterError, StandaloneCluster
 
 WORKER = "benchmarks.load_cost.worker"
 ROWS_PER_UPDATE = 100
 SIZES = (1, 10, 100)  # updates per batch
-PARTS = ("changes", "local", "cluster")
 
 
 def change_variants() -> dict[str, list[str]]:
@@ -40,7 +36,7 @@ def change_variants() -> dict[str, list[str]]:
 
 
 def run_changes(args: argparse.Namespace) -> dict[str, Any]:
-    spec = _spec("changes", "local[2]", [1], args.change_warmup, args.change_rounds, change_variants())
+    spec = _spec("changes", [1], args.change_warmup, args.change_rounds, change_variants())
     runs = []
     for k in range(args.change_runs):
         log(f"[changes] run {k + 1}/{args.change_runs}: {args.change_warmup} warm-up + {args.change_rounds} rounds")
@@ -49,35 +45,19 @@ def run_changes(args: argparse.Namespace) -> dict[str, Any]:
     return {"spec": spec, "runs": runs}
 
 
-def run_breakdown(args: argparse.Namespace, master: str, conf: dict[str, str]) -> dict[str, Any]:
+def run_breakdown(args: argparse.Namespace) -> dict[str, Any]:
     variants = {"baseline": [], "default": sorted(DEFAULT_LEAN)}
-    spec = _spec("breakdown", master, list(SIZES), args.breakdown_warmup, args.breakdown_loads, variants)
-    spec |= {"conf": conf, "event_log": True, "jfr": True, "jfr_loads": args.jfr_loads}
-    log(f"[breakdown] {master}: {args.breakdown_warmup} warm-up rounds, {args.breakdown_loads} loads per block")
+    spec = _spec("breakdown", list(SIZES), args.breakdown_warmup, args.breakdown_loads, variants)
+    spec["event_log"] = True
+    log(f"[breakdown] {args.breakdown_warmup} warm-up rounds, {args.breakdown_loads} loads per block")
     load = load_average()
     return {"spec": spec, "result": run_child(WORKER, spec, timeout=3600), "loadavg": [load, load_average()]}
 
 
-def _spec(mode: str, master: str, sizes: list[int], warmup: int, runs: int, variants: dict[str, list[str]]) -> dict:
-    """A worker's spec (``benchmarks.load_cost.worker``)."""
-    spec = {"mode": mode, "master": master, "rows_per_update": ROWS_PER_UPDATE, "sizes": sizes}
+def _spec(mode: str, sizes: list[int], warmup: int, runs: int, variants: dict[str, list[str]]) -> dict:
+    """A worker's spec (``benchmarks.load_cost.worker``), on ``local[2]``."""
+    spec = {"mode": mode, "master": "local[2]", "rows_per_update": ROWS_PER_UPDATE, "sizes": sizes}
     return spec | {"warmup": warmup, "runs": runs, "variants": variants}
-
-
-def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
-    log("[cluster] starting a standalone master and worker (spark-class of the pyspark package)")
-    began = time.perf_counter()
-    try:
-        with StandaloneCluster(cores=2, memory="1g") as cluster:
-            started = time.perf_counter() - began
-            log(f"[cluster] up at {cluster.master_url} after {started:.1f} s")
-            conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.cores.max": "2"}
-            conf["spark.executor.memory"] = "1g"
-            out = run_breakdown(args, cluster.master_url, conf)
-            out["cluster_start_seconds"] = started
-            return out
-    except ClusterError as exc:
-        raise SystemExit(f"load_cost: {exc}") from None
 
 
 #: Flags of the parts: name -> quick and full default, help.
@@ -87,7 +67,6 @@ COUNTS = {
     "change_warmup": (3, 40, "warm-up rounds per run"),
     "breakdown_loads": (3, 20, "loads per breakdown block"),
     "breakdown_warmup": (2, 60, "breakdown warm-up rounds"),
-    "jfr_loads": (2, 10, "loads per profiled block"),
 }
 
 
@@ -119,8 +98,7 @@ def measure(run: Run) -> dict[str, Any]:
         for name, c in LEAN_CHANGES.items()
     }
     run.meta.update(rows_per_update=ROWS_PER_UPDATE, lean_changes=changes)
-    local = functools.partial(run_breakdown, args, "local[2]", {})
-    return run.parts(changes=lambda: run_changes(args), local=local, cluster=lambda: run_cluster(args))
+    return run.parts(changes=lambda: run_changes(args), local=lambda: run_breakdown(args))
 
 
 BENCHMARK = Benchmark(
@@ -130,7 +108,7 @@ BENCHMARK = Benchmark(
     measure,
     report.render_markdown,
     quick_saves=True,
-    parts=PARTS,
+    parts=("changes", "local"),
     counts=COUNTS,
     finish=judge,
 )

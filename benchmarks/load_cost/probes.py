@@ -1,7 +1,7 @@
 """What the load-cost benchmark measures a load with, besides a stopwatch: the steps of
 ``DeltaRsSink.load`` (wrappers around the sink's own steps: the live path, not a copy of it) and
 their py4j round trips (``PhaseRecorder``), the driver JVM's CPU by thread kind from ``/proc``
-(``JvmThreads``), the Spark job cut by its own event log (``spark_phases``), JFR samples (``Flight``).
+(``JvmThreads``), the Spark job cut by its own event log (``spark_phases``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ import collections
 import json
 import os
 import re
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -179,20 +177,6 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(before) | set(after)}
 
 
-def find_executor_pid(app_id: str) -> int | None:
-    """The standalone executor JVM of application ``app_id`` on this machine, if any."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmdline and app_id.encode() in cmdline:
-            return int(entry.name)
-    return None
-
-
 # -- Spark's event log ------------------------------------------------------------------
 #: Phases of a load's Spark write, from the write call's start to its return (milliseconds).
 SPARK_PHASES = (
@@ -301,91 +285,3 @@ def spark_phases(events: Iterable[dict[str, Any]], windows: list[tuple[float, fl
         plan = {"_exchange": float("Exchange" in e.plan), "_adaptive": float("AdaptiveSparkPlan" in e.plan)}
         out.append(dict(zip(SPARK_PHASES, cut, strict=True)) | plan)
     return out
-
-
-# -- Java Flight Recorder ---------------------------------------------------------------
-#: Activities of the driver JVM, by frame (regex); a sample goes to the innermost frame
-#: that names one. JIT and GC threads are not Java threads: ``JvmThreads`` counts them.
-ACTIVITIES: tuple[tuple[str, str], ...] = (
-    (
-        "Hadoop Configuration (copies, look-ups, (de)serialization)",
-        r"hadoop\.conf\.Configuration\.|SerializableConfiguration",
-    ),
-    ("forking `chmod` (Hadoop local filesystem permissions)", r"hadoop\.util\.Shell\.|java\.lang\.ProcessBuilder"),
-    ("Parquet writer (set-up, encode, footer)", r"org\.apache\.parquet\.(hadoop|column|format)|ParquetOutputWriter"),
-    (
-        "Parquet reader (the rows file)",
-        r"VectorizedParquetRecordReader|SpecificParquetRecordReaderBase|ParquetFileReader",
-    ),
-    ("commit protocol (set-up, task and job commit)", r"FileOutputCommitter|CommitProtocol"),
-    ("filesystem calls", r"org\.apache\.hadoop\.fs\."),
-    ("code generation", r"org\.codehaus\.|CodeGenerator"),
-    ("plan description for the SQL listener", r"explainString|ExplainUtils|SparkPlanInfo"),
-    ("analysis", r"sql\.catalyst\.analysis\.|\.Analyzer\.|CheckAnalysis"),
-    ("optimization", r"sql\.catalyst\.optimizer\.|\.Optimizer\."),
-    (
-        "physical planning",
-        r"QueryPlanner|SparkStrategies|FileSourceStrategy|QueryExecution\$?\.prepare|EnsureRequirements",
-    ),
-    ("file listing", r"InMemoryFileIndex|PartitioningAwareFileIndex|HadoopFSUtils"),
-    ("task and closure (de)serialization", r"ClosureCleaner|JavaSerializer|ObjectOutputStream|ObjectInputStream"),
-    ("broadcast and block manager", r"TorrentBroadcast|storage\.BlockManager|MemoryStore|SizeEstimator"),
-    ("DAG and task scheduler", r"org\.apache\.spark\.scheduler\."),
-    ("listener bus and status store", r"org\.apache\.spark\.status\.|ListenerBus|SQLAppStatusListener"),
-    ("py4j command handling", r"^py4j\."),
-)
-OTHER_ACTIVITY = "other"
-
-
-def jdk_tool(name: str) -> str | None:
-    """A JDK tool (``jcmd``, ``jfr``) beside the ``java`` in use, or on PATH."""
-    java = shutil.which("java")
-    if java:
-        candidate = Path(os.path.realpath(java)).parent / name
-        if candidate.exists():
-            return str(candidate)
-    return shutil.which(name)
-
-
-class Flight:
-    """One JFR recording of a running JVM at a time (``jcmd PID JFR.start/stop``)."""
-
-    def __init__(self, pid: int, directory: Path) -> None:
-        self.pid = pid
-        self.directory = directory
-        self.jcmd, self.jfr = jdk_tool("jcmd"), jdk_tool("jfr")
-        self._count = 0
-
-    @property
-    def available(self) -> bool:
-        return self.jcmd is not None and self.jfr is not None
-
-    def _jcmd(self, *args: str) -> None:
-        assert self.jcmd is not None
-        done = subprocess.run([self.jcmd, str(self.pid), *args], capture_output=True, text=True, timeout=60)
-        if done.returncode != 0 or "error" in done.stdout.lower():
-            raise RuntimeError(f"jcmd {' '.join(args)} failed: {done.stdout.strip()} {done.stderr.strip()}")
-
-    def start(self) -> Path:
-        self._count += 1
-        path = self.directory / f"load-cost-{self._count}.jfr"
-        # method-profiling=max: a Java stack every 1 ms (JDK 17's profile settings).
-        self._jcmd("JFR.start", "name=load-cost", "settings=profile", "method-profiling=max", f"filename={path}")
-        return path
-
-    def stop(self) -> None:
-        self._jcmd("JFR.stop", "name=load-cost")
-
-    def _print(self, path: Path, event: str, depth: int) -> str:
-        assert self.jfr is not None
-        command = [self.jfr, "print", "--events", event, "--stack-depth", str(depth), str(path)]
-        return subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout
-
-    def activities(self, path: Path) -> dict[str, Any]:
-        """Samples per activity; forks (``jdk.ProcessStart``) counted by command."""
-        samples: dict[str, int] = collections.Counter()
-        for block in self._print(path, "jdk.ExecutionSample", 300).split("jdk.ExecutionSample {")[1:]:
-            frames = [line.strip().split("(", 1)[0] for line in block.split("stackTrace = [", 1)[-1].splitlines()[1:]]
-            samples[next((a for f in frames for a, rx in ACTIVITIES if re.search(rx, f)), OTHER_ACTIVITY)] += 1
-        forks = re.findall(r'command = "([^"]*)"', self._print(path, "jdk.ProcessStart", 1))
-        return {"samples": dict(samples), "forks": dict(collections.Counter(c.split()[0] for c in forks if c.strip()))}

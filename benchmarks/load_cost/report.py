@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from benchmarks.harness.markdown import Template, bullets, missing
-from benchmarks.load_cost.probes import ACTIVITIES, OTHER_ACTIVITY, PHASES, SPARK_PHASES, THREAD_KIND_NAMES
+from benchmarks.load_cost.probes import PHASES, SPARK_PHASES, THREAD_KIND_NAMES
 from loader.loading.spark import LEAN_CHANGES
 from testing.report import machine_markdown, md_table
 
@@ -48,11 +48,6 @@ def _load_figures(loads: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def reference_of(name: str) -> str:
-    """What a variant is compared with: the default set for its variations, else the baseline."""
-    return "default" if name.startswith("default-") else "baseline"
-
-
 def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     """Per variant: the median load, and against its reference's load of the same round
     (paired, so the machine's load, which drifts over seconds, weighs on both alike) the
@@ -63,7 +58,7 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"variants": {}, "runs": len(runs), "rounds": part["spec"]["runs"]}
     for name in names:
         figures = [r[name] for r in per_run]
-        reference = reference_of(name)
+        reference = "default" if name.startswith("default-") else "baseline"  # a variation's, or the baseline
         rounds = (zip(run["variants"][name]["1"], run["variants"][reference]["1"], strict=True) for run in runs)
         pairs = [(load["total"], ref["total"]) for paired in rounds for load, ref in paired]
         one = {"reference": reference, "median_ms": _median(f["total_ms"] for f in figures)}
@@ -77,49 +72,35 @@ def summarize_changes(part: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _spark_figures(phases: list[dict[str, float] | None]) -> dict[str, float]:
-    kept = [p for p in phases if p is not None]
-    counts = {f"_{k}": float(sum(p.get(f"_{k}", 0.0) for p in kept)) for k in ("exchange", "adaptive")}
-    return {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {"_loads": float(len(kept))} | counts
-
-
 def summarize_breakdown(part: dict[str, Any]) -> dict[str, Any]:
     result = part["result"]
     blocks = {}
     for block in result["blocks"]:
         key = f"{block['variant']}/{block['updates']}"
         figures = _load_figures(block["loads"])
-        figures["spark_ms"] = _spark_figures(block.get("spark_phases") or [])
+        kept = [p for p in block.get("spark_phases") or [] if p is not None]
+        counts = {f"_{k}": float(sum(p.get(f"_{k}", 0.0) for p in kept)) for k in ("exchange", "adaptive")}
+        spark = {name: _median(p[name] for p in kept) for name in SPARK_PHASES} | {"_loads": float(len(kept))}
+        figures["spark_ms"] = spark | counts
         figures["jvm_threads_ms"] = {k: 1e3 * v for k, v in (block.get("jvm_threads") or {}).items()}
-        figures["executor_cpu_ms"] = 1e3 * block["executor_cpu"] if block.get("executor_cpu") is not None else None
-        jfr = block.get("jfr")
-        if jfr:
-            total = sum(jfr["samples"].values()) or 1
-            figures["jfr_share"] = {k: v / total for k, v in jfr["samples"].items()}
-            figures["jfr_samples"] = total
-            figures["forks_per_load"] = {k: v / jfr["loads"] for k, v in jfr["forks"].items()}
         blocks[key] = figures
     spec = part["spec"]
     out = {"master": spec["master"], "sizes": spec["sizes"], "loads_per_block": spec["runs"], "blocks": blocks}
-    out |= {"jfr_loads": spec.get("jfr_loads"), "warmup_rounds": spec["warmup"]}
-    out["hadoop_conf"] = result.get("hadoop_conf")
-    out["audit_ok"] = all(v["ok"] for v in result["audit"].values())
-    return out | {"cluster_start_seconds": part.get("cluster_start_seconds")}
+    out |= {"warmup_rounds": spec["warmup"], "hadoop_conf": result.get("hadoop_conf")}
+    return out | {"audit_ok": all(v["ok"] for v in result["audit"].values())}
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "changes" in results:
-        out["changes"] = summarize_changes(results["changes"])
-        everything = out["changes"]["variants"]["default"]
-        changes = out["changes"]
+        changes = out["changes"] = summarize_changes(results["changes"])
+        everything = changes["variants"]["default"]
         target = {"measured_ms": everything["median_ms"], "baseline_ms": changes["variants"]["baseline"]["median_ms"]}
         target |= {"reference_ms": changes["reference_ms"], "loads_per_run": changes["rounds"], "runs": changes["runs"]}
         ok = everything["median_ms"] <= TARGET_MS and changes["rounds"] >= TARGET_LOADS
         out["target"] = target | {"goal_ms": TARGET_MS, "ok": ok}
-    for part in ("local", "cluster"):
-        if part in results:
-            out[part] = summarize_breakdown(results[part])
+    if "local" in results:
+        out["local"] = summarize_breakdown(results["local"])
     return out
 
 
@@ -132,10 +113,9 @@ def _table(head: str, labels: list[str], columns: Columns, cells: Callable[[dict
     return md_table([head, *names], zip(labels, *map(cells, figures)))
 
 
-def _blocks(part: dict[str, Any], jfr: bool = False) -> Columns:
-    """A breakdown's blocks (``jfr``: those profiled), baseline and lean per batch size, and their labels."""
+def _blocks(part: dict[str, Any]) -> Columns:
+    """A breakdown's blocks, baseline and lean per batch size, and their labels."""
     keys = [(f"{v}/{u}", f"{u} upd. {'base' if v == 'baseline' else 'lean'}") for u in part["sizes"] for v in VARIANTS]
-    keys = [(k, label) for k, label in keys if not jfr or "jfr_share" in part["blocks"][k]]
     return [part["blocks"][k] for k, _ in keys], [label for _, label in keys]
 
 
@@ -161,38 +141,23 @@ def spark_table(part: dict[str, Any]) -> str:
 
 
 def cpu_table(part: dict[str, Any]) -> str:
-    """Thread kinds that took 0.05 ms or more in some block, the JVMs and the Python process."""
+    """Thread kinds that took 0.05 ms or more in some block, the driver JVM and the Python process."""
     blocks = _blocks(part)
     kinds = [k for k in THREAD_KIND_NAMES if any((b["jvm_threads_ms"].get(k) or 0) >= 0.05 for b in blocks[0])]
-    executor = any(b.get("executor_cpu_ms") is not None for b in blocks[0])
 
     def cells(b: dict[str, Any]) -> list[str]:
         threads = [_ms(b["jvm_threads_ms"].get(k)) for k in kinds]
-        jvm = f"**{_ms(sum(b['jvm_threads_ms'].values()))}**"
-        return [*threads, jvm, *([_ms(b.get("executor_cpu_ms"))] if executor else []), _ms(b["python_cpu_ms"])]
+        return [*threads, f"**{_ms(sum(b['jvm_threads_ms'].values()))}**", _ms(b["python_cpu_ms"])]
 
-    labels = [*kinds, "**driver JVM, all threads**", *(["executor JVM (whole process)"] if executor else [])]
-    return _table("CPU per load (ms)", [*labels, "Python process (this process, all threads)"], blocks, cells)
+    labels = [*kinds, "**driver JVM, all threads**", "Python process (this process, all threads)"]
+    return _table("CPU per load (ms)", labels, blocks, cells)
 
 
-def jfr_table(part: dict[str, Any]) -> str | None:
-    names = [a for a, _ in ACTIVITIES] + [OTHER_ACTIVITY]
-
-    def cells(b: dict[str, Any]) -> list[str]:
-        shares = [f"{100 * b['jfr_share'].get(a, 0.0):.0f}%" for a in names]
-        return [*shares, f"{b['jfr_samples']:,}", f"{sum(b['forks_per_load'].values()):.1f}"]
-
-    labels = [*names, "Java samples (1 ms)", "processes forked per load"]
-    blocks = _blocks(part, jfr=True)
-    return _table("driver JVM, Java samples by activity (JFR)", labels, blocks, cells) if blocks[0] else None
+LABELS = {"only-": "only", "default-without-": "default without", "default-with-": "default with"}
 
 
 def _variant_label(name: str) -> str:
-    for prefix, words in (
-        ("only-", "only"),
-        ("default-without-", "default without"),
-        ("default-with-", "default with"),
-    ):
+    for prefix, words in LABELS.items():
         if name.startswith(prefix):
             return f"{words} `{name.removeprefix(prefix)}`"
     return {"baseline": "baseline (no change)", "default": "**default set**"}.get(name, name)
@@ -250,21 +215,16 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
         if with_:
             parts = ", ".join(f"`{n}` {v['delta_ms']:+.0f} ms (ratio {v['ratio']:.2f})" for n, v in with_.items())
             notes.append(T.line("note-with", parts=parts))
-    local = summary.get("local")
-    if local and "jfr_share" in local["blocks"].get("baseline/1", {}):
-        base, lean = (sum(local["blocks"][k]["forks_per_load"].values()) for k in ("baseline/1", "default/1"))
-        notes.append(T.line("note-forks", base=base, lean=lean))
-    if conf := (local or summary.get("cluster") or {}).get("hadoop_conf"):
+    local = summary.get("local") or {}
+    if conf := local.get("hadoop_conf"):
         top = ", ".join(f"{n} {c}" for n, c in sorted(conf["by_source"].items(), key=lambda kv: -kv[1])[:3])
         notes.append(T.line("note-hadoop", conf=conf, kib=conf["bytes"] / 1024, top=top))
-    parts = [summary[p] for p in ("local", "cluster") if p in summary]
-    if plans := [b["spark_ms"] for p in parts for b in p["blocks"].values() if b["spark_ms"].get("_loads")]:
+    if plans := [b["spark_ms"] for b in local.get("blocks", {}).values() if b["spark_ms"].get("_loads")]:
         counts = {k: sum(s[f"_{k}"] for s in plans) for k in ("exchange", "adaptive", "loads")}
         shuffles, adaptive = counts["exchange"], counts["adaptive"]
         notes.append(T.line("note-plans", shuffles=shuffles, adaptive=adaptive, counted=counts["loads"]))
-    for part in ("local", "cluster"):
-        if (p := summary.get(part)) and not p["audit_ok"]:
-            notes.append(T.line("note-audit", part=part))
+    if local and not local["audit_ok"]:
+        notes.append(T.line("note-audit", part="local"))
     if changes and not changes["audit_ok"]:
         notes.append(T.line("note-audit", part="changes"))
     return notes
@@ -288,15 +248,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         warmup = results["changes"]["spec"]["warmup"]
         phases = change_phases_table(changes)
         out.append(T("changes", changes=changes, warmup=warmup, table=changes_table(changes), phases=phases))
-    for part, title in (("local", "`local[2]`"), ("cluster", "standalone cluster (1 master, 1 worker of 2 cores)")):
-        if not (p := summary.get(part)):
-            continue
-        started = p.get("cluster_start_seconds")
-        cluster = "" if started is None else T.line("part-cluster", seconds=started)
-        tables = {"phases": phases_table(p), "spark": spark_table(p), "cpu": cpu_table(p)}
-        out.append(T("part", title=title, p=p, cluster=cluster, **tables))
-        if jfr := jfr_table(p):
-            out.append(T("jfr", loads=p["jfr_loads"], table=jfr))
+    if p := summary.get("local"):
+        out.append(T("part", p=p, phases=phases_table(p), spark=spark_table(p), cpu=cpu_table(p)))
     if notes := build_notes(summary):
         out.append(T("notes", notes=bullets(notes)))
     return "".join(out).removesuffix("\n")

@@ -7,7 +7,7 @@ loads in the one session: the sink follows ``sink.lean``; ``no_checksum_files`` 
 local-filesystem flag; ``no_call_sites`` is a static Spark setting that PySpark reads once into
 ``pyspark.errors.utils._enable_debugging_cache``, so the variant sets that cache instead.
 Modes: ``changes`` (rounds of one load per variant, rotated) and ``breakdown`` (blocks per
-variant and size, with Spark's event log, CPU by JVM thread kind and a JFR profile).
+variant and size, with Spark's event log and CPU by JVM thread kind).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from benchmarks.harness.rows import SCHEMA
 from benchmarks.load_cost import probes
 from benchmarks.service.commit import make_batch
 from loader.core.updates import Batch
+from testing.report import log
 
 #: Lean changes with Spark settings of their own, and how a variant switches them at run time.
 RUNTIME_SETTINGS = {"no_call_sites"}
@@ -61,12 +61,10 @@ class Session:
         if unhandled:
             raise SystemExit(f"load_cost worker cannot switch the Spark settings of {unhandled} between loads")
         self.spec = spec
-        self.root = root
-        conf = dict(spec.get("conf", {}))
         self.events = root / "events" if spec.get("event_log") else None
+        conf = {} if self.events is None else EVENT_LOG | {"spark.eventLog.dir": str(self.events)}
         if self.events is not None:
             self.events.mkdir()
-            conf |= EVENT_LOG | {"spark.eventLog.dir": str(self.events)}
         began = time.perf_counter()
         self.spark = build_spark_session(spec["master"], conf, "load-cost", fair_pools=2, lean=frozenset())
         self.start_seconds = time.perf_counter() - began
@@ -83,7 +81,6 @@ class Session:
         pid = gateway.pid if gateway is not None else None
         self.jvm = probes.JvmThreads(pid) if pid is not None and probes.JvmThreads.available(pid) else None
         self.app_id = self.spark.sparkContext.applicationId
-        self.local = spec["master"].startswith("local")
         # The service's worker threads each load in their own FAIR pool; so does this one.
         sink.use_pool("worker-0")
 
@@ -174,10 +171,6 @@ def rotate(items: list[str], k: int) -> list[str]:
     return items[k:] + items[:k]
 
 
-def log(message: str) -> None:
-    print(f"[load_cost] {message}", file=sys.stderr, flush=True)
-
-
 def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
     names = list(spec["variants"])
     results: dict[str, dict[int, list[dict[str, Any]]]] = {n: collections.defaultdict(list) for n in names}
@@ -197,58 +190,32 @@ def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
     return {"variants": variants, "reference_range_count": reference}
 
 
-def _flight(session: Session) -> probes.Flight | None:
-    if not (session.spec.get("jfr") and session.local and session.jvm is not None):
-        return None
-    flight = probes.Flight(session.jvm.pid, session.root)
-    return flight if flight.available else None
-
-
 def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
     """Per batch size, rounds of one load per variant (alternating), each load with the JVM's
-    CPU by thread kind around it; then, on a local master, one Java Flight Recorder block per
-    size and variant (a recording's start re-instruments classes and wakes the JIT, so the
-    timed loads run without one)."""
+    CPU by thread kind around it."""
     names = list(spec["variants"])
     for r in range(spec["warmup"]):
         for updates in spec["sizes"]:
             for name in rotate(names, r):
                 session.load(name, updates)
         log(f"warm-up round {r + 1}/{spec['warmup']}")
-    executor = None if session.local else probes.find_executor_pid(session.app_id)
-    executor_cpu = probes.JvmThreads(executor) if executor is not None else None
     blocks = {(name, updates): [] for updates in spec["sizes"] for name in names}
     threads: dict[tuple[str, int], dict[str, float]] = {key: collections.defaultdict(float) for key in blocks}
-    executor_seconds: dict[tuple[str, int], float] = collections.defaultdict(float)
     for updates in spec["sizes"]:
         for r in range(spec["runs"]):
             for name in rotate(names, r):
                 before = session.jvm.snapshot() if session.jvm else None
-                exec0 = executor_cpu.total() if executor_cpu else None
                 blocks[name, updates].append(session.load(name, updates))
                 if session.jvm and before is not None:
                     for kind, seconds in probes.cpu_delta(before, session.jvm.snapshot()).items():
                         threads[name, updates][kind] += seconds
-                if executor_cpu and exec0 is not None:
-                    executor_seconds[name, updates] += executor_cpu.total() - exec0
         log(f"{updates} update(s): {spec['runs']} rounds done")
     out = []
     for (name, updates), loads in blocks.items():
         block = {"variant": name, "updates": updates, "rows": updates * spec["rows_per_update"], "loads": loads}
         cpu = {k: v / len(loads) for k, v in threads[name, updates].items()} if session.jvm else None
-        executor_s = executor_seconds[name, updates] / len(loads) if executor_cpu else None
-        out.append(block | {"jvm_threads": cpu, "executor_cpu": executor_s})
-    flight = _flight(session)
-    if flight:
-        for block in out:
-            path = flight.start()
-            time.sleep(0.5)  # let jcmd's own work settle
-            for _ in range(spec["jfr_loads"]):
-                session.load(block["variant"], block["updates"])
-            flight.stop()
-            block["jfr"] = flight.activities(path) | {"loads": spec["jfr_loads"]}
-            log(f"profiled {block['variant']}, {block['updates']} update(s)")
-    return {"blocks": out, "jfr_available": flight is not None, "executor_found": executor is not None}
+        out.append(block | {"jvm_threads": cpu})
+    return {"blocks": out}
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:

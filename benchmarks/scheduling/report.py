@@ -294,7 +294,6 @@ def judge(results: dict[str, Any]) -> None:
 
 
 # -- the section ----------------------------------------------------------------------------------------
-
 FORMATS = T.formatter.formats
 PEERS = (("interval", "myopic"), ("no-batching", "myopic"), ("interval", "max-benefit"), ("no-batching", "max-benefit"))
 

@@ -1,8 +1,5 @@
 """Benchmark of the live service: intake, end-to-end freshness against the simulator, commit cost.
-
-    python -m benchmarks.service              # full run, ~11 min on 2 cores
-    python -m benchmarks.service --quick      # smoke run, ~3 min
-    python -m benchmarks.service --skip freshness,commit
+A full run takes ~11 min on 2 cores, ``--quick`` ~3 min.
 
 Parts (templates/service.md says how): intake (closed and open loop), freshness (a trace
 replayed live against the simulator's account of it), commit (``commit.py``).
@@ -18,7 +15,7 @@ from typing import Any
 
 from benchmarks.harness import service as serving
 from benchmarks.harness.cli import Benchmark, Run
-from benchmarks.harness.markdown import Template, bullets
+from benchmarks.harness.markdown import Template, bullets, missing
 from schedulers import generators
 from schedulers.model import Trace
 from schedulers.registry import make_policy
@@ -236,13 +233,8 @@ def measure(run: Run) -> dict[str, Any]:
     )
 
 
-def judge(results: dict[str, Any]) -> None:
-    results["targets"] = evaluate_targets(results)
-    results["notes"] = build_notes(results)
-
-
 def _ms(value: float) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if missing(value):
         return "–"
     if math.isinf(value):
         return "unanswered"
@@ -386,7 +378,7 @@ BENCHMARK = Benchmark(
     repeats=(1, 3),
     parts=("intake", "freshness", "commit"),
     counts={"commit_runs": (2, 7, "timed runs per batch size and path")},
-    finish=judge,
+    finish=lambda results: results.update(targets=evaluate_targets(results), notes=build_notes(results)),
 )
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ mode, simulated: below). What each measures: the section's text.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from testing.report import log
 
 # -- part 3: what the Chain memory-pressure mode buys and costs, in simulation (bursty traces with
 # heterogeneous payload sizes; templates/spill.md says how) -----------------------------------------
-
 TRACE = {"tables": 20, "workers": 2, "overhead": 0.2}
 #: (high, low) watermarks as fractions of M: the service's default, and a lower pair.
 WATERMARKS = ((0.8, 0.5), (0.4, 0.2))
@@ -51,7 +49,7 @@ def _figures(result: SimulationResult) -> dict[str, Any]:
     return out | {"times_entered": entered, "wall_seconds": result.wall_seconds}
 
 
-def run_chain(quick: bool, seeds: int, progress: Callable[[str], None]) -> dict[str, Any]:
+def run_chain(quick: bool, seeds: int) -> dict[str, Any]:
     horizon, workers = 900.0 if quick else 3600.0, TRACE["workers"]
     cases = []
     for utilization in UTILIZATIONS:
@@ -65,7 +63,7 @@ def run_chain(quick: bool, seeds: int, progress: Callable[[str], None]) -> dict[
                 policy = ChainPressure(make_policy("myopic"), int(high * budget), int(low * budget), CAP)
                 runs[f"chain {high:g}/{low:g}"] = _figures(simulate(trace, policy, workers, sizes=sizes))
             peaks = (f"{k} peak {v['peak_pending_bytes'] / 2**20:,.0f} MiB" for k, v in runs.items())
-            progress(f"[chain] U={utilization} seed {seed}: {trace.n_updates:,} updates, " + ", ".join(peaks))
+            log(f"[chain] U={utilization} seed {seed}: {trace.n_updates:,} updates, " + ", ".join(peaks))
             busy = sum(spec.alpha for spec in trace.tables) / workers
             case = {"utilization": utilization, "seed": seed, "updates": trace.n_updates, "budget_bytes": budget}
             cases.append(case | {"alpha_utilization": busy, "table_mean_bytes": means, "runs": runs})
@@ -77,9 +75,9 @@ def run_chain(quick: bool, seeds: int, progress: Callable[[str], None]) -> dict[
 def measure(run: Run) -> dict[str, Any]:
     args = run.args
     return run.parts(
-        model=lambda: run_competitive(args.quick, log),
-        io=lambda: run_io(args.repeats, args.dir, log, args.io_mib),
-        chain=lambda: run_chain(args.quick, args.seeds, log),
+        model=lambda: run_competitive(args.quick),
+        io=lambda: run_io(args.repeats, args.dir, args.io_mib),
+        chain=lambda: run_chain(args.quick, args.seeds),
     )
 
 

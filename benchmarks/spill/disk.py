@@ -27,6 +27,7 @@ from loader.pending.spill.model import DiskOp, Item
 from loader.pending.spill.registry import make_spill_policy
 from loader.pending.spill.segments import SegmentFiles
 from loader.pending.store import PendingStore
+from testing.report import log
 
 MiB = 1 << 20
 PIECE = 4 * MiB
@@ -227,25 +228,25 @@ def codec_ceiling(pool: list[pa.Table], repeats: int = 5) -> dict[str, float]:
     return {"payload_bytes": payload, **rates({"encode": (payload, min(encode)), "decode": (payload, min(decode))})}
 
 
-def run_io(repeats: int, directory: Path | None, progress: Callable[[str], None], total_mib: int) -> dict[str, Any]:
+def run_io(repeats: int, directory: Path | None, total_mib: int) -> dict[str, Any]:
     total, budget, limit = total_mib * MiB, 64 * MiB, 16
-    progress("[io] building the update pool (1-4 MiB of Arrow rows each)")
+    log("[io] building the update pool (1-4 MiB of Arrow rows each)")
     pool = update_pool()
     runs = []
     with tempfile.TemporaryDirectory(prefix="spill-bench-", dir=directory) as scratch:
         where = Path(scratch)
         # Untimed warm-up: the first large allocation of page cache in a VM is several times
         # slower than later ones (the host backs guest memory on first touch).
-        progress("[io] warm-up (untimed raw write and spill)")
+        log("[io] warm-up (untimed raw write and spill)")
         raw_run(where, total)
         spill_run(where, min(total, 128 * MiB), budget, pool, limit)
         for k in range(repeats):
-            progress(f"[io] run {k + 1}/{repeats}: raw file of {total // MiB} MiB, {RAW_PASSES} passes")
+            log(f"[io] run {k + 1}/{repeats}: raw file of {total // MiB} MiB, {RAW_PASSES} passes")
             passes = [raw_run(where, total) for _ in range(RAW_PASSES)]
             raw = {key: max(p[key] for p in passes) for key in passes[0] if key.endswith("MBps")}
             cached = [p["cached_before_cold_read"] for p in passes if p["cached_before_cold_read"] is not None]
             raw |= {"cached_before_cold_read": max(cached, default=None), "passes": passes}
-            progress(f"[io] run {k + 1}/{repeats}: spill of {total // MiB} MiB through PendingStore (M = 64 MiB)")
+            log(f"[io] run {k + 1}/{repeats}: spill of {total // MiB} MiB through PendingStore (M = 64 MiB)")
             spill = spill_run(where, total, budget, pool, limit)
             runs.append({"raw": raw, "spill": spill, "codec": codec_ceiling(pool)})
         lines = (_output("df", "--output=source,fstype", scratch) or "").strip().splitlines()

@@ -16,6 +16,7 @@ from loader.pending.spill.model import QueueCache, SpillError, Step
 from loader.pending.spill.offline import offline_optimum, window_lower_bound
 from loader.pending.spill.registry import make_spill_policy
 from schedulers.generators import bursty
+from testing.report import log
 
 POLICIES = ("half", "buffered-head", "greedy-chunk", "hybrid", "lru")
 #: Small instances (exact optimum): M in tuples, and the backlog cap that keeps the exact
@@ -281,7 +282,7 @@ def bound_instance(workload: Workload) -> dict[str, Any]:
     return {"c0": c0, "c1": c1, **_describe(workload), "unit": {p: run_policy(workload, p, c0, c1) for p in POLICIES}}
 
 
-def run_competitive(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+def run_competitive(quick: bool) -> dict[str, Any]:
     m, cap, flows_per_family = SMALL_M, SMALL_CAP, 4 if quick else 20
     c0, c1 = DISK_PROFILES[UNIT_PROFILE]
     built, thrash = "built against each policy in turn", "recency thrash pattern, 2 queues, M = {}, 3 cycles"
@@ -297,7 +298,7 @@ def run_competitive(quick: bool, progress: Callable[[str], None]) -> dict[str, A
         return what, [theorem_4_3_adversary(p, budget, queues, 3, c0, c1) for p in POLICIES]
 
     def measured(key: str, what: str, workloads: list[Workload], judge: Callable[[Workload], dict]) -> dict[str, Any]:
-        progress(f"[model] {key}: {len(workloads)} instance(s)")
+        log(f"[model] {key}: {len(workloads)} instance(s)")
         return {"key": key, "description": what, "instances": [judge(w) for w in workloads]}
 
     thm22 = [theorem_2_2_adversary(p, m, 5, c0, c1) for p in POLICIES]

@@ -101,8 +101,6 @@ def bracket(inst: dict[str, Any], policy: str) -> tuple[float | None, float | No
 
 
 # -- verdicts -----------------------------------------------------------------------------------------
-
-
 def target(block: str, ok: bool | None, **values: Any) -> dict[str, Any]:
     """A target from its template line ``target | source | measured | goal``."""
     name, source, measured, goal = T.line(block, **values).split(" | ")
@@ -250,8 +248,6 @@ def _chain_targets(chain: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # -- tables -----------------------------------------------------------------------------------------
-
-
 def unit_table(model: dict[str, Any]) -> str:
     rows = []
     for f in model["small"]:
@@ -326,8 +322,6 @@ def chain_table(chain: dict[str, Any]) -> str:
 
 
 # -- markdown -----------------------------------------------------------------------------------------
-
-
 def render_markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     changed = "" if meta.get("schedulers_unchanged_during_run", True) else T.line("changed")
