@@ -12,7 +12,7 @@ import math
 import pytest
 
 from schedulers import generators
-from schedulers.model import Trace
+from schedulers.model import TableSpec, Trace
 from schedulers.registry import make_policy
 from schedulers.simulator import SimulationResult, simulate
 from testing.invariants import (
@@ -236,3 +236,32 @@ def test_merged_groups_do_not_churn() -> None:
     policy = make_policy("group-and-run")
     simulate(trace, policy, workers=4)
     assert policy.regroups <= 2, policy.regroups
+
+
+def test_a_table_that_leaves_every_window_keeps_its_group_until_the_regroup_gap() -> None:
+    """A table whose period estimate drifts out of its group's window, into no other group's,
+    stays where it is (the partition is marked for a regroup) until the regroup gap has passed:
+    a table is never left without a group, and one stray estimate does not repartition."""
+    specs = [TableSpec(name=n, alpha=0.001, period=p) for n, p in (("a", 1.0), ("b", 1.0), ("c", 10.0), ("d", 10.0))]
+    specs.append(TableSpec(name="e", alpha=0.001))  # no hint: its period is estimated
+    updates = [(0, t + 1.0) for t in range(12)] + [(1, t + 1.5) for t in range(12)]
+    updates += [(2, 1.0), (2, 11.0), (3, 1.0), (3, 11.0)]
+    updates += [(4, t + 1.0) for t in range(11)] + [(4, 44.0)]  # every 1 s, then after 33 s: about 5 s
+    updates.sort(key=lambda u: u[1])
+    trace = Trace(tables=specs, update_tables=[t for t, _ in updates], update_releases=[r for _, r in updates])
+    policy = make_policy("group-and-run", regroup_gap=1e6)
+    simulate(trace, policy, workers=4)
+    assert policy.regroups == 1 and policy._dirty  # marked, not regrouped within the gap
+    assert policy._group_of[4] == policy._group_of[0]  # e kept the 1-s group it had
+
+
+def test_the_first_period_known_makes_the_groups_whatever_the_regroup_gap() -> None:
+    """No table had a period at the start (no hints), so there are no groups: the first table
+    whose period is estimated makes them at once rather than wait out the regroup gap."""
+    specs = [TableSpec(name=n, alpha=0.001) for n in ("a", "b")]
+    updates = sorted([(0, t + 1.0) for t in range(5)] + [(1, 2.0 * t + 1.5) for t in range(3)], key=lambda u: u[1])
+    trace = Trace(tables=specs, update_tables=[t for t, _ in updates], update_releases=[r for _, r in updates])
+    policy = make_policy("group-and-run", regroup_gap=1e6)
+    result = simulate(trace, policy, workers=2)
+    assert policy.regroups >= 2 and 0 in policy._group_of
+    assert result.freshness.updates == trace.n_updates  # every update loaded
