@@ -20,26 +20,15 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 
-from testing.jvm_options import jvm_options  # noqa: E402
-
-#: Every JVM a test starts (Spark sessions, Spark Connect servers, a cluster's daemons) runs
-#: with ``testing.jvm_options``: C1 only, the serial collector and, once recorded, the class
-#: archive. Set in the environment, so every service and worker process the tests start
-#: inherits it; a value set from outside is left alone.
-JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")
-_ours: dict[str, str] = {}
-
-
-def use_test_jvm_options() -> None:
-    """Again before each test: ``scripts/test`` records the class archive beside a run on a
-    new ``.venv``, and the JVMs started once it is in place map it."""
-    options = jvm_options()
-    for variable in JVM_VARIABLES:
-        if os.environ.get(variable) in (None, _ours.get(variable)):
-            os.environ[variable] = _ours[variable] = options
-
-
-use_test_jvm_options()
+#: Every JVM a test starts (Spark sessions, Spark Connect servers, a cluster's daemons; set
+#: here, so every service and worker process the tests start inherits it): the C1 compiler
+#: only and the serial collector. A Spark JVM's start spends half its CPU in C2 compiling
+#: code it runs a few times: 17 to 18 CPU-seconds per session start and five small jobs
+#: against 9.3 to 9.5 with these (docs/testing.md). The tests' loads are a few rows, so C2's
+#: faster steady state is never reached; the service's own JVMs keep the JVM's defaults.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+    os.environ.setdefault(_variable, TEST_JVM_OPTIONS)
 
 from testing.log_guard import LogGuard  # noqa: E402
 from testing.service_harness import Harness  # noqa: E402
@@ -108,12 +97,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return next((k for k, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
 
     items.sort(key=rank)  # stable: the order within each rank stays the collection order
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before the test's fixtures start any JVM."""
-    use_test_jvm_options()
 
 
 #: ``TESTS_TIMELINE=<dir>``: each test process writes when each test began and ended
