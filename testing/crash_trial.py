@@ -45,7 +45,6 @@ import itertools
 import json
 import os
 import random
-import re
 import signal
 import statistics
 import threading
@@ -68,7 +67,7 @@ from loader.durability.transactions import app_id, view_app_id
 from loader.durability.wal_format import parse_segment_name, scan_segment
 from loader.loading.sinks.delta_rs import STAGING_PREFIX
 from testing.prom import sample_value
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.server_process import WORKER_LINE, ServerProcess, free_port, write_config
 from testing.tables import read_delta
 
 TOKEN = "crash-test-operator-token-0001"
@@ -154,8 +153,6 @@ KINDS = (
 
 #: Log lines that tell how far a start got (loader/service.py, loader/pending/setup.py).
 RECOVERED_LINE = "pending updates from the WAL; intake open"
-#: loader/loading/workers/pool.py: a load worker process is up (the slot, its pid).
-WORKER_STARTED = re.compile(r"load worker (\d+) started \(pid (\d+)")
 SPILL_RESET_LINE = "spill files of an earlier run"
 #: Logged after the WAL was opened and before its replay ends (when there is something to say).
 REPLAYING_LINES = (SPILL_RESET_LINE, "WAL: cut a torn tail")
@@ -658,7 +655,7 @@ class CrashTrial:
 
     def _workers_started(self) -> list[tuple[int, int]]:
         """(slot, pid) of every load worker process this life started, in order."""
-        return [(int(m.group(1)), int(m.group(2))) for m in WORKER_STARTED.finditer(self.server.log_text())]
+        return [(int(m.group(1)), int(m.group(2))) for m in WORKER_LINE.finditer(self.server.log_text())]
 
     def _replaced(self) -> bool:
         """A worker process was started in a slot that had one already (the first ones are

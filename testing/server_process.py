@@ -23,6 +23,28 @@ from testing.log_guard import watch_log
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: What a start logs of the processes it starts (loader/loading/connect_server.py, the
+#: service's own Spark Connect server; loader/loading/workers/pool.py, a load worker: its slot).
+SPARK_SERVER_LINE = re.compile(r"starting a local Spark Connect server at (sc://\S+) \(pid (\d+)\)")
+WORKER_LINE = re.compile(r"load worker (\d+) started \(pid (\d+)")
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def until_gone(pid: int, seconds: float, what: str = "the Spark Connect server") -> None:
+    """Wait, with a deadline, until a process the service started has ended."""
+    deadline = time.monotonic() + seconds
+    while running(pid):
+        assert time.monotonic() < deadline, f"{what} (pid {pid}) is still running"
+        time.sleep(0.1)
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -25,9 +25,8 @@ import pytest
 from loader.durability.wal import WriteAheadLog
 from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.server_process import SPARK_SERVER_LINE, WORKER_LINE, ServerProcess, free_port, until_gone, write_config
 from testing.tables import read_delta
-from tests.system.test_connect_mode import SERVER_LINE, WORKER_LINE, _until_gone
 
 OPERATOR = "operator-token-0123456789"
 PRODUCER = "producer-token-0123456789"
@@ -129,12 +128,12 @@ def test_the_demo_run_from_another_directory_loads_with_no_failed_attempt_and_st
     assert "failed (attempt" not in text
     # Its Spark Connect server and load workers have process groups of their own (Ctrl-C does
     # not reach them): the service stopped them.
-    started = SERVER_LINE.search(text)
+    started = SPARK_SERVER_LINE.search(text)
     workers = [int(m.group(2)) for m in WORKER_LINE.finditer(text)]
     assert started and workers, text[-4000:]
-    _until_gone(int(started.group(2)), 30)
+    until_gone(int(started.group(2)), 30)
     for pid in workers:
-        _until_gone(pid, 30, "a load worker")
+        until_gone(pid, 30, "a load worker")
 
 
 def _serve(tmp_path: Path, spark_remote: str = "", **extra: object) -> ServerProcess:

@@ -25,11 +25,11 @@ import pytest
 
 from loader.loading.connect_server import port_open
 from testing.prom import sample_value
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.server_process import SPARK_SERVER_LINE, ServerProcess, free_port, write_config
 from testing.spark_cluster import StandaloneCluster
 from testing.tables import read_delta
-from tests.system.test_connect_mode import SERVER_LINE, TOKEN, _load, _worker_pids
 from tests.system.test_connect_mode import TABLES as CONNECT_TABLES
+from tests.system.test_connect_mode import TOKEN, _load, _worker_pids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -112,7 +112,7 @@ def test_the_loader_loads_exactly_once_through_a_spark_cluster(
     try:
         assert loader.wait_ready(240), loader.log_tail()
         assert len(_worker_pids(loader)) == 2
-        assert not SERVER_LINE.search(loader.log_text()), "with remote set the loader starts no Spark of its own"
+        assert not SPARK_SERVER_LINE.search(loader.log_text()), "with remote set the loader starts no Spark of its own"
         _load(loader, 0, 20)  # several tables due at once: multi-table jobs run on the executors too
         with loader.client() as http:
             metrics = http.get("/metrics").text

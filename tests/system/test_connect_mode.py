@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +16,20 @@ from pathlib import Path
 import pytest
 
 from testing.prom import sample_value
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.server_process import (
+    SPARK_SERVER_LINE,
+    WORKER_LINE,
+    ServerProcess,
+    free_port,
+    running,
+    until_gone,
+    write_config,
+)
 from testing.tables import read_delta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOKEN = "connect-test-operator-token-01"
-SERVER_LINE = re.compile(r"starting a local Spark Connect server at (sc://\S+) \(pid (\d+)\)")
 #: The three tables every test here loads (``_load``).
 TABLES = [
     {
@@ -39,7 +45,6 @@ LATEST = {
     "mode": "latest",
     "key": ["id"],
 }
-WORKER_LINE = re.compile(r"load worker (\d+) started \(pid (\d+)")
 #: A join view whose engine is Spark: each of its loads one job in a load worker process.
 VIEW = {
     "name": "a_latest",
@@ -51,7 +56,7 @@ VIEW = {
 
 
 def _server_pid(proc: ServerProcess) -> int:
-    match = SERVER_LINE.search(proc.log_text())
+    match = SPARK_SERVER_LINE.search(proc.log_text())
     assert match, f"the loader did not say it started a Spark Connect server:\n{proc.log_tail()}"
     return int(match.group(2))
 
@@ -62,26 +67,10 @@ def _worker_pids(proc: ServerProcess, slot: int | None = None) -> list[int]:
     return [int(m.group(2)) for m in found if slot is None or int(m.group(1)) == slot]
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie waiting to be reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _scheduling(pid: int) -> tuple[int, int]:
     """The process's scheduling policy and nice value (/proc/<pid>/stat fields 41 and 19)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[38]), int(fields[16])
-
-
-def _until_gone(pid: int, seconds: float, what: str = "the Spark Connect server") -> None:
-    deadline = time.monotonic() + seconds
-    while _running(pid):
-        assert time.monotonic() < deadline, f"{what} (pid {pid}) is still running"
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -154,7 +143,7 @@ def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_a
     assert server.wait_ready()
     first = _server_pid(server)
     workers = _worker_pids(server)
-    assert _running(first) and len(workers) == 2 and all(map(_running, workers)), server.log_tail()
+    assert running(first) and len(workers) == 2 and all(map(running, workers)), server.log_tail()
     # Spark runs on the CPU time acknowledgements leave: SCHED_IDLE (policy 5), nicer too
     # ([spark] driver_idle, driver_nice 10 by default).
     assert _scheduling(first) == (5, 10)
@@ -182,7 +171,7 @@ def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_a
     # The server dies mid-run: intake does not need it, /readyz names the outage, and loads
     # resume on a new server.
     os.kill(first, 9)  # the server alone
-    _until_gone(first, 30)
+    until_gone(first, 30)
     with server.client(timeout=60) as http:
         for k in range(20, 25):
             for table in ("a", "b", "c"):
@@ -194,8 +183,8 @@ def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_a
             assert time.monotonic() < deadline, f"/readyz never named the outage:\n{server.log_tail()}"
             time.sleep(0.05)
     _load(server, 25, 5)  # waits until everything acknowledged is loaded
-    pids = [int(m.group(2)) for m in SERVER_LINE.finditer(server.log_text())]
-    assert len(pids) == 2 and pids[0] == first and _running(pids[1]), server.log_tail()
+    pids = [int(m.group(2)) for m in SPARK_SERVER_LINE.finditer(server.log_text())]
+    assert len(pids) == 2 and pids[0] == first and running(pids[1]), server.log_tail()
     restarted = pids[1]
     assert _scheduling(restarted) == (5, 10)  # (a restart keeps the policy)
     with server.client() as http:
@@ -208,9 +197,9 @@ def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_a
     workers = list({int(m.group(1)): int(m.group(2)) for m in WORKER_LINE.finditer(server.log_text())}.values())
     assert server.terminate() == 0
     assert "stopped cleanly" in server.log_text()
-    _until_gone(restarted, 30)  # stopped on shutdown
+    until_gone(restarted, 30)  # stopped on shutdown
     for pid in workers:
-        _until_gone(pid, 1, "a load worker")
+        until_gone(pid, 1, "a load worker")
     for table in ("a", "b", "c"):
         ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
         assert sorted(ids) == list(range(300))
@@ -226,9 +215,9 @@ def test_the_loader_runs_its_own_spark_connect_server_restarts_it_and_takes_it_a
     assert server.proc is not None
     os.kill(server.proc.pid, 9)  # the loader alone: its server and workers have process groups of their own
     server.proc.wait(30)
-    _until_gone(third, 60)
+    until_gone(third, 60)
     for pid in workers:
-        _until_gone(pid, 5, "a load worker of a killed loader")
+        until_gone(pid, 5, "a load worker of a killed loader")
 
 
 @pytest.mark.parametrize("own_spark_server", [False])  # a worker's death, not the server's
@@ -244,7 +233,7 @@ def test_a_load_worker_that_dies_mid_batch_is_replaced(server: ServerProcess, po
     _load(server, 0, 15)
     assert "its batch is retried and the worker started again" in server.log_text(), server.log_tail()
     dead, replacement = _worker_pids(server, slot=0)
-    assert not _running(dead) and _running(replacement), server.log_tail()
+    assert not running(dead) and running(replacement), server.log_tail()
     with server.client() as http:
         metrics = http.get("/metrics").text
         assert sample_value(metrics, "loader_load_process_deaths_total") == 1
