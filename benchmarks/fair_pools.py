@@ -53,13 +53,10 @@ def run_config(workers: int, mode: str, seconds: float, scratch: Path) -> dict[s
 
 def render(results: dict[str, Any]) -> str:
     figures = ("jain", "jobs_per_second", "median_latency", "max_latency")
-    rows = [
-        c
-        | medians(c["runs"], figures)
-        | {"mode": c["mode"].upper()}
-        | {"counts": " / ".join(map(str, c["runs"][len(c["runs"]) // 2]["counts"]))}  # runs: sorted by fairness
-        for c in results["configs"]
-    ]
+    rows = []
+    for c in results["configs"]:
+        counts = " / ".join(map(str, c["runs"][len(c["runs"]) // 2]["counts"]))  # runs: sorted by fairness
+        rows.append(c | medians(c["runs"], figures) | {"mode": c["mode"].upper(), "counts": counts})
     worst = min(r["jain"] for r in rows if r["mode"] == "FAIR")
     verdict = T.line("even" if worst >= 0.95 else "uneven", worst=worst)
     machine = machine_markdown(results["meta"], "loader")
@@ -78,7 +75,7 @@ def measure(run: Run) -> dict[str, Any]:
     return {"configs": configs}
 
 
-BENCHMARK = Benchmark("benchmarks.fair_pools", "fair-pools", __doc__, measure, render, repeats=(1, 3))
+BENCHMARK = Benchmark(measure, render, repeats=(1, 3))
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

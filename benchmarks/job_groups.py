@@ -141,7 +141,7 @@ def render(saved: dict[str, Any]) -> str:
     return T("section", machine=machine_markdown(saved["meta"], "loader"), **values, **tables)
 
 
-BENCHMARK = Benchmark("benchmarks.job_groups", "job-groups", __doc__, measure, render)
+BENCHMARK = Benchmark(measure, render)
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -146,7 +146,7 @@ def measure(run: Run) -> dict[str, Any]:
     return swept | {"fig10": sweep("window", fig10), "fig13": figure13(repeats, values)}
 
 
-BENCHMARK = Benchmark("benchmarks.join_views", "join-views", __doc__, measure, render, "schedulers", repeats=(1, 3))
+BENCHMARK = Benchmark(measure, render, "schedulers", repeats=(1, 3))
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -64,7 +64,7 @@ def render(saved: dict[str, Any]) -> str:
     return T("section", machine=machine_markdown(meta), seeds=len(results[0]["runs"]), horizon=horizon, table=table)
 
 
-BENCHMARK = Benchmark("benchmarks.keyed_tables", "keyed-tables", __doc__, measure, render, package="schedulers")
+BENCHMARK = Benchmark(measure, render, package="schedulers")
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

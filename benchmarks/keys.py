@@ -183,7 +183,7 @@ def render(saved: dict[str, Any]) -> str:
     return T("section", machine=machine_markdown(saved["meta"]), updates=updates, seeds=seeds, **tables, **values)
 
 
-BENCHMARK = Benchmark("benchmarks.keys", "keys", __doc__, measure, render, package="schedulers")
+BENCHMARK = Benchmark(measure, render, package="schedulers")
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -136,7 +136,7 @@ def render(saved: dict[str, Any]) -> str:
     return T("section", machine=machine_markdown(saved["meta"], "loader"), **values)
 
 
-BENCHMARK = Benchmark("benchmarks.latest_vs_append", "latest-vs-append", __doc__, measure, render, repeats=(1, 3))
+BENCHMARK = Benchmark(measure, render, repeats=(1, 3))
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

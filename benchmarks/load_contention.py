@@ -94,7 +94,7 @@ def render(saved: dict[str, Any]) -> str:
     return T("section", machine=machine_markdown(meta, "loader"), **values)
 
 
-BENCHMARK = Benchmark("benchmarks.load_contention", "load-contention", __doc__, measure, render, repeats=(1, 3))
+BENCHMARK = Benchmark(measure, render, repeats=(1, 3))
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -69,13 +69,10 @@ def client(url: str, rows: int, per_send: int, state_dir: Path | None) -> float:
 
 
 def measure_rows(rows: int, repeats: int, work: Path) -> dict[str, Any]:
-    settings = {
-        "workers": 2,
-        "spark": {"master": "local[1]", "mode": "classic"},
-        "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
-        "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-        "tables": [{"name": t, "schema": SCHEMA} for t in TABLES],
-    }
+    settings = {"workers": 2, "spark": {"master": "local[1]", "mode": "classic"}}
+    settings |= {"maintenance": {"compact_seconds": 0, "vacuum_seconds": 0}}
+    settings["auth_tokens"] = [{"name": "ops", "token": TOKEN, "role": "operator"}]
+    settings["tables"] = [{"name": t, "schema": SCHEMA} for t in TABLES]
     runs: dict[str, dict[str, list[float]]] = {}
     with serve(work, settings, TOKEN, timeout=180) as (server, _, _):
         for repeat in range(repeats):
@@ -102,19 +99,12 @@ def render(saved: dict[str, Any]) -> str:
         (n, m["raw"], m["client"], m["durable"], ratio(runs[n], "client"), ratio(runs[n], "durable"))
         for n, m in med.items()
     ]
-    one = med["1"]
-    return T(
-        "section",
-        machine=machine_markdown(saved["meta"], "producer"),
-        result=result,
-        single=result["rows"] // 10,
-        repeats=saved["meta"]["repeats"],
-        table=T.table("table", rows, "rrrrrr"),
-        one=one,
-        raw_ms=1000 / one["raw"],
-        durable_ms=1000 / one["durable"],
-        ratio=Lookup(lambda n, case: ratio(runs[n], case)),
-    )
+    one, meta = med["1"], saved["meta"]
+    values = {"result": result, "single": result["rows"] // 10, "repeats": meta["repeats"], "one": one}
+    values |= {"table": T.table("table", rows, "rrrrrr"), "raw_ms": 1000 / one["raw"]}
+    values["durable_ms"] = 1000 / one["durable"]
+    values["ratio"] = Lookup(lambda n, case: ratio(runs[n], case))
+    return T("section", machine=machine_markdown(meta, "producer"), **values)
 
 
 def measure(run: Run) -> dict[str, Any]:
@@ -123,12 +113,9 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 BENCHMARK = Benchmark(
-    "benchmarks.producer",
-    "producer",
-    __doc__,
     measure,
     render,
-    package="producer",
+    "producer",
     repeats=(1, 3),
     options=lambda parser: parser.add_argument("--rows", type=int, default=100_000),
 )

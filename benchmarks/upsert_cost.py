@@ -251,17 +251,10 @@ def render(saved: dict[str, Any]) -> str:
             times, head = result["times"][size][kind], [f"{size:,}", kind]
             seconds.append(head + [f"{statistics.median(times[v]):.3f} ({max(times[v]):.3f})" for v in VARIANTS])
             ratios.append(head + [f"{ratio(size, kind, *pair):.2f}x" for pair in over])
-            rewrites.append(
-                head
-                + [
-                    f"{metric(size, kind, v, METRICS[0]):.0f} of {files(size, v)}, "
-                    f"{_rows_text(metric(size, kind, v, METRICS[2]))}, {metric(size, kind, v, METRICS[3]):.0f} ms"
-                    for v in LAYOUTS
-                ]
-            )
-    best = min(
-        ((kind, v) for kind in KINDS for v in ("unsorted", "zorder", "partitioned")), key=lambda kv: ratio(big, *kv)
-    )
+            merges = {v: [metric(size, kind, v, m) for m in METRICS] for v in LAYOUTS}
+            cells = [f"{m[0]:.0f} of {files(size, v)}, {_rows_text(m[2])}, {m[3]:.0f} ms" for v, m in merges.items()]
+            rewrites.append(head + cells)
+    best = min([(k, v) for k in KINDS for v in ("unsorted", "zorder", "partitioned")], key=lambda kv: ratio(big, *kv))
     ratio_heads = [
         "Z-ordered / Z-ordered streamed" if v == "streamed" else f"{LABELS[v]} / one file" for v in LAYOUTS[1:]
     ]
@@ -292,7 +285,7 @@ def measure(run: Run) -> dict[str, Any]:
     return measure_sizes(sizes, 3 if run.args.quick else 9)
 
 
-BENCHMARK = Benchmark("benchmarks.upsert_cost", "upsert-cost", __doc__, measure, render)
+BENCHMARK = Benchmark(measure, render)
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -158,9 +158,6 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 BENCHMARK = Benchmark(
-    "benchmarks.view_adaptivity",
-    "view-adaptivity",
-    __doc__,
     measure,
     render,
     package="schedulers",

@@ -122,9 +122,7 @@ def measure(run: Run) -> dict[str, Any]:
     return {"result": result}
 
 
-BENCHMARK = Benchmark(
-    "benchmarks.view_engines", "view-engines", __doc__, measure, render, repeats=(1, 3), seed=1, options=options
-)
+BENCHMARK = Benchmark(measure, render, repeats=(1, 3), seed=1, options=options)
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -193,9 +193,7 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--customers", type=int, default=100_000)
 
 
-BENCHMARK = Benchmark(
-    "benchmarks.view_freshness", "view-freshness", __doc__, measure, render, repeats=(1, 3), seed=1, options=options
-)
+BENCHMARK = Benchmark(measure, render, repeats=(1, 3), seed=1, options=options)
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

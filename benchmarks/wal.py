@@ -80,7 +80,7 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, help="directory on the disk to measure (default: /tmp)")
 
 
-BENCHMARK = Benchmark("benchmarks.wal", "wal", __doc__, measure, render, repeats=(1, 3), options=options)
+BENCHMARK = Benchmark(measure, render, repeats=(1, 3), options=options)
 
 if __name__ == "__main__":
     raise SystemExit(BENCHMARK.main())

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import functools
 import itertools
 import math
-import operator
 import random
 import statistics
 import tempfile
@@ -26,9 +24,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from benchmarks.control_plane.registration import OPERATOR, configuration
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
-from benchmarks.harness.results import repeat
+from benchmarks.harness.results import medians, repeat
 from benchmarks.harness.spark import timed
 from loader.abc import FinishedBatch
 from loader.config import load_settings
@@ -41,10 +40,8 @@ from schedulers.registry import make_policy
 from schedulers.simulator import simulate
 from testing.observed_staleness import ObservedUpdate, summarize
 from testing.report import LoadMonitor, fmt_num, log, machine_markdown, median
-from testing.service_harness import OPERATOR
 from testing.service_server import run_child
 
-MODULE = "benchmarks.control_plane"
 PARTS = ("registration", "dispatch", "reads", "partitioning")
 SEED = 5  # dispatch's table weights and periods
 WORKERS = 2
@@ -59,7 +56,7 @@ def run_registration(sizes: list[int], repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {"repeats": repeats, "config": [], "bulk": []}
     for tables, mode in itertools.product(sizes, ("config", "bulk")):
         label = f"registration: {mode}, {tables:,} tables"
-        runs = repeat(repeats, label, run_child, f"{MODULE}.registration", {"mode": mode, "tables": tables}, 3600)
+        runs = repeat(repeats, label, run_child, f"{__package__}.registration", {"mode": mode, "tables": tables}, 3600)
         out[mode].append({"tables": tables, "runs": runs})
     return out
 
@@ -111,7 +108,20 @@ class Cycle:
         raise AssertionError(f"an empty load failed: {failed}")
 
 
-async def _dispatch(tables: int, policy: str, decisions: int, inline: bool) -> float:
+async def dispatch(tables: int, policy: str, decisions: int, inline: bool) -> float:
+    """One dispatch decision in the live dispatcher (loader/loading/dispatcher.py) at N tables:
+    microseconds per decision, over ``decisions`` after a warm-up of a fifth as many, on a fresh
+    event loop, dispatcher and policy.
+
+    The driver around the pure policy (whose cost is in ``benchmarks/scheduling``), as the
+    service runs it: every table has a pending update; one decision is a finished batch's
+    table getting its next update (``Dispatcher.released``), the free worker offered to the
+    policy (``choose``), the chosen queue taken and started, the finish accounted (ledger,
+    cost estimate, stretches, the handler's ``loaded``). ``inline``: the pool is replaced by
+    an executor that runs the (empty) load at once on the event loop's thread, the
+    dispatcher's own cost; ``threads``: the real pool, with its hand-offs between threads
+    (``call_soon_threadsafe``): the most decisions per second one service can drive.
+    """
     rng = random.Random(SEED)
     cycle = Cycle(decisions // 5, decisions)
     dispatcher = cycle.dispatcher = Dispatcher(make_policy(policy), WORKERS, PendingStore(), cycle)
@@ -132,23 +142,6 @@ async def _dispatch(tables: int, policy: str, decisions: int, inline: bool) -> f
     await dispatcher.wait_idle()
     dispatcher.shutdown()
     return (cycle.marks[1] - cycle.marks[0]) / decisions * 1e6
-
-
-def dispatch(tables: int, policy: str, decisions: int, inline: bool) -> float:
-    """One dispatch decision in the live dispatcher (loader/loading/dispatcher.py) at N tables:
-    microseconds per decision, over ``decisions`` after a warm-up of a fifth as many, on a fresh
-    event loop, dispatcher and policy.
-
-    The driver around the pure policy (whose cost is in ``benchmarks/scheduling``), as the
-    service runs it: every table has a pending update; one decision is a finished batch's
-    table getting its next update (``Dispatcher.released``), the free worker offered to the
-    policy (``choose``), the chosen queue taken and started, the finish accounted (ledger,
-    cost estimate, stretches, the handler's ``loaded``). ``inline``: the pool is replaced by
-    an executor that runs the (empty) load at once on the event loop's thread, the
-    dispatcher's own cost; ``threads``: the real pool, with its hand-offs between threads
-    (``call_soon_threadsafe``): the most decisions per second one service can drive.
-    """
-    return asyncio.run(_dispatch(tables, policy, decisions, inline))
 
 
 # -- reads ------------------------------------------------------------------------------
@@ -189,17 +182,10 @@ def read(tables: int, repeats: int) -> dict[str, Any]:
     100 stalest first, every table (limit 10,000).
     """
     log(f"reads: {tables:,} tables")
-    declared = [{"name": f"t{i:05d}", "schema": {"columns": [{"name": "k", "type": "int64"}]}} for i in range(tables)]
     out: dict[str, Any] = {"tables": tables, "metrics": {}, "pages": {}}
     with tempfile.TemporaryDirectory(prefix="control-plane-reads-") as tmp:
-        settings = load_settings(
-            None,
-            data_dir=Path(tmp) / "data",
-            tables=declared,
-            auth_tokens=[{"token": OPERATOR, "role": "operator"}],
-            maintenance={"wal_truncate_seconds": 3600, "compact_seconds": 0, "vacuum_seconds": 0},
-        )
-        with TestClient(create_app(settings, load=False), headers={"Authorization": f"Bearer {OPERATOR}"}) as client:
+        app = create_app(load_settings(None, **configuration(Path(tmp), tables, columns=1)), load=False)
+        with TestClient(app, headers={"Authorization": f"Bearer {OPERATOR}"}) as client:
             service = client.app.state.service  # type: ignore[attr-defined]
             client.portal.call(_populate, service)  # type: ignore[union-attr]
             for mode, top_k in (("all", None), ("top-k", TOP_K)):
@@ -249,13 +235,10 @@ def freshness(trace: Trace, schedule: list[BatchRecord], horizon: float) -> dict
         lasts = [b.last_release for b in done[tid]]
         observed[tid] = [ObservedUpdate(r, done[tid][bisect.bisect_left(lasts, r)].finish) for r in releases]
     summary = summarize(observed, 0.0, horizon, dict.fromkeys(observed, 0.0), math.inf)
-    return {
-        "mean_staleness_s": summary.mean_staleness,
-        "ideal_mean_staleness_s": summary.ideal_mean_staleness,
-        "ratio_to_ideal": summary.ratio,
-        "mean_latency_s": statistics.fmean(u.visible - u.arrival for us in observed.values() for u in us),
-        "p99_latency_s": summary.latency_p99,
-    }
+    out = {"mean_staleness_s": summary.mean_staleness, "ideal_mean_staleness_s": summary.ideal_mean_staleness}
+    out |= {"ratio_to_ideal": summary.ratio}
+    out["mean_latency_s"] = statistics.fmean(u.visible - u.arrival for us in observed.values() for u in us)
+    return out | {"p99_latency_s": summary.latency_p99}
 
 
 def run_configuration(trace: Trace, instances: int, workers: int, horizon: float) -> dict[str, Any]:
@@ -300,7 +283,7 @@ def run_dispatch(sizes: list[int], policies: list[str], decisions: int, repeats:
     rows = []
     for tables, policy, mode in itertools.product(sizes, policies, ("inline", "threads")):
         label = f"dispatch: {tables:,} tables, {policy}, {mode}"
-        us = repeat(repeats, label, dispatch, tables, policy, decisions, mode == "inline")
+        us = repeat(repeats, label, lambda *a: asyncio.run(dispatch(*a)), tables, policy, decisions, mode == "inline")
         rows.append({"tables": tables, "policy": policy, "mode": mode, "median_us": median(us), "all_us": us})
     return {"decisions": decisions, "repeats": repeats, "workers": WORKERS, "rows": rows}
 
@@ -320,15 +303,11 @@ def measure(run: Run) -> dict[str, Any]:
         "partitioning": lambda: partitioning(quick),
     }
     for part, measure_part in runners.items():
-        if part in args.skip:
-            continue
-        with LoadMonitor(interval=2.0) as during:
-            results[part] = measure_part()
-        results[part]["measured"] = {
-            "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "git_commit": run.meta["machine"]["git_commit"],
-            "loadavg_peak": during.peak,
-        }
+        if part not in args.skip:
+            with LoadMonitor(interval=2.0) as during:
+                results[part] = measure_part()
+            now, commit = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), run.meta["machine"]["git_commit"]
+            results[part]["measured"] = {"date_utc": now, "git_commit": commit, "loadavg_peak": during.peak}
     return results
 
 
@@ -342,14 +321,9 @@ GOAL_TOP_K_GROWTH = 1.5
 GOAL_PAGE_S = 0.05
 #: The dispatcher's own work per decision grows at most this much from the smallest size to the largest.
 GOAL_DISPATCH_GROWTH = 2.0
-#: Cell formats: seconds as ms; the k of a top-k scrape ("" for every table's series).
-FORMATS = {"ms": lambda seconds: fmt_num(seconds * 1e3, 3), "k": lambda k: "" if k is None else f" (k = {k})"}
-T = Template("control-plane", FORMATS)
-TIMES = (("first", "intake_open_s"), ("first", "ready_s"), ("restart", "intake_open_s"), ("restart", "ready_s"))
-
-
-def _median(runs: list[dict[str, Any]], *path: str) -> float:
-    return median([functools.reduce(operator.getitem, path, run) for run in runs])
+#: Cell formats: seconds as ms, bytes as MB; the k of a top-k scrape ("" for every table's series).
+FORMATS = {"ms": lambda seconds: fmt_num(seconds * 1e3, 3), "MB": lambda n: f"{n / 1e6:.2f}"}
+T = Template("control-plane", FORMATS | {"k": lambda k: "" if k is None else f" (k = {k})"})
 
 
 def _check(block: str, ok: bool, **values: Any) -> dict[str, Any]:
@@ -363,25 +337,21 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     if registration and registration["config"]:
         largest = registration["config"][-1]
         for start, when in (("first", "first start"), ("restart", "restart on the same data")):
-            opened, ready = _median(largest["runs"], start, "intake_open_s"), _median(largest["runs"], start, "ready_s")
-            values = {"tables": largest["tables"], "when": when, "opened": opened, "ready": ready}
-            out.append(_check("check-open", opened <= GOAL_INTAKE_OPEN_S, goal=GOAL_INTAKE_OPEN_S, **values))
+            m = medians(largest["runs"])[start]
+            ok, goal = m["intake_open_s"] <= GOAL_INTAKE_OPEN_S, GOAL_INTAKE_OPEN_S
+            out.append(_check("check-open", ok, tables=largest["tables"], when=when, m=m, goal=goal))
     if registration and registration["bulk"]:
         saves = max(run["bulk"]["catalog_saves"] for size in registration["bulk"] for run in size["runs"])
         sizes = ", ".join(f"{size['tables']:,}" for size in registration["bulk"])
         out.append(_check("check-bulk", saves == 1, saves=saves, sizes=sizes))
     reads = results.get("reads")
     if reads and reads["rows"]:
-        smallest, largest = reads["rows"][0], reads["rows"][-1]
-        top = largest["metrics"]["top-k"]["median_s"]
-        growth = top / smallest["metrics"]["top-k"]["median_s"]
-        values = {"k": reads["top_k"], "large": largest["tables"], "small": smallest["tables"], "top": top}
-        everything = largest["metrics"]["all"]["median_s"]
-        ok = growth <= GOAL_TOP_K_GROWTH
-        out.append(_check("check-top-k", ok, growth=growth, everything=everything, goal=GOAL_TOP_K_GROWTH, **values))
-        pages = [largest["pages"]["100 by name"]["median_s"], largest["pages"]["100 stalest first"]["median_s"]]
-        values = {"tables": largest["tables"], "by_name": pages[0], "stalest": pages[1], "goal": GOAL_PAGE_S * 1e3}
-        out.append(_check("check-pages", max(pages) <= GOAL_PAGE_S, **values))
+        small, large = reads["rows"][0], reads["rows"][-1]
+        growth = large["metrics"]["top-k"]["median_s"] / small["metrics"]["top-k"]["median_s"]
+        values = {"k": reads["top_k"], "large": large, "small": small, "growth": growth, "goal": GOAL_TOP_K_GROWTH}
+        out.append(_check("check-top-k", growth <= GOAL_TOP_K_GROWTH, **values))
+        slowest = max(large["pages"][page]["median_s"] for page in ("100 by name", "100 stalest first"))
+        out.append(_check("check-pages", slowest <= GOAL_PAGE_S, large=large, goal=GOAL_PAGE_S * 1e3))
     dispatch = results.get("dispatch")
     rows = [r for r in dispatch["rows"] if r["mode"] == "inline" and r["policy"] == "myopic"] if dispatch else []
     if len(rows) >= 2:
@@ -391,26 +361,16 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def config_table(registration: dict[str, Any]) -> str:
-    def row(size: dict[str, Any]) -> list[Any]:
-        runs, n = size["runs"], size["tables"]
-        rss = _median(runs, "first", "rss_mb")
-        figures = [_median(runs, *path) for path in (("parse_validate_s",), *TIMES)]
-        per_table = (rss - _median(runs, "baseline_rss_mb")) * 1024 / n
-        return [n, runs[0]["config_bytes"] / 1e6, *figures, rss, per_table, runs[0]["catalog_bytes"] / 1e6]
-
-    return T.table("config-table", map(row, registration["config"]))
-
-
-def bulk_table(registration: dict[str, Any]) -> str:
-    def row(size: dict[str, Any]) -> list[Any]:
-        runs = size["runs"]
-        times = [_median(runs, *path) for path in (("bulk", "wall_s"), ("bulk", "loop_lag", "max_ms"))]
-        again = [_median(runs, *path) for path in (("again", "wall_s"), ("invalid", "wall_s"))]
-        saves = max(run["bulk"]["catalog_saves"] for run in runs)
-        return [size["tables"], runs[0]["body_bytes"] / 1e6, times[0], saves, times[1], *again, _median(runs, "rss_mb")]
-
-    return T.table("bulk-table", map(row, registration["bulk"]))
+def registration_table(registration: dict[str, Any], mode: str) -> str:
+    """Per size: its first run (sizes of files and bodies), the medians over its runs, RSS per table
+    above the empty service (config), the most catalog writes of one call (bulk)."""
+    rows = []
+    for size in registration[mode]:
+        runs, m = size["runs"], medians(size["runs"])
+        per_table = (m["first"]["rss_mb"] - m["baseline_rss_mb"]) * 1024 / size["tables"] if mode == "config" else None
+        saves = max(run["bulk"]["catalog_saves"] for run in runs) if mode == "bulk" else None
+        rows.append({"tables": size["tables"], "first": runs[0], "m": m, "per_table": per_table, "saves": saves})
+    return T.table(f"{mode}-table", rows)
 
 
 def dispatch_table(dispatch: dict[str, Any]) -> str:
@@ -422,14 +382,11 @@ def dispatch_table(dispatch: dict[str, Any]) -> str:
 
 
 def partitioning_table(part: dict[str, Any]) -> str:
-    def label(c: dict[str, Any]) -> str:
-        pooled = c["instances"] == 1 and c["workers_per_instance"] > 2
-        return f"{c['instances']} x {c['workers_per_instance']}" + (" (pooled)" if pooled else "")
-
-    def spread(per: list[int]) -> str:
-        return f"{min(per):,}–{max(per):,}" if len(per) > 1 else f"{per[0]:,}"
-
-    rows = [dict(c, label=label(c), spread=spread(c["tables_per_instance"])) for c in part["configurations"]]
+    rows = []
+    for c in part["configurations"]:
+        per, pooled = c["tables_per_instance"], c["instances"] == 1 and c["workers_per_instance"] > 2
+        spread = f"{min(per):,}–{max(per):,}" if len(per) > 1 else f"{per[0]:,}"
+        rows.append(c | {"pooled": " (pooled)" if pooled else "", "spread": spread})
     return T.table("partitioning-table", rows)
 
 
@@ -445,7 +402,7 @@ def markdown(results: dict[str, Any]) -> str:
     checks_table = T.table("checks-table", checks(results), "llll")
     parts = [T("head", machine=machine_markdown(results["meta"], "loader"), checks=checks_table)]
     if registration := results.get("registration"):
-        config, bulk = config_table(registration), bulk_table(registration)
+        config, bulk = registration_table(registration, "config"), registration_table(registration, "bulk")
         parts.append(T("registration", measured=measured(registration), r=registration, config=config, bulk=bulk))
     if dispatch := results.get("dispatch"):
         parts.append(T("dispatch", measured=measured(dispatch), d=dispatch, table=dispatch_table(dispatch)))
@@ -460,9 +417,6 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 BENCHMARK = Benchmark(
-    MODULE,
-    "control-plane",
-    __doc__,
     measure,
     markdown,
     fingerprints=("api",),

@@ -31,8 +31,16 @@ COLUMNS = [{"name": "k", "type": "int64"}, {"name": "v", "type": "string"}]
 OPERATOR = "operator-token-0123456789"  # testing.service_harness.OPERATOR (imported late: see run_config)
 
 
-def declarations(count: int) -> list[dict[str, Any]]:
-    return [{"name": f"t{i:05d}", "schema": {"columns": COLUMNS}} for i in range(count)]
+def declarations(count: int, columns: int = 2) -> list[dict[str, Any]]:
+    return [{"name": f"t{i:05d}", "schema": {"columns": COLUMNS[:columns]}} for i in range(count)]
+
+
+def configuration(workdir: Path, tables: int, columns: int = 2) -> dict[str, Any]:
+    """A service of N tables (``columns`` each) in ``workdir``: the operator's token, no maintenance."""
+    maintenance = {"wal_truncate_seconds": 3600, "compact_seconds": 0, "vacuum_seconds": 0}
+    auth = [{"token": OPERATOR, "role": "operator"}]
+    out = {"data_dir": str(workdir / "data"), "maintenance": maintenance, "auth_tokens": auth}
+    return out | {"tables": declarations(tables, columns)}
 
 
 async def _start_and_stop(settings: Any) -> dict[str, float]:
@@ -58,15 +66,7 @@ def run_config(tables: int, workdir: Path) -> dict[str, Any]:
     from testing.server_process import write_config
 
     baseline = child.rss_mib()
-    config = write_config(
-        workdir / "loader.toml",
-        {
-            "data_dir": str(workdir / "data"),
-            "maintenance": {"wal_truncate_seconds": 3600, "compact_seconds": 0, "vacuum_seconds": 0},
-            "auth_tokens": [{"token": OPERATOR, "role": "operator"}],
-            "tables": declarations(tables),
-        },
-    )
+    config = write_config(workdir / "loader.toml", configuration(workdir, tables))
     began = time.perf_counter()
     settings = load_settings(config)
     parsed = time.perf_counter() - began

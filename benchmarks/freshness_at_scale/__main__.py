@@ -16,20 +16,13 @@ from collections import defaultdict
 from dataclasses import asdict
 from typing import Any
 
+from benchmarks.freshness_at_scale import systems
 from benchmarks.freshness_at_scale.analyze import STARVED_FACTOR, analyze
-from benchmarks.freshness_at_scale.systems import (
-    DEFAULT_VARIANTS,
-    Variant,
-    Workload,
-    check_code_dir,
-    run_cell,
-    schedule,
-)
+from benchmarks.freshness_at_scale.systems import Variant, Workload
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template, bullets, missing, pct
 from testing.report import LoadMonitor, fmt_num, log, machine_markdown
 
-MODULE = "benchmarks.freshness_at_scale"
 FULL_WORKLOADS = "50:0.5,200:0.5,1000:0.1"
 QUICK_WORKLOADS = "10:0.5"
 #: Warm-up: this many mean inter-arrival times of a table (the cold-start backlog settles).
@@ -55,12 +48,12 @@ def plan(args: argparse.Namespace) -> tuple[list[Workload], list[Variant]]:
                 raise ValueError(f"workload {item!r}: write TABLES:RATE, e.g. 200:0.5")
             warmup = args.warmup if args.warmup is not None else max(4.0, WARMUP_INTERARRIVALS / rate)
             workloads.append(Workload(n, rate, warmup, args.duration, args.rows, args.seed))
-        names = [v.name for v in DEFAULT_VARIANTS]
+        names = [v.name for v in systems.DEFAULT_VARIANTS]
         if unknown := set(wanted := args.systems.split(",") if args.systems else names) - set(names):
             raise ValueError(f"unknown systems {sorted(unknown)}; variants: {', '.join(names)}")
-        variants = [v for v in DEFAULT_VARIANTS if v.name in wanted]
+        variants = [v for v in systems.DEFAULT_VARIANTS if v.name in wanted]
         for variant in variants:
-            check_code_dir(variant)
+            systems.check_code_dir(variant)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     return workloads, variants
@@ -71,7 +64,7 @@ def measure_cell(variant: Variant, workload: Workload, args: argparse.Namespace)
     cell: dict[str, Any] = {"variant": variant.name}
     with LoadMonitor() as load:
         try:
-            cell["figures"] = f = analyze(run_cell(variant, workload, args))
+            cell["figures"] = f = analyze(systems.run_cell(variant, workload, args))
             log(
                 f"[{workload.name}] {variant.name}: ratio {f['ratio']:.2f}, p99 latency {f['latency_p99']:.2f} s, "
                 f"starved {f['starved']}, integrity {'ok' if f['integrity']['ok'] else 'PROBLEM'}"
@@ -89,12 +82,12 @@ def measure(run: Run) -> dict[str, Any]:
     args = run.args
     workloads, variants = plan(args)
     options = {"poll_interval": args.poll, "drain_timeout": args.drain_timeout, "starved_factor": STARVED_FACTOR}
-    options |= {"rows_per_update": args.rows, "seed": args.seed, "full_command": f"python -m {MODULE}"}
+    options |= {"rows_per_update": args.rows, "seed": args.seed, "full_command": f"python -m {run.bench.module}"}
     results: dict[str, Any] = {"options": options, "variants": [v.to_json() for v in variants], "workloads": []}
     began = time.perf_counter()
     log(f"freshness at scale: {', '.join(w.name for w in workloads)} x {', '.join(v.name for v in variants)}")
     for workload in workloads:
-        entry: dict[str, Any] = {"workload": asdict(workload), "updates": len(schedule(workload)), "cells": []}
+        entry: dict[str, Any] = {"workload": asdict(workload), "updates": len(systems.schedule(workload)), "cells": []}
         results["workloads"].append(entry)
         for variant in variants:
             entry["cells"].append(measure_cell(variant, workload, args))
@@ -137,15 +130,6 @@ def _integrity_text(integrity: dict[str, Any]) -> str:
     if "deltalake_rows" in integrity and integrity["deltalake_rows"] != integrity["rows_expected"]:
         parts.append(f"deltalake rows {integrity['deltalake_rows']:,}")
     return "PROBLEM: " + ", ".join(parts or ["see JSON"])
-
-
-def _integrity_short(integrity: dict[str, Any]) -> str:
-    lost = integrity.get("missing", 0) + integrity.get("partial", 0)
-    twice = integrity.get("duplicated", 0) + integrity.get("in_several_commits", 0)
-    text = f"{lost:,} / {twice:,}"
-    if integrity.get("missing"):
-        text += f" ({integrity['missing']:,} not visible after the drain)"
-    return text
 
 
 def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -217,7 +201,9 @@ def workload_table(workload: dict[str, Any]) -> str:
             continue
         own = f.get("own_staleness") or {}
         own_text = T.line("own", own=own) if "relative_difference" in own else "n/a"
-        lost = "0 / 0" if f["integrity"]["ok"] else _integrity_short(f["integrity"])
+        i = f["integrity"]
+        lost = f"{i['missing'] + i['partial']:,} / {i['duplicated'] + i['in_several_commits']:,}"
+        lost += f" ({i['missing']:,} not visible after the drain)" if i["missing"] else ""
         cpu = defaultdict(lambda: None, f["cpu"] or {})
         rows.append(T.line("workload-row", cell=cell, f=f, cpu=cpu, own=own_text, lost=lost).split(" | "))
     return T.table("workload-table", rows)
@@ -254,9 +240,6 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 BENCHMARK = Benchmark(
-    MODULE,
-    "freshness-at-scale",
-    __doc__,
     measure,
     render_markdown,
     quick_saves=True,

@@ -52,11 +52,8 @@ def own_staleness(
     span = len(exported) * (s1 - s0)
     loader_mean = sum(i1[t] - i0[t] for t in exported) / span
     outside_mean = sum(staleness_integral(observed[t], s0, s1, base[t]) for t in exported) / span
-    return {
-        "loader_mean_staleness": loader_mean,
-        "outside_mean_staleness": outside_mean,
-        "relative_difference": loader_mean / outside_mean - 1.0 if outside_mean > 0 else math.nan,
-    }
+    out = {"loader_mean_staleness": loader_mean, "outside_mean_staleness": outside_mean}
+    return out | {"relative_difference": loader_mean / outside_mean - 1.0 if outside_mean > 0 else math.nan}
 
 
 def analyze(record: dict[str, Any]) -> dict[str, Any]:
@@ -125,42 +122,23 @@ def analyze(record: dict[str, Any]) -> dict[str, Any]:
     # Every table is current when the arrivals start (its priming update visible, nothing
     # pending): staleness counts from then, for the system and the ideal alike.
     summary = summarize(observed, w0, w1, dict.fromkeys(names, record["start_at"]), starved_after)
-    figures: dict[str, Any] = {
-        "window_seconds": w1 - w0,
-        "mean_staleness": summary.mean_staleness,
-        "ideal_mean_staleness": summary.ideal_mean_staleness,
-        "ratio": summary.ratio if math.isfinite(summary.ratio) else math.nan,
-        "latency_p50": summary.latency_p50,
-        "latency_p99": summary.latency_p99,
-        "latency_max": summary.latency_max,
-        "never_visible_in_window": summary.never_visible,
-        "starved_after_seconds": starved_after,
-        "starved": len(summary.starved),
-        "worst_table": {"name": summary.worst_table.name, "mean_staleness": summary.worst_table.mean_staleness},
-        "commits_per_second": commits / (w1 - w0),
-        "cpu": cpu,
-        "integrity": integrity,
-        "own_staleness": own_staleness(record, observed, own_base),
-        "reader": {k: v for k, v in reader.items() if k != "tables"}
-        | {"mean_observation_gap": statistics.fmean(gaps) if gaps else math.nan},
-        "generator": {
-            "errors": dict(errors),
-            "first_error": record["produced"]["first_error"] or record["priming"]["first_error"],
-            "lag_p50": percentile(lags, 0.5),
-            "lag_p99": percentile(lags, 0.99),
-            "lag_max": max(lags, default=math.nan),
-            "cpu_seconds": record["produced"]["cpu_seconds"],
-        },
-        "ready_seconds": record["ready_seconds"],
-        "prime_seconds": record["prime_seconds"],
-        "alive_at_end": record["alive_at_end"],
-    }
+    figures: dict[str, Any] = {"window_seconds": w1 - w0}
+    figures |= {k: getattr(summary, k) for k in ("mean_staleness", "ideal_mean_staleness")}
+    figures["ratio"] = summary.ratio if math.isfinite(summary.ratio) else math.nan
+    figures |= {k: getattr(summary, k) for k in ("latency_p50", "latency_p99", "latency_max")}
+    figures |= {"never_visible_in_window": summary.never_visible, "starved_after_seconds": starved_after}
+    worst = {"name": summary.worst_table.name, "mean_staleness": summary.worst_table.mean_staleness}
+    figures |= {"starved": len(summary.starved), "worst_table": worst, "commits_per_second": commits / (w1 - w0)}
+    figures |= {"cpu": cpu, "integrity": integrity, "own_staleness": own_staleness(record, observed, own_base)}
+    gap = statistics.fmean(gaps) if gaps else math.nan
+    figures["reader"] = {k: v for k, v in reader.items() if k != "tables"} | {"mean_observation_gap": gap}
+    first_error = record["produced"]["first_error"] or record["priming"]["first_error"]
+    generator = {"errors": dict(errors), "first_error": first_error, "lag_p50": percentile(lags, 0.5)}
+    generator |= {"lag_p99": percentile(lags, 0.99), "lag_max": max(lags, default=math.nan)}
+    figures["generator"] = generator | {"cpu_seconds": record["produced"]["cpu_seconds"]}
+    figures |= {k: record[k] for k in ("ready_seconds", "prime_seconds", "alive_at_end")}
     if status := record.get("peer_status"):
-        figures["peer"] = {
-            "session_seconds": status.get("session_seconds"),
-            "queries_start_seconds": status.get("start_seconds"),
-            "queries_started": status.get("started"),
-            "active_at_end": status.get("active"),
-            "failed": status.get("failed", {}),
-        }
+        keys = {"session_seconds": "session_seconds", "queries_start_seconds": "start_seconds"}
+        keys |= {"queries_started": "started", "active_at_end": "active"}
+        figures["peer"] = {ours: status.get(key) for ours, key in keys.items()} | {"failed": status.get("failed", {})}
     return figures

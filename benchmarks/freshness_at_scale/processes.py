@@ -178,14 +178,9 @@ class Reader:
                 if path not in self.removed[name]:
                     rows.update(counts)
             commits = [[c.version, c.seen, c.previous_check, len(c.added), len(c.removed)] for c in self.commits[name]]
-            tables[name] = {
-                "commits": commits,
-                "updates": [
-                    [uid, rows.get(uid, 0), min(versions), len(set(versions))]
-                    for uid, versions in sorted(self.versions[name].items())
-                ],
-                "rows": sum(rows.values()),
-            }
+            by_uid = sorted(self.versions[name].items())
+            updates = [[uid, rows.get(uid, 0), min(versions), len(set(versions))] for uid, versions in by_uid]
+            tables[name] = {"commits": commits, "updates": updates, "rows": sum(rows.values())}
         return {"tables": tables}
 
 
@@ -234,15 +229,10 @@ def reader(spec: dict[str, Any]) -> None:
 
 
 # -- the Structured Streaming peer -------------------------------------------------------
-DEFAULT_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "2",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-}
+DEFAULT_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+DEFAULT_CONF["spark.sql.session.timeZone"] = "UTC"
+DEFAULT_CONF |= {"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"}
+DEFAULT_CONF |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 
 
 def peer(spec: dict[str, Any]) -> None:

@@ -195,15 +195,10 @@ def running_loader(variant: Variant, tables: list[str], workdir: Path, ready_tim
     """``loader serve`` of the variant's code and environment: defaults except what a measurement
     needs (Spark ``local[2]``, no compaction or vacuum: they would rewrite the files the reader
     counts, bench tokens)."""
-    settings = {
-        "spark": {"master": SPARK_MASTER},
-        "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
-        "auth_tokens": [
-            {"name": "bench-ops", "token": OPERATOR_TOKEN, "role": "operator"},
-            {"name": "bench-producer", "token": PRODUCER_TOKEN, "role": "producer"},
-        ],
-        "tables": [{"name": t, "schema": SCHEMA} for t in tables],
-    }
+    tokens = [{"name": "bench-ops", "token": OPERATOR_TOKEN, "role": "operator"}]
+    tokens.append({"name": "bench-producer", "token": PRODUCER_TOKEN, "role": "producer"})
+    settings = {"spark": {"master": SPARK_MASTER}, "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0}}
+    settings |= {"auth_tokens": tokens, "tables": [{"name": t, "schema": SCHEMA} for t in tables]}
     # PYTHONPATH first on the path: the variant's checkout (check_code_dir) is the code that runs.
     env = {k: None for k in os.environ if k.upper().startswith("LOADER_")} | {"PYTHONPATH": str(variant.code_dir)}
     with serve(workdir, settings, OPERATOR_TOKEN, env | variant.env, ready_timeout) as served:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,16 +41,13 @@ class Run:
 
 @dataclass
 class Benchmark:
-    """One benchmark: how to measure, how to render its section from the results."""
+    """One benchmark: how to measure, how to render its section from the results. Named after the
+    module that defines ``measure`` (``benchmarks/<name>.py`` or ``benchmarks/<name>/__main__.py``)."""
 
-    module: str  #: ``benchmarks.<name>``
-    section: str  #: its section of BENCHMARKS.md
-    doc: str  #: the module's docstring: ``--help`` shows it
     measure: Callable[[Run], dict[str, Any]]  #: the figures (the results' keys besides ``meta``)
     render: Callable[[dict[str, Any]], str]  #: the section, from the results alone
     package: str = "loader"  #: the code measured (fingerprinted in the provenance)
     fingerprints: tuple[str, ...] = ()  #: more packages fingerprinted
-    stem: str = ""  #: the results file's name (default: the module's last part)
     quick_saves: bool = False  #: a quick run writes ``<stem>-quick.json`` (else it only prints)
     repeats: tuple[int, int] | None = None  #: ``--repeats`` defaults (quick, full)
     seed: int | None = None  #: ``--seed`` default
@@ -61,7 +59,11 @@ class Benchmark:
     finish: Callable[[dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
-        self.stem = self.stem or self.module.rpartition(".")[2]
+        defining = sys.modules[self.measure.__module__]  # ``__main__`` under ``python -m``: its spec names it
+        self.module: str = defining.__spec__.name.removesuffix(".__main__")  #: ``benchmarks.<name>``
+        self.doc: str = defining.__doc__ or ""  #: ``--help`` shows it
+        self.stem: str = self.module.rpartition(".")[2]  #: the results file's name
+        self.section: str = self.stem.replace("_", "-")  #: its section of BENCHMARKS.md and its template
 
     def parser(self) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(

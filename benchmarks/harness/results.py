@@ -59,8 +59,9 @@ def stats(values: Iterable[float | None]) -> dict[str, Any]:
     return {"median": median(kept), "min": min(kept, default=None), "max": max(kept, default=None), "n": len(kept)}
 
 
-def medians(runs: Iterable[Mapping[str, float]], keys: Iterable[str] | None = None) -> dict[str, float]:
-    """Per key, the median over runs (NaN where no run has it)."""
+def medians(runs: Iterable[Mapping[str, Any]], keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """Per key, the median over runs (NaN where no run has it); of a mapping, its medians."""
     runs = list(runs)
     keys = list(keys) if keys is not None else list(runs[0]) if runs else []
-    return {k: median([r[k] for r in runs if k in r]) for k in keys}
+    values = {k: [r[k] for r in runs if k in r] for k in keys}
+    return {k: medians(v) if v and isinstance(v[0], Mapping) else median(v) for k, v in values.items()}

@@ -72,14 +72,10 @@ async def drive(app: ASGIApp, requests: list[dict[str, Any]], n: int) -> dict[st
 @contextlib.asynccontextmanager
 async def service(fast: bool, group_delay: float) -> AsyncIterator[ASGIApp]:
     with tempfile.TemporaryDirectory(prefix="intake-cost-") as data:
-        settings = load_settings(
-            None,
-            data_dir=Path(data),
-            workers=2,
-            tables=[{"name": t, "schema": SCHEMA} for t in INTAKE_TABLES],
-            auth_tokens=[{"token": PRODUCER_TOKEN, "role": "producer", "name": "bench"}],
-            wal={"group_delay_seconds": group_delay},
-        )
+        tables = [{"name": t, "schema": SCHEMA} for t in INTAKE_TABLES]
+        tokens = [{"token": PRODUCER_TOKEN, "role": "producer", "name": "bench"}]
+        wal = {"group_delay_seconds": group_delay}
+        settings = load_settings(None, data_dir=Path(data), workers=2, tables=tables, auth_tokens=tokens, wal=wal)
         app = create_app(settings, load=False, fast_intake=fast)
         async with app.router.lifespan_context(app):
             yield app

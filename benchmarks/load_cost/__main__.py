@@ -102,15 +102,7 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 BENCHMARK = Benchmark(
-    "benchmarks.load_cost",
-    "load-cost",
-    __doc__,
-    measure,
-    report.render_markdown,
-    quick_saves=True,
-    parts=("changes", "local"),
-    counts=COUNTS,
-    finish=judge,
+    measure, report.render_markdown, quick_saves=True, parts=("changes", "local"), counts=COUNTS, finish=judge
 )
 
 if __name__ == "__main__":

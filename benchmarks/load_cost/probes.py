@@ -111,11 +111,7 @@ def count_py4j(recorder: PhaseRecorder) -> Callable[[], None]:
             recorder.py4j(time.perf_counter() - started)
 
     ClientServerConnection.send_command = send_command  # type: ignore[method-assign]
-
-    def undo() -> None:
-        ClientServerConnection.send_command = original  # type: ignore[method-assign]
-
-    return undo
+    return lambda: setattr(ClientServerConnection, "send_command", original)
 
 
 # -- JVM threads ------------------------------------------------------------------------
@@ -133,8 +129,6 @@ THREAD_KINDS: tuple[tuple[str, str], ...] = (
 )
 OTHER_THREADS = "other threads"
 CHILD_PROCESSES = "forked processes (`chmod`, their own CPU)"
-
-
 THREAD_KIND_NAMES = [*(k for k, _ in THREAD_KINDS), OTHER_THREADS, CHILD_PROCESSES]
 
 
@@ -237,15 +231,12 @@ def spark_phases(events: Iterable[dict[str, Any]], windows: list[tuple[float, fl
             executions[event["executionId"]] = _Execution(event["time"], event.get("physicalPlanDescription", ""))
         elif kind.endswith("SQLAdaptiveExecutionUpdate"):
             _metric_names(event.get("sparkPlanInfo", {}), names)
-        elif kind.endswith("SQLExecutionEnd"):
-            if event["executionId"] in executions:
-                executions[event["executionId"]].end_ms = event["time"]
-        elif kind.endswith("DriverAccumUpdates"):
-            execution = executions.get(event["executionId"])
-            if execution is not None:
-                for accumulator, value in event["accumUpdates"]:
-                    if names.get(accumulator) == "job commit time":
-                        execution.job_commit_ms += value
+        elif kind.endswith("SQLExecutionEnd") and event["executionId"] in executions:
+            executions[event["executionId"]].end_ms = event["time"]
+        elif kind.endswith("DriverAccumUpdates") and (execution := executions.get(event["executionId"])):
+            for accumulator, value in event["accumUpdates"]:
+                if names.get(accumulator) == "job commit time":
+                    execution.job_commit_ms += value
         elif kind == "SparkListenerJobStart":
             execution_id = (event.get("Properties") or {}).get("spark.sql.execution.id")
             if execution_id is not None and int(execution_id) in executions:
@@ -255,14 +246,10 @@ def spark_phases(events: Iterable[dict[str, Any]], windows: list[tuple[float, fl
                 job_execution[event["Job ID"]] = int(execution_id)
                 for stage in event.get("Stage IDs", []):
                     stage_job[stage] = event["Job ID"]
-        elif kind == "SparkListenerJobEnd":
-            execution_id = job_execution.get(event["Job ID"])
-            if execution_id is not None:
-                executions[execution_id].job_end_ms = event["Completion Time"]
-        elif kind == "SparkListenerTaskEnd":
-            job = stage_job.get(event["Stage ID"])
-            if job is not None:
-                executions[job_execution[job]].tasks.append(event)
+        elif kind == "SparkListenerJobEnd" and (execution_id := job_execution.get(event["Job ID"])) is not None:
+            executions[execution_id].job_end_ms = event["Completion Time"]
+        elif kind == "SparkListenerTaskEnd" and (job := stage_job.get(event["Stage ID"])) is not None:
+            executions[job_execution[job]].tasks.append(event)
     out: list[dict[str, float] | None] = []
     for begin, end in windows:
         window = (begin * 1000 - 2, end * 1000 + 2)

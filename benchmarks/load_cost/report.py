@@ -223,24 +223,17 @@ def build_notes(summary: dict[str, Any]) -> list[str]:
         counts = {k: sum(s[f"_{k}"] for s in plans) for k in ("exchange", "adaptive", "loads")}
         shuffles, adaptive = counts["exchange"], counts["adaptive"]
         notes.append(T.line("note-plans", shuffles=shuffles, adaptive=adaptive, counted=counts["loads"]))
-    if local and not local["audit_ok"]:
-        notes.append(T.line("note-audit", part="local"))
-    if changes and not changes["audit_ok"]:
-        notes.append(T.line("note-audit", part="changes"))
+    audited = {"local": local, "changes": changes}
+    notes += [T.line("note-audit", part=name) for name, part in audited.items() if part and not part["audit_ok"]]
     return notes
-
-
-def _load_sentence(meta: dict[str, Any]) -> str:
-    """How busy the machine was (the benchmark's own driver and JVM count for about 1 to 2)."""
-    peak, cores = meta.get("loadavg_peak"), meta["machine"].get("nproc") or 1
-    if peak is None:
-        return T.line("load-unknown")
-    return T.line("load-busy" if peak > cores + 1 else "load-quiet", peak=peak, cores=cores)
 
 
 def render_markdown(results: dict[str, Any]) -> str:
     summary, meta = results["summary"], results["meta"]
-    out = [T("head", machine=machine_markdown(meta, "loader"), meta=meta, load=_load_sentence(meta))]
+    # How busy the machine was (the benchmark's own driver and JVM count for about 1 to 2).
+    peak, cores = meta.get("loadavg_peak"), meta["machine"].get("nproc") or 1
+    busy = "load-unknown" if peak is None else "load-busy" if peak > cores + 1 else "load-quiet"
+    out = [T("head", machine=machine_markdown(meta, "loader"), meta=meta, load=T.line(busy, peak=peak, cores=cores))]
     if "target" in summary:
         out.append(T("target", table=T.table("target-table", [summary["target"]])))
     out.append(T("lean", table=lean_table(meta)))

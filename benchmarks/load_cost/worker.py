@@ -176,18 +176,14 @@ def run_changes(session: Session, spec: dict[str, Any]) -> dict[str, Any]:
     results: dict[str, dict[int, list[dict[str, Any]]]] = {n: collections.defaultdict(list) for n in names}
     reference: list[float] = []
     rounds = spec["warmup"] + spec["runs"]
-    for r in range(rounds):
+    for r in range(rounds):  # the first ``warmup`` rounds are left out
         for updates in spec["sizes"]:
             for name in rotate(names, r):
-                measured = session.load(name, updates)
-                if r >= spec["warmup"]:
-                    results[name][updates].append(measured)
-        ref = session.reference()
-        if r >= spec["warmup"]:
-            reference.append(ref)
+                results[name][updates].append(session.load(name, updates))
+        reference.append(session.reference())
         log(f"round {r + 1}/{rounds}")
-    variants = {n: {str(u): loads for u, loads in by.items()} for n, by in results.items()}
-    return {"variants": variants, "reference_range_count": reference}
+    variants = {n: {str(u): loads[spec["warmup"] :] for u, loads in by.items()} for n, by in results.items()}
+    return {"variants": variants, "reference_range_count": reference[spec["warmup"] :]}
 
 
 def run_breakdown(session: Session, spec: dict[str, Any]) -> dict[str, Any]:

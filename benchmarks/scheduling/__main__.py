@@ -126,8 +126,7 @@ def _policy_extras(result: SimulationResult) -> dict[str, Any]:
     state = result.policy_state or {}
     extras = {"regroups": state["regroups"]} if "regroups" in state else {}
     if "groups" in state:
-        groups = state["groups"]
-        extras["groups"] = [{**g, "tables": len(g["tables"])} for g in groups]
+        extras["groups"] = [{**g, "tables": len(g["tables"])} for g in state["groups"]]
         extras["spare_workers"] = state.get("spare_workers", [])
     return extras
 
@@ -150,11 +149,9 @@ def run_quality(workloads: list[Workload], policies: list[str], repeats: int, ve
         record |= {"weight_range": [min(weights), max(weights)], "policies": {}}
         for name in policies:  # the recorded run: quality figures (and the independent re-scoring)
             result = simulate(trace, make_policy(name), workload.workers, record_schedule=verify)
-            record["policies"][name] = {
-                "quality": _quality(result),
-                "extras": _policy_extras(result),
-                "evaluator_mismatches": _evaluator_mismatches(trace, result) if verify else None,
-            }
+            mismatches = _evaluator_mismatches(trace, result) if verify else None
+            entry = {"quality": _quality(result), "extras": _policy_extras(result), "evaluator_mismatches": mismatches}
+            record["policies"][name] = entry
         # Timed runs, interleaved across policies so load drift hits all alike.
         plans = {name: functools.partial(simulated, trace, name, workload.workers) for name in policies}
         for name, runs in interleaved(repeats, plans).items():
@@ -301,9 +298,8 @@ def run_decisions(policies: list[str], tables: int, decisions: int, warmup: int,
     """Decision cost per policy, median of ``repeats`` runs interleaved across policies."""
     specs, factories = decision_specs(tables), decision_factories()
     names = ["(harness only)"] + [p for p in policies if p in factories]
-    runs = interleaved(
-        repeats, {n: functools.partial(decision_run, factories[n], specs, decisions, warmup) for n in names}
-    )
+    plans = {n: functools.partial(decision_run, factories[n], specs, decisions, warmup) for n in names}
+    runs = interleaved(repeats, plans)
     out: dict[str, Any] = {"tables": tables, "workers": DECISION_WORKERS, "decisions_timed": decisions}
     out |= {"warmup_decisions": warmup, "repeats": repeats, "interval_trigger_period": INTERVAL_DECISION_PERIOD}
     out |= {"clock_step": DECISION_STEP, "policies": {}}
@@ -312,8 +308,9 @@ def run_decisions(policies: list[str], tables: int, decisions: int, warmup: int,
         samples = [r["ns_per_decision"] for r in done]
         entry = {"ns_per_decision_samples": samples, "ns_per_decision": median(samples)}
         entry |= {"ns_policy_share": median(samples) - baseline, "setup_ms": median([r["setup_ms"] for r in done])}
-        out["policies"][name] = entry | {k: done[-1][k] for k in ("index_live_entries", "index_heap_entries")}
-        out["policies"][name]["workers_driven"] = done[-1]["workers_driven"]
+        out["policies"][name] = entry | {
+            k: done[-1][k] for k in ("index_live_entries", "index_heap_entries", "workers_driven")
+        }
         log(f"[decision] {name}: {median(samples):,.0f} ns per decision at {tables:,} tables")
     return out
 
@@ -349,9 +346,6 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 BENCHMARK = Benchmark(
-    "benchmarks.scheduling",
-    "scheduling",
-    __doc__,
     measure,
     report.render_markdown,
     package="schedulers",

@@ -120,15 +120,12 @@ def bound_rows(quality: list[Record]) -> list[dict[str, Any]]:
     for r in quality:
         pol = r["policies"]
         eager = {name: pol[name]["quality"]["staleness_ratio"] for name in EAGER_POLICIES if name in pol}
-        gar_ok, gar_why = gar_premises(r)
         gar = pol.get("group-and-run", {}).get("quality") or {}
         bound = eager_bound(r["alpha_max"], r["tables"], r["workers"]) if r["overhead"] == 0 else None
+        worst = max(eager.items(), key=lambda kv: kv[1], default=None)
         row = {"workload": r["workload"], "x": r["alpha_max"] * r["tables"] / r["workers"], "bound": bound}
-        row |= {
-            "myopic_ratio": eager.get("myopic"),
-            "worst_eager": max(eager.items(), key=lambda kv: kv[1], default=None),
-        }
-        row |= {"gar_applies": gar_ok, "gar_premises": gar_why}
+        row |= {"myopic_ratio": eager.get("myopic"), "worst_eager": worst}
+        row |= dict(zip(("gar_applies", "gar_premises"), gar_premises(r)))
         rows.append(row | {"gar_stretch": gar.get("max_stretch"), "gar_weighted_ratio": gar.get("weighted_ratio")})
     return rows
 

@@ -45,12 +45,8 @@ def _measure(svc: srv.Service, spec: dict[str, Any], drain: bool) -> dict[str, A
         observe = lambda: (srv.scrape(http), srv.group_cpu(svc.pid))  # noqa: E731
         out, record, (m0, c0), (m1, c1), seconds, latencies = serving.generate(svc.port, spec, timeout, observe)
         drained = srv.wait_loaded(http, timeout=180)[0] if drain else None
-    record.update(
-        max_ms=max(latencies, default=math.nan),
-        wal=srv.wal_delta(m0, m1, seconds),
-        cpu=srv.cpu_delta(c0, c1, seconds),
-        drained=drained,
-    )
+    record |= {"max_ms": max(latencies, default=math.nan), "wal": srv.wal_delta(m0, m1, seconds)}
+    record |= {"cpu": srv.cpu_delta(c0, c1, seconds), "drained": drained}
     if spec["mode"] == "open":
         service = [x * 1e3 for x in out["service"]]
         record.update(service_p50_ms=percentile(service, 0.5), service_p99_ms=percentile(service, 0.99))
@@ -144,26 +140,18 @@ def _live_figures(replay: dict[str, Any], names: list[str]) -> dict[str, Any]:
 
     staleness, low = total("staleness_integral_at_last_load"), total("low_bound")
     count = metric("loader_batch_duration_seconds_count")
-    return {
-        "low_bound": low,
-        "staleness_ratio": staleness / low if low > 0 else math.nan,
-        "max_stretch": max(tables[n]["max_stretch"] for n in names),
-        "batches": metric("loader_batches_total", 'outcome="loaded",'),
-        "mean_batch_seconds": metric("loader_batch_duration_seconds_sum") / count if count else math.nan,
-        "alpha": {n: tables[n]["alpha"] for n in names},
-        "overhead": {n: tables[n]["overhead_seconds"] for n in names},
-    }
+    out = {"low_bound": low, "staleness_ratio": staleness / low if low > 0 else math.nan}
+    out |= {"max_stretch": max(tables[n]["max_stretch"] for n in names)}
+    out["batches"] = metric("loader_batches_total", 'outcome="loaded",')
+    out["mean_batch_seconds"] = metric("loader_batch_duration_seconds_sum") / count if count else math.nan
+    out["alpha"] = {n: tables[n]["alpha"] for n in names}
+    return out | {"overhead": {n: tables[n]["overhead_seconds"] for n in names}}
 
 
 def simulated_trace(trace: Trace, replay: dict[str, Any], live: dict[str, Any]) -> Trace:
     """The trace as the live service saw it: releases from each table's registration time,
     processing model = the alpha/overhead the service measured for that table."""
-    specs = [
-        spec.model_copy(
-            update={"alpha": float(live["alpha"][spec.name]), "overhead": float(live["overhead"][spec.name])}
-        )
-        for spec in trace.tables
-    ]
+    specs = [s.model_copy(update={k: float(live[k][s.name]) for k in ("alpha", "overhead")}) for s in trace.tables]
     events = sorted(
         (replay["t0"] + release - replay["registered"][specs[tid].name], tid)
         for tid, release in zip(trace.update_tables, trace.update_releases, strict=True)
@@ -194,18 +182,11 @@ def run_freshness(quick: bool, policies: list[str]) -> dict[str, Any]:
         flat = dataclasses.replace(sim_trace, tables=[s.model_copy(update=flat_cost) for s in sim_trace.tables])
         flat_freshness = simulate(flat, make_policy(policy), serving.WORKERS).freshness
         sim["flat_cost_ratio"] = flat_freshness.staleness_ratio
-        registered = replay["registered"]
-        record = {
-            "policy": policy,
-            "live": live,
-            "sim": sim,
-            "gap": live["staleness_ratio"] / sim["staleness_ratio"] - 1.0,
-            "low_relative_difference": live["low_bound"] / sim["low_bound"] - 1.0,
-            "registration_spread_seconds": max(registered.values()) - min(registered.values()),
-            "ack_lag_ms": replay["ack_lag_ms"],
-            "alpha_range": [min(live["alpha"].values()), max(live["alpha"].values())],
-            "overhead_range": [min(live["overhead"].values()), max(live["overhead"].values())],
-        }
+        registered, gap = replay["registered"].values(), live["staleness_ratio"] / sim["staleness_ratio"] - 1.0
+        record = {"policy": policy, "live": live, "sim": sim, "gap": gap}
+        record["low_relative_difference"] = live["low_bound"] / sim["low_bound"] - 1.0
+        record |= {"registration_spread_seconds": max(registered) - min(registered), "ack_lag_ms": replay["ack_lag_ms"]}
+        record |= {f"{k}_range": [min(live[k].values()), max(live[k].values())] for k in ("alpha", "overhead")}
         out["policies"].append(record)
         log(
             f"[freshness] {policy}: live ratio {live['staleness_ratio']:.4f}, simulated {sim['staleness_ratio']:.4f} "
@@ -368,9 +349,6 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 BENCHMARK = Benchmark(
-    "benchmarks.service",
-    "service",
-    __doc__,
     measure,
     render_markdown,
     fingerprints=("api",),

@@ -82,9 +82,6 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 BENCHMARK = Benchmark(
-    "benchmarks.spill",
-    "spill",
-    __doc__,
     measure,
     report.render_markdown,
     fingerprints=("schedulers",),
