@@ -31,10 +31,8 @@ def benchmarks() -> list[Benchmark]:
 def render(markdown: Path = BENCHMARKS_MD, directory: Path = RESULTS_DIR, only: set[str] | None = None) -> Path:
     """Each section (of ``only``) from its last full run; one without a results file is left as it is."""
     sections = {}
-    for bench in benchmarks():
+    for bench in (b for b in benchmarks() if not only or b.section in only):
         saved = directory / results.path(bench.stem).name
-        if only and bench.section not in only:
-            continue
         if saved.exists():
             sections[bench.section] = bench.render(results.load(saved))
         else:

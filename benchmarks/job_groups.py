@@ -11,7 +11,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
 from benchmarks.harness.results import int_keys
-from benchmarks.harness.rows import SCHEMA, small_rows
 from loader.core.updates import Batch
 from schedulers.generators import many_feeds
 from schedulers.registry import make_policy
@@ -39,26 +37,26 @@ def measure_cost(sizes: list[int], runs: int) -> dict[str, Any]:
     with spark.sink("job-groups-", fair_pools=1) as (_, sink):
         names = [f"t{i}" for i in range(max(sizes))]
         for name in names:
-            sink.ensure_table(name, SCHEMA)
+            sink.ensure_table(name, spark.SCHEMA)
         seq = 0
 
         def batches(k: int) -> list[Batch]:
             nonlocal seq
             seq += 1
-            return [spark.one_update(n, seq, small_rows(range(seq * 1000, seq * 1000 + ROWS))) for n in names[:k]]
+            return [spark.one_update(n, seq, spark.small_rows(range(seq * 1000, seq * 1000 + ROWS))) for n in names[:k]]
 
         def singly(work: list[Batch]) -> None:
             for b in work:
-                sink.load(b, SCHEMA)
+                sink.load(b, spark.SCHEMA)
 
         for k in (1, max(sizes)):  # warm-up: Spark's first jobs, Python workers
-            sink.load_group(batches(k), [SCHEMA] * k)
+            sink.load_group(batches(k), [spark.SCHEMA] * k)
             singly(batches(1))
         for k in sizes:
             out["group"][k], out["single"][k] = [], []
             for run in range(runs):
                 log(f"cost: {k} tables, run {run + 1}/{runs}")
-                outcomes, seconds = spark.timed(sink.load_group, batches(k), [SCHEMA] * k)
+                outcomes, seconds = spark.timed(sink.load_group, batches(k), [spark.SCHEMA] * k)
                 out["group"][k].append(seconds)
                 if failed := [o for o in outcomes if isinstance(o, BaseException)]:
                     raise RuntimeError(f"a group load failed: {failed[0]}")
@@ -103,9 +101,7 @@ def simulate_cli(runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "trace.jsonl"
-        trace = many_feeds(
-            tables=1000, rate=1_000_000 / 1000 / 4700, horizon=4700, seed=11, overhead=0.17, alpha=0.0005
-        )
+        trace = many_feeds(tables=1000, rate=1_000_000 / 1000 / 4700, horizon=4700, seed=11, overhead=0.17, alpha=5e-4)
         write_trace(trace, path)
         out["updates"] = trace.n_updates
         for label, extra in CLI_CASES.items():
@@ -114,9 +110,7 @@ def simulate_cli(runs: int) -> dict[str, Any]:
                 log(f"loader simulate, {label}, run {run + 1}/{runs}")
                 command = [sys.executable, "-m", "cli", "simulate", "--trace", str(path), "--policy", "myopic"]
                 command += ["--workers", "2", "--json", "--schedule-out", str(Path(directory) / "s.jsonl"), *extra]
-                began = time.perf_counter()
-                subprocess.run(command, check=True, capture_output=True)
-                times.append(time.perf_counter() - began)
+                times.append(spark.timed(subprocess.run, command, check=True, capture_output=True)[1])
             out[label] = times
     return out
 

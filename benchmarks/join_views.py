@@ -16,6 +16,7 @@ from typing import Any
 from benchmarks.harness import views
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
+from benchmarks.harness.results import interleaved
 from schedulers.views.engine import store_bytes
 from schedulers.views.pipelines import Orders
 from schedulers.views.workloads import ORDERS_RS_CACHE, ORDERS_ST_CACHE, Workload, global_orders, star, three_way
@@ -81,12 +82,12 @@ def star_plans(workload: Workload, n: int) -> Plans:
 def figure13(repeats: int, values: int) -> dict[str, Any]:
     """Fig. 13: throughput as the memory for join subresults grows (Fig. 10's join at window 50)."""
     workload = three_way(values=values, window=50)
-    base = views.interleaved(repeats, three_way_plans(workload, False, NO_INDEX), "fig 13, unbounded")
+    base = interleaved(repeats, three_way_plans(workload, False, NO_INDEX), "fig 13, unbounded")
     need = med(base["A"], "peak_bytes") or 1.0
     points = []
     for share in (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0):
         plan = functools.partial(run_plan, workload, ORDERS_RS_CACHE, "adaptive", (), share * need, NO_INDEX)
-        points.append({"budget": share * need, "runs": views.interleaved(repeats, {"A": plan}, f"fig 13, {share}")})
+        points.append({"budget": share * need, "runs": interleaved(repeats, {"A": plan}, f"fig 13, {share}")})
     return {"base": base, "a_need": need, "x_need": med(base[best(base, "X ")[0]], "peak_bytes"), "points": points}
 
 
@@ -126,7 +127,7 @@ def measure(run: Run) -> dict[str, Any]:
     repeats, values = run.args.repeats, 800 if run.args.quick else 4000
 
     def sweep(key: str, points: dict[Any, Plans]) -> list[dict[str, Any]]:
-        return [{key: p, "runs": views.interleaved(repeats, plans, f"{key} {p}")} for p, plans in points.items()]
+        return [{key: p, "runs": interleaved(repeats, plans, f"{key} {p}")} for p, plans in points.items()]
 
     # Fig. 6: the cache hit probability, through T.B's multiplicity r.
     fig6 = {

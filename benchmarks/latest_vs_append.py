@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
-from benchmarks.harness.rows import declared
+from benchmarks.harness.spark import declared
 from testing.report import log, machine_markdown
 from testing.service_harness import OPERATOR, Harness
 from testing.tables import read_delta
@@ -94,19 +94,16 @@ def run_feed(seconds: float, session: Any, seed: int) -> dict[str, Any]:
                 ratio = status["staleness_integral"] / status["low_bound"] if status["low_bound"] else None
                 out[name] = {"rows": read_delta(path).num_rows, "rows_written": rows_written(path), "ratio": ratio}
                 out[name] |= {"versions": DeltaTable(str(path)).version(), "superseded_rows": status["superseded_rows"]}
-            con = duckdb.connect()
-            latest_path = h.settings.warehouse_path / "feed_latest"
-            append_path = h.settings.warehouse_path / "feed_append"
+            con, warehouse = duckdb.connect(), h.settings.warehouse_path
             reads: dict[str, list[float]] = {"latest": [], "append": []}
             for _ in range(5):
-                mine, took = spark.timed(read_delta, latest_path)
+                mine, took = spark.timed(read_delta, warehouse / "feed_latest")
                 reads["latest"].append(took)
-                newest, took = spark.timed(lambda: con.sql(_newest_query(append_path)).to_arrow_table())
+                newest, took = spark.timed(lambda: con.sql(_newest_query(warehouse / "feed_append")).to_arrow_table())
                 reads["append"].append(took)
             got = {r["sym"]: (r["ts"], r["px"]) for r in mine.to_pylist()}
             want = {r["sym"]: (r["ts"], r["px"]) for r in newest.to_pylist()}
-            out["same_answer"] = got == want
-            out["reads"] = reads
+            out |= {"same_answer": got == want, "reads": reads}
     return out
 
 

@@ -20,7 +20,6 @@ from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
 from benchmarks.harness.results import medians
-from benchmarks.harness.rows import SCHEMA, small_rows
 from loader.core.updates import Batch, Update
 from testing.report import log, machine_markdown
 
@@ -52,16 +51,16 @@ def loads_until(stop: threading.Event, load: Callable[[], float]) -> list[float]
 
 def measure(run: Run) -> dict[str, Any]:
     seconds = run.meta["seconds"] = 4.0 if run.args.quick else 10.0
-    rows, seqs = small_rows(range(1, 4)), itertools.count(1)
+    rows, seqs = spark.small_rows(range(1, 4)), itertools.count(1)
 
     def load() -> float:
         """One load of 100 updates of 3 rows; its seconds."""
         batch = Batch("t", tuple(Update("t", k, float(k), rows=rows) for k in itertools.islice(seqs, 100)))
-        return spark.timed(sink.load, batch, SCHEMA)[1]
+        return spark.timed(sink.load, batch, spark.SCHEMA)[1]
 
     results = []
     with spark.sink("contention-", fair_pools=2) as (_, sink):
-        sink.ensure_table("t", SCHEMA)
+        sink.ensure_table("t", spark.SCHEMA)
         try:
             for _ in range(3):
                 load()

@@ -27,8 +27,8 @@ import httpx
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Lookup, Template
-from benchmarks.harness.rows import declared
 from benchmarks.harness.service import serve
+from benchmarks.harness.spark import declared
 from producer import LoaderProducer
 from testing.report import log, machine_markdown
 

@@ -26,7 +26,7 @@ from benchmarks.harness import spark
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Lookup, Template, table
 from benchmarks.harness.results import int_keys
-from benchmarks.harness.rows import schema
+from benchmarks.harness.spark import schema
 from loader.loading.failures import TableRefusesWrites
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.sinks.upsert import merge_predicates

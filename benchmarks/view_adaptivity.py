@@ -20,6 +20,7 @@ from typing import Any
 from benchmarks.harness import views
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
+from benchmarks.harness.results import interleaved
 from schedulers.views.pipelines import Orders
 from schedulers.views.workloads import ORDERS_RS_CACHE, ORDERS_ST_CACHE, S, Workload, three_way_burst
 from testing.report import RESULTS_DIR, machine_markdown
@@ -60,7 +61,7 @@ def measure_plans(values: int, burst_at: int, repeats: int, sample: int, no_inde
     workload = three_way_burst(values=values, burst_at=burst_at)
     label = "no index on S" if no_index else "hash indexes"
     plans = {name: functools.partial(run_plan, workload, name, sample, no_index) for name in PLANS}
-    runs = views.interleaved(repeats, plans, label)
+    runs = interleaved(repeats, plans, label)
     return {"values": values, "burst_at": burst_at, "sample": sample, "no_index": list(no_index), "runs": runs}
 
 

@@ -20,8 +20,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
-from benchmarks.harness.rows import schema
-from benchmarks.harness.spark import timed
+from benchmarks.harness.spark import schema, timed
 from loader.core.views import ViewConfig, resolve
 from loader.durability.transactions import load_commit
 from loader.loading.views.maintainer import InputChange, ViewMaintainer

@@ -272,10 +272,9 @@ def partitioning(quick: bool) -> dict[str, Any]:
     """
     tables, horizon, configurations = QUICK if quick else FULL
     log(f"partitioning: {tables:,} tables, {len(configurations)} configurations")
-    began = time.perf_counter()
-    trace = many_feeds(tables=tables, rate=RATE, horizon=horizon, overhead=JOB_SECONDS, seed=PART_SEED)
+    trace, seconds = timed(many_feeds, tables=tables, rate=RATE, horizon=horizon, overhead=JOB_SECONDS, seed=PART_SEED)
     out = {"tables": tables, "rate_per_table": RATE, "horizon_s": horizon, "job_seconds": JOB_SECONDS}
-    out |= {"updates": trace.n_updates, "generate_s": time.perf_counter() - began}
+    out |= {"updates": trace.n_updates, "generate_s": seconds}
     return out | {"configurations": [run_configuration(trace, k, p, horizon) for k, p in configurations]}
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import child
+from benchmarks.harness.spark import timed
 
 COLUMNS = [{"name": "k", "type": "int64"}, {"name": "v", "type": "string"}]
 OPERATOR = "operator-token-0123456789"  # testing.service_harness.OPERATOR (imported late: see run_config)
@@ -67,9 +68,7 @@ def run_config(tables: int, workdir: Path) -> dict[str, Any]:
 
     baseline = child.rss_mib()
     config = write_config(workdir / "loader.toml", configuration(workdir, tables))
-    began = time.perf_counter()
-    settings = load_settings(config)
-    parsed = time.perf_counter() - began
+    settings, parsed = timed(load_settings, config)
     first = asyncio.run(_start_and_stop(settings))
     gc.collect()
     restart = asyncio.run(_start_and_stop(settings))
@@ -120,9 +119,7 @@ def run_bulk(tables: int, workdir: Path) -> dict[str, Any]:
             for name, document, expected in (("bulk", body, 200), ("again", body, 200), ("invalid", bad, 422)):
                 before = len(saves)
                 with loop_lag(loop) as lag:
-                    began = time.perf_counter()
-                    answer = client.post("/v1/admin/tables:bulk", json=document)
-                    wall = time.perf_counter() - began
+                    answer, wall = timed(client.post, "/v1/admin/tables:bulk", json=document)
                 assert answer.status_code == expected, answer.text[:500]
                 out[name] = {"wall_s": wall, "catalog_saves": len(saves) - before, "loop_lag": lag}
         out["rss_mb"] = child.rss_mib()

@@ -23,8 +23,8 @@ from typing import Any, Literal
 import numpy as np
 
 from benchmarks.harness import child
-from benchmarks.harness.rows import declared
 from benchmarks.harness.service import read_json, serve, spawn, stop_group, wait_exit, wait_until
+from benchmarks.harness.spark import declared
 from testing.commit_logs import follower
 from testing.report import REPO_ROOT, log
 from testing.server_process import ServerProcess
@@ -171,9 +171,6 @@ class RunningSystem:
     feed: dict[str, Any]
     server: ServerProcess | None = None  #: the loader's
     status_path: Path | None = None  #: the peer's
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
 
     def scrape(self) -> dict[str, float] | None:
         """The loader's /metrics (None for the peer, or if it failed: reported, not fatal)."""
@@ -331,7 +328,7 @@ def run_cell(variant: Variant, workload: Workload, args: argparse.Namespace) -> 
                 log(f"{tag}: last arrival sent; draining")
                 wait_exit(reader, args.drain_timeout + 900, "the reader", workdir / "reader.log")
                 record["reader"] = read_json(workdir / "reader-out.json")
-                record["alive_at_end"] = system.alive()
+                record["alive_at_end"] = system.proc.poll() is None
             finally:
                 for helper in (producer, reader):
                     if helper is not None:

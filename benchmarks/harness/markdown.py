@@ -67,12 +67,14 @@ class Lookup:
 
 
 class Template:
-    """A section's fixed text: the blocks of ``benchmarks/templates/<section>.md``, each the
-    lines after a line ``%% name`` up to the next such line, with ``str.format`` placeholders."""
+    """A section's fixed text: the blocks of ``benchmarks/templates/<section>.md`` (and of ``common.md``),
+    each the lines after a line ``%% name`` up to the next such line, with ``str.format`` placeholders."""
 
     def __init__(self, section: str, formats: Formats | None = None) -> None:
-        parts = re.split(r"^%% (\S+)\n", (TEMPLATES / f"{section}.md").read_text(encoding="utf-8"), flags=re.M)
-        self.blocks = dict(zip(parts[1::2], parts[2::2], strict=True))
+        self.blocks: dict[str, str] = {}
+        for name in ("common", section):
+            parts = re.split(r"^%% (\S+)\n", (TEMPLATES / f"{name}.md").read_text(encoding="utf-8"), flags=re.M)
+            self.blocks |= dict(zip(parts[1::2], parts[2::2], strict=True))
         self.formatter = _Formatter(formats)
 
     def __call__(self, block: str, /, **values: Any) -> str:

@@ -4,6 +4,7 @@ and out (strict: inf and nan stored as strings, read back as floats), repeated r
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -44,13 +45,21 @@ def int_keys(mapping: Mapping[str, T]) -> dict[int, T]:
     return {int(k): v for k, v in mapping.items()}
 
 
+def interleaved(repeats: int, plans: Mapping[str, Callable[[], T]], label: str = "") -> dict[str, list[T]]:
+    """Each plan's runs, ``repeats`` of each, interleaved: a noisy minute hits every plan alike (logged if
+    ``label``)."""
+    runs: dict[str, list[T]] = {name: [] for name in plans}
+    for k in range(repeats):
+        for name, plan in plans.items():
+            if label:
+                log(f"{name}, run {k + 1}/{repeats}" + (f" ({label})" if label != name else ""))
+            runs[name].append(plan())
+    return runs
+
+
 def repeat(times: int, label: str, run: Callable[..., T], *args: Any) -> list[T]:
     """``run(*args)`` ``times`` times, logging each."""
-    out = []
-    for k in range(times):
-        log(f"{label}, run {k + 1}/{times}")
-        out.append(run(*args))
-    return out
+    return interleaved(times, {label: functools.partial(run, *args)}, label)[label]
 
 
 def stats(values: Iterable[float | None]) -> dict[str, Any]:

@@ -1,20 +1,17 @@
-"""What the join-view benchmarks share: the MJoin executor as they build it, plans run interleaved."""
+"""What the join-view benchmarks share: the MJoin executor as they build it."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from schedulers.views.engine import DEFAULT_GLOBAL_LIMIT, EngineSettings, MJoinEngine
 from schedulers.views.pipelines import Orders
 from schedulers.views.reoptimizer import ReoptimizerSettings
 from schedulers.views.workloads import Workload
-from testing.report import log
 
 #: The re-optimization interval, in tuples (the paper's, Fig. 12).
 INTERVAL = 10_000
-T = TypeVar("T")
 
 
 def engine(
@@ -31,14 +28,3 @@ def engine(
     options = {"caches": tuple(caches), "no_index": no_index, "global_caches": global_caches}
     settings = EngineSettings(mode=mode, reoptimizer=reoptimizer, **options)  # type: ignore[arg-type]
     return MJoinEngine(workload.spec, workload.graph(), workload.shapes, orders, settings, timer=time.perf_counter)
-
-
-def interleaved(repeats: int, plans: Mapping[str, Callable[[], T]], label: str = "") -> dict[str, list[T]]:
-    """Each plan's runs, ``repeats`` of each, interleaved: a noisy minute hits every plan alike."""
-    runs: dict[str, list[T]] = {name: [] for name in plans}
-    for k in range(repeats):
-        for name, plan in plans.items():
-            if label:
-                log(f"repeat {k + 1}/{repeats}: {name} ({label})")
-            runs[name].append(plan())
-    return runs

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import child, spark
-from benchmarks.harness.rows import SCHEMA, small_rows
 from loader.loading.connect_server import ConnectServer
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.spark import DEFAULT_LEAN, build_spark_session, connect_session, session_settings
@@ -38,12 +37,13 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "process": processes,
         }
         for sink in sinks.values():
-            sink.ensure_table("t", SCHEMA)
+            sink.ensure_table("t", spark.SCHEMA)
         seconds: dict[str, list[float]] = {name: [] for name in sinks}
         for k in range(1, warmup + runs + 1):
             for name, sink in sinks.items():
-                batch = spark.one_update("t", k, small_rows(range(k * rows, (k + 1) * rows), "payload", typed=False))
-                result, took = spark.timed(sink.load, batch, SCHEMA)
+                ids = range(k * rows, (k + 1) * rows)
+                batch = spark.one_update("t", k, spark.small_rows(ids, "payload", typed=False))
+                result, took = spark.timed(sink.load, batch, spark.SCHEMA)
                 assert result.rows == rows and not result.skipped, result
                 if k > warmup:
                     seconds[name].append(took)

@@ -185,13 +185,6 @@ def change_phases_table(changes: dict[str, Any]) -> str:
     return _table("step (ms)", [*PHASES, "load (median of totals)"], columns, cells)
 
 
-def lean_table(meta: dict[str, Any]) -> str:
-    """The changes as they were when measured (kept in the results), else as the code has them."""
-    changes = meta.get("lean_changes") or {n: {"why": c.why, "default": c.default} for n, c in LEAN_CHANGES.items()}
-    rows = [[f"`{name}`", "yes" if c["default"] else "no", c["why"]] for name, c in changes.items()]
-    return T.table("lean-table", rows, "lcl")
-
-
 def build_notes(summary: dict[str, Any]) -> list[str]:
     notes: list[str] = []
     target = summary.get("target")
@@ -236,7 +229,10 @@ def render_markdown(results: dict[str, Any]) -> str:
     out = [T("head", machine=machine_markdown(meta, "loader"), meta=meta, load=T.line(busy, peak=peak, cores=cores))]
     if "target" in summary:
         out.append(T("target", table=T.table("target-table", [summary["target"]])))
-    out.append(T("lean", table=lean_table(meta)))
+    # The changes as they were when measured (kept in the results), else as the code has them.
+    lean = meta.get("lean_changes") or {n: {"why": c.why, "default": c.default} for n, c in LEAN_CHANGES.items()}
+    rows = [[f"`{name}`", "yes" if c["default"] else "no", c["why"]] for name, c in lean.items()]
+    out.append(T("lean", table=T.table("lean-table", rows, "lcl")))
     if changes := summary.get("changes"):
         warmup = results["changes"]["spec"]["warmup"]
         phases = change_phases_table(changes)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import child
-from benchmarks.harness.rows import SCHEMA
+from benchmarks.harness.spark import SCHEMA, timed
 from benchmarks.load_cost import probes
 from benchmarks.service.commit import make_batch
 from loader.core.updates import Batch
@@ -126,9 +126,7 @@ class Session:
         return {**record, "python_cpu": cpu, "jvm_cpu": jvm}
 
     def reference(self) -> float:
-        started = time.perf_counter()
-        self.spark.range(100).count()
-        return time.perf_counter() - started
+        return timed(lambda: self.spark.range(100).count())[1]
 
     def hadoop_conf(self) -> dict[str, Any]:
         """The Hadoop configuration a write job serializes into its tasks (and a scan broadcasts):

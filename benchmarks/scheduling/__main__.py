@@ -20,8 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.harness.cli import Benchmark, Run
-from benchmarks.harness.results import repeat
-from benchmarks.harness.views import interleaved
+from benchmarks.harness.results import interleaved, repeat
 from benchmarks.scheduling import report
 from schedulers import generators
 from schedulers.base import Policy
@@ -232,12 +231,6 @@ def decision_specs(tables: int) -> list[TableSpec]:
     return [TableSpec(name=f"d{i:05d}", alpha=alpha, weight=weights[i], period=periods[i]) for i in range(tables)]
 
 
-def decision_factories() -> dict[str, Callable[[], Policy]]:
-    """The baseline, then every policy (``period`` is the interval policy's trigger; the others drop it)."""
-    policies = {name: functools.partial(make_policy, name, period=INTERVAL_DECISION_PERIOD) for name in POLICIES}
-    return {"(harness only)": HarnessOnly, **policies}
-
-
 def decision_run(factory: Callable[[], Policy], specs: list[TableSpec], decisions: int, warmup: int) -> dict[str, Any]:
     """One timed run, fresh states and policy: ns per decision cycle, set-up time, index size."""
     n = len(specs)
@@ -296,9 +289,11 @@ def decision_run(factory: Callable[[], Policy], specs: list[TableSpec], decision
 
 def run_decisions(policies: list[str], tables: int, decisions: int, warmup: int, repeats: int) -> dict[str, Any]:
     """Decision cost per policy, median of ``repeats`` runs interleaved across policies."""
-    specs, factories = decision_specs(tables), decision_factories()
-    names = ["(harness only)"] + [p for p in policies if p in factories]
-    plans = {n: functools.partial(decision_run, factories[n], specs, decisions, warmup) for n in names}
+    specs = decision_specs(tables)
+    # The baseline, then each policy (``period`` is the interval policy's trigger; the others drop it).
+    factories: dict[str, Callable[[], Policy]] = {"(harness only)": HarnessOnly}
+    factories |= {p: functools.partial(make_policy, p, period=INTERVAL_DECISION_PERIOD) for p in policies}
+    plans = {n: functools.partial(decision_run, f, specs, decisions, warmup) for n, f in factories.items()}
     runs = interleaved(repeats, plans)
     out: dict[str, Any] = {"tables": tables, "workers": DECISION_WORKERS, "decisions_timed": decisions}
     out |= {"warmup_decisions": warmup, "repeats": repeats, "interval_trigger_period": INTERVAL_DECISION_PERIOD}

@@ -314,13 +314,6 @@ def peers_table(quality: list[dict[str, Any]]) -> str:
     return table(heads, ["{workload}", *(lambda r, p=p, g=g: cell(r, p, g) for p, g in PEERS)], quality)
 
 
-def partitions_table(quality: list[dict[str, Any]]) -> str:
-    regrouped = [(r, name, e) for r in quality for name, e in r["policies"].items() if "regroups" in e["extras"]]
-    empty = {"groups": [], "spare_workers": []}
-    rows = [{"workload": r["workload"], "policy": name, **empty, **e["extras"]} for r, name, e in regrouped]
-    return T.table("partitions-table", rows, "lllll")
-
-
 def workload_table(r: dict[str, Any], policies: list[str]) -> str:
     metrics = {"ratio": "{quality[staleness_ratio]:num}", "W-ratio": "{quality[weighted_ratio]:num}"}
     metrics |= {"max stretch": "{quality[max_stretch]:num}", "batches": "{quality[batches]:,}"}
@@ -342,11 +335,9 @@ def _consistency(results: dict[str, Any]) -> str:
     for r in results.get("quality") or []:
         for name, e in r["policies"].items():
             if e["evaluator_mismatches"]:
-                mismatches = "; ".join(e["evaluator_mismatches"])
-                problems.append(T.line("mismatch", workload=r["workload"], policy=name, mismatches=mismatches))
+                problems.append(T.line("mismatch", r=r, policy=name, mismatches="; ".join(e["evaluator_mismatches"])))
             if e["nondeterministic"]:
-                fields = e["nondeterministic"]
-                problems.append(T.line("nondeterministic", workload=r["workload"], policy=name, fields=fields))
+                problems.append(T.line("nondeterministic", r=r, policy=name, fields=e["nondeterministic"]))
     if problems:
         return T("problems", problems=bullets(problems))
     return T("consistent") if results["meta"]["verify"] and results.get("quality") else ""
@@ -372,7 +363,11 @@ def _quality(results: dict[str, Any], quality: list[dict[str, Any]]) -> list[str
     if mb := max_benefit_rows(quality):
         out.append(T("max-benefit", table=T.table("max-benefit-table", mb, goal=MAX_BENEFIT_GAIN_TARGET)))
     bounds = T.table("bounds-table", bound_rows(quality), "lrrrrlrr")
-    out.append(T("peers", peers=peers_table(quality), bounds=bounds, partitions=partitions_table(quality)))
+    regrouped = [(r, name, e) for r in quality for name, e in r["policies"].items() if "regroups" in e["extras"]]
+    empty = {"groups": [], "spare_workers": []}
+    partitions = [{"workload": r["workload"], "policy": name, **empty, **e["extras"]} for r, name, e in regrouped]
+    partitions = T.table("partitions-table", partitions, "lllll")
+    out.append(T("peers", peers=peers_table(quality), bounds=bounds, partitions=partitions))
     out += [T("workload", table=workload_table(r, policies), **r) for r in quality]
     return [*out, T("details-end")]
 
@@ -390,11 +385,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     if quality := results.get("quality") or []:
         out += _quality(results, quality)
     if big := results.get("big"):
-        judged = big["updates"] >= BIG_UPDATES
-        rows = [
-            (n, e, status(e["median_seconds"] < BIG_SECONDS_TARGET if judged else None))
-            for n, e in big["policies"].items()
-        ]
+        limit = BIG_SECONDS_TARGET if big["updates"] >= BIG_UPDATES else None  # judged at 1M updates only
+        rows = [(n, e, e["median_seconds"] < limit if limit else None) for n, e in big["policies"].items()]
         out.append(T("big", big=big, table=T.table("big-table", rows, goal=BIG_SECONDS_TARGET)))
     if dec := results.get("decisions"):
         period, step = dec["interval_trigger_period"] * 1000, dec["clock_step"] * 1000

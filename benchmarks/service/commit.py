@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmarks.harness import child, spark
 from benchmarks.harness.results import medians
-from benchmarks.harness.rows import SCHEMA, small_rows
+from benchmarks.harness.spark import SCHEMA, small_rows
 from loader.core.updates import Batch, Update
 from testing.report import log
 

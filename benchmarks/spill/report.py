@@ -103,8 +103,7 @@ def bracket(inst: dict[str, Any], policy: str) -> tuple[float | None, float | No
 # -- verdicts -----------------------------------------------------------------------------------------
 def target(block: str, ok: bool | None, **values: Any) -> dict[str, Any]:
     """A target from its template line ``target | source | measured | goal``."""
-    name, source, measured, goal = T.line(block, **values).split(" | ")
-    return {"target": name, "source": source, "measured": measured, "goal": goal, "ok": ok}
+    return dict(zip(("target", "source", "measured", "goal"), T.line(block, **values).split(" | "))) | {"ok": ok}
 
 
 def at_most(values: Sequence[float], limit: float) -> bool | None:
@@ -162,11 +161,8 @@ def _model_targets(model: dict[str, Any]) -> list[dict[str, Any]]:
             every += values
     out.append(target("hybrid", at_most(every, 4), parts="; ".join(parts)))
     runs = [(p, inst["name"], inst["unit"][p]) for f in small + large for inst in f["instances"] for p in ACYCLIC]
-    bad = [
-        T.line("offender", policy=p, name=name, error=run["error"] or T.line("twice"))
-        for p, name, run in runs
-        if run["error"] or run["max_writes_per_tuple"] > 1
-    ]
+    faulty = [(p, name, run) for p, name, run in runs if run["error"] or run["max_writes_per_tuple"] > 1]
+    bad = [T.line("offender", policy=p, name=name, error=run["error"] or T.line("twice")) for p, name, run in faulty]
     offenders = f"; {'; '.join(bad[:3])}" if bad else ""
     ok = not bad if runs else None
     out.append(target("acyclic", ok, clean=len(runs) - len(bad), runs=len(runs), offenders=offenders))
@@ -358,12 +354,8 @@ def model_notes(model: dict[str, Any]) -> list[str]:
             e = inst["ext"]["T=2"]
             notes.append(T.line("note-half-ext", ratio=ratio(e["policies"]["half"], e["opt"])))
     adversaries = [family(model, "thm4.3")] + [f for f in model["large"] if f["key"].startswith("thm4.3-")]
-    ns = [
-        (inst["queues"], ops(inst["unit"]["buffered-head"]), inst.get("opt", inst["window_bound"]))
-        for f in adversaries
-        if f and (inst := diagonal(f, "buffered-head"))
-    ]
-    if ns:
+    if insts := [inst for f in adversaries if f and (inst := diagonal(f, "buffered-head"))]:
+        ns = [(i["queues"], ops(i["unit"]["buffered-head"]), i.get("opt", i["window_bound"])) for i in insts]
         growth = ", ".join(T.line("note-thm4.3-n", n=n, ops=o, bound=b) for n, o, b in ns)
         notes.append(T.line("note-thm4.3", growth=growth))
     units = [inst["unit"] for f in model["large"] if f["key"].startswith("bursty-") for inst in f["instances"]]
