@@ -138,9 +138,7 @@ def batched(seeds: int, updates: int) -> list[dict[str, Any]]:
 
 
 def _f(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
+    return "—" if value is None else f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
 
 
 T = Template("keys", {"kf": _f})

@@ -44,14 +44,9 @@ FILES = 16
 LARGE_RUNS = 7
 KINDS = ("random", "clustered")
 #: The variants, measured side by side in each run (the order rotates from run to run).
-LABELS = {
-    "append": "append",
-    "one": "one file",
-    "unsorted": f"{FILES} files, unsorted",
-    "zorder": "many files, Z-ordered",
-    "streamed": "Z-ordered, streamed (before)",
-    "partitioned": f"{FILES} partitions (what-if)",
-}
+LABELS = {"append": "append", "one": "one file", "unsorted": f"{FILES} files, unsorted"}
+LABELS |= {"zorder": "many files, Z-ordered", "streamed": "Z-ordered, streamed (before)"}
+LABELS["partitioned"] = f"{FILES} partitions (what-if)"
 VARIANTS = tuple(LABELS)
 LAYOUTS = VARIANTS[1:]
 #: The table a variant loads where it is not its own name ("streamed": a copy of the Z-ordered one).
@@ -260,7 +255,6 @@ def render(saved: dict[str, Any]) -> str:
     ]
     align = "rl" + "r" * len(LAYOUTS)
     dv = result["deletion_vectors"]
-    dv_block = "dv-refused" if "sink_refused" in dv else "dv"  # (results before the sink refused such tables)
     head = ["N held", "held keys"]
     tables = {"seconds": table([*head, *LABELS.values()], None, seconds, "rl" + "r" * len(VARIANTS))}
     tables["ratios"] = table([*head, "one file / append", *ratio_heads], None, ratios, align)
@@ -276,8 +270,8 @@ def render(saved: dict[str, Any]) -> str:
     values["added"] = metric(big, "random", "unsorted", "num_target_files_added")
     version = result.get("deltalake_version") or deltalake.__version__  # (results before it was saved: installed)
     dv_values = {"rows": ROWS, "version": version, "dv": dv, "features": ", ".join(dv["reader_features"])}
-    machine = machine_markdown(saved["meta"], "loader")
-    return T("section", machine=machine, **tables, **values) + T(dv_block, **dv_values)
+    text = T("section", machine=machine_markdown(saved["meta"], "loader"), **tables, **values)
+    return text + T("dv-refused" if "sink_refused" in dv else "dv", **dv_values)  # dv: results before the refusal
 
 
 def measure(run: Run) -> dict[str, Any]:

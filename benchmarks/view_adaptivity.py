@@ -65,11 +65,6 @@ def measure_plans(values: int, burst_at: int, repeats: int, sample: int, no_inde
     return {"values": values, "burst_at": burst_at, "sample": sample, "no_index": list(no_index), "runs": runs}
 
 
-def median_timeline(runs: list[dict[str, Any]]) -> list[tuple[int, float]]:
-    spans = zip(*(r["timeline"] for r in runs), strict=True)
-    return [(points[0]["s"], statistics.median(p["rate"] for p in points)) for points in spans]
-
-
 def phase_rate(runs: list[dict[str, Any]], low: float, high: float) -> float:
     """Median over repeats of the mean rate of the spans ending in (low, high]."""
     # The harmonic mean: tuples per second over equal S spans.
@@ -102,7 +97,8 @@ def plot(result: dict[str, Any]) -> None:
     styles = {"T⋈(R⋈S)": "--", "R⋈(T⋈S)": ":", "A": "-", "P": "-.", "M": "-"}
     labels = {"A": "A-Caching (section 6)", "P": "A-Caching (prefix invariant only)", "M": "MJoin"}
     for name, runs in result["runs"].items():
-        s, rates = zip(*median_timeline(runs), strict=True)
+        spans = zip(*(r["timeline"] for r in runs), strict=True)  # the median rate per span over the runs
+        s, rates = zip(*((points[0]["s"], statistics.median(p["rate"] for p in points)) for points in spans))
         width, colour = 2.2 if name == "A" else 1.3, "0.6" if name == "M" else None
         ax.plot(s, rates, styles[name], label=labels.get(name, f"static {name}"), linewidth=width, color=colour)
     ax.axvline(result["burst_at"], color="0.3", linewidth=0.8)

@@ -147,12 +147,10 @@ async def dispatch(tables: int, policy: str, decisions: int, inline: bool) -> fl
 # -- reads ------------------------------------------------------------------------------
 def _get(client: TestClient, path: str, repeats: int, **params: Any) -> tuple[Any, dict[str, Any]]:
     """The last answer, and the median and every wall time of ``repeats`` GETs, the answer's bytes."""
-    times = []
-    for _ in range(repeats):
-        answer, seconds = timed(lambda: client.get(path, params=params))
-        times.append(seconds)
+    answers, times = zip(*(timed(client.get, path, params=params) for _ in range(repeats)))
+    answer = answers[-1]
     assert answer.status_code == 200, answer.text[:300]
-    return answer, {"median_s": statistics.median(times), "all_s": times, "bytes": len(answer.content)}
+    return answer, {"median_s": statistics.median(times), "all_s": list(times), "bytes": len(answer.content)}
 
 
 def _populate(service: Any) -> None:
@@ -243,19 +241,12 @@ def freshness(trace: Trace, schedule: list[BatchRecord], horizon: float) -> dict
 
 def run_configuration(trace: Trace, instances: int, workers: int, horizon: float) -> dict[str, Any]:
     parts = partition(trace, instances)
-    schedule: list[BatchRecord] = []
-    runs: list[float] = []
-    batches = 0
-    for part in parts:
-        began = time.perf_counter()
-        result = simulate(part, make_policy("myopic"), workers, record_schedule=True)
-        runs.append(time.perf_counter() - began)
-        schedule.extend(result.schedule or ())
-        batches += result.freshness.batches
+    done = [timed(lambda p=part: simulate(p, make_policy("myopic"), workers, record_schedule=True)) for part in parts]
+    runs, batches = [seconds for _, seconds in done], sum(result.freshness.batches for result, _ in done)
     out: dict[str, Any] = {"instances": instances, "workers_per_instance": workers}
     out["tables_per_instance"] = [len(p.tables) for p in parts]
     out |= {"batches": batches, "simulate_s_total": sum(runs), "simulate_s_largest": max(runs)}
-    return out | freshness(trace, schedule, horizon)
+    return out | freshness(trace, [b for result, _ in done for b in result.schedule or ()], horizon)
 
 
 def partitioning(quick: bool) -> dict[str, Any]:

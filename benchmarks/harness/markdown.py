@@ -35,15 +35,8 @@ def pct(value: float) -> str:
 
 
 #: Formats every table and template may name in a placeholder's spec: ``{ratio:f2}``.
-FORMATS: dict[str, Callable[[Any], str]] = {
-    "f2": f2,
-    "num": fmt_num,
-    "num3": lambda v: fmt_num(v, 3),
-    "num4": lambda v: fmt_num(v, 4),
-    "pct": pct,
-    "status": status,
-    "thousands": lambda v: f"{v / 1000:.0f}",
-}
+FORMATS: dict[str, Callable[[Any], str]] = {"f2": f2, "num": fmt_num, "pct": pct, "status": status}
+FORMATS |= {"num3": lambda v: fmt_num(v, 3), "num4": lambda v: fmt_num(v, 4), "thousands": lambda v: f"{v / 1000:.0f}"}
 
 
 class _Formatter(string.Formatter):

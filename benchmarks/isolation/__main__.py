@@ -157,9 +157,8 @@ def judge(out: dict[str, Any]) -> dict[str, Any]:
 def render(out: dict[str, Any]) -> str:
     meta, bare = out["meta"], out["bare"]
     cores = bare["median_cores"] | {"workers": None, "spark": None}
-    closed = [
-        {"mode": "bare FastAPI", "loading": "—", "c": bare | {"median_updates_per_second": None, "median_cores": cores}}
-    ]
+    bare_row = bare | {"median_updates_per_second": None, "median_cores": cores}
+    closed = [{"mode": "bare FastAPI", "loading": "—", "c": bare_row}]
     opened = []
     for mode, result in out["modes"].items():
         closed.append({"mode": mode, "loading": "paused", "c": result["paused"]["closed"]})

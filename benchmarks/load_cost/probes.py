@@ -18,25 +18,10 @@ from pathlib import Path
 from typing import Any
 
 #: The steps of ``DeltaRsSink.load``, in order, as the report names them.
-PHASES = (
-    "open table, read app transaction",
-    "rows to Parquet (pyarrow)",
-    "build DataFrame (py4j)",
-    "Spark write job",
-    "publish (rename, footer stats)",
-    "Delta commit (deltalake)",
-    "handle refresh",
-    "staging cleanup",
-    "other Python",
-)
+PHASES = ("open table, read app transaction", "rows to Parquet (pyarrow)", "build DataFrame (py4j)")
+PHASES += ("Spark write job", "publish (rename, footer stats)", "Delta commit (deltalake)", "handle refresh")
+PHASES += ("staging cleanup", "other Python")
 BACKGROUND = "py4j object release (other threads)"
-
-
-def _record() -> dict[str, Any]:
-    """One load: its seconds, seconds per phase, py4j round trips and their seconds per phase, and
-    the epoch seconds (start, end) of each phase's first run, to line up with Spark's event log."""
-    phases, calls, seconds = (collections.defaultdict(type_) for type_ in (float, int, float))
-    return {"total": 0.0, "phases": phases, "py4j_calls": calls, "py4j_seconds": seconds, "marks": {}}
 
 
 class PhaseRecorder:
@@ -84,8 +69,12 @@ class PhaseRecorder:
         record["py4j_seconds"][where] += seconds
 
     def run(self, load: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
-        """Run one load under the recorder; the time outside every phase is "other Python"."""
-        record = self.record = _record()
+        """Run one load under the recorder: its seconds, seconds per phase (the time outside every phase
+        is "other Python"), py4j round trips and their seconds per phase, and the epoch seconds (start,
+        end) of each phase's first run, to line up with Spark's event log."""
+        phases, calls, seconds = (collections.defaultdict(type_) for type_ in (float, int, float))
+        record = {"total": 0.0, "phases": phases, "py4j_calls": calls, "py4j_seconds": seconds, "marks": {}}
+        self.record = record
         self.thread, self._stack = threading.current_thread(), []
         started = time.perf_counter()
         try:

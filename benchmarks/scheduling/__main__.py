@@ -224,8 +224,7 @@ INTERVAL_DECISION_PERIOD = DECISION_STEP / 2
 
 
 def decision_specs(tables: int) -> list[TableSpec]:
-    rng = random.Random(SEED)
-    alpha = 0.5 * DECISION_WORKERS / tables
+    rng, alpha = random.Random(SEED), 0.5 * DECISION_WORKERS / tables
     weights = [round(20.0 ** rng.random(), 3) for _ in range(tables)]
     periods = [QUASI_PERIODS[i % len(QUASI_PERIODS)] for i in range(tables)]
     return [TableSpec(name=f"d{i:05d}", alpha=alpha, weight=weights[i], period=periods[i]) for i in range(tables)]

@@ -152,9 +152,7 @@ def max_benefit_rows(quality: list[Record]) -> list[dict[str, Any]]:
 def factor(record: Record, peer: str, good: str, field: str = "total_staleness") -> float | None:
     """How many times staler ``peer`` is than ``good`` on one workload (None if one did not run)."""
     pol = record["policies"]
-    if peer not in pol or good not in pol:
-        return None
-    return pol[peer]["quality"][field] / pol[good]["quality"][field]
+    return pol[peer]["quality"][field] / pol[good]["quality"][field] if peer in pol and good in pol else None
 
 
 def _row(block: str, heads: Sequence[str], ok: bool | None, **values: Any) -> dict[str, Any]:

@@ -231,8 +231,7 @@ def _other(details: list[dict[str, float]]) -> float:
 
 FORMATS = {"ms": _ms, "rate": lambda value: f"{value:,.0f}", "gap": lambda gap: status(abs(gap) <= TARGET_GAP)}
 FORMATS |= {"ms1": lambda seconds: f"{1e3 * seconds:.1f}", "delta": lambda seconds: f"{1e3 * seconds:+.0f}"}
-FORMATS |= {"range": lambda values: f"{min(values):.3f}–{max(values):.3f}"}
-FORMATS["other"] = lambda details: f"{1e3 * _other(details):.1f}"
+FORMATS |= {"range": lambda values: f"{min(values):.3f}–{max(values):.3f}", "other": lambda d: f"{1e3 * _other(d):.1f}"}
 T = Template("service", FORMATS)
 
 

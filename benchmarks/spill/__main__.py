@@ -42,9 +42,8 @@ def payload_sizes(trace_tables: int, update_tables: list[int], seed: int) -> tup
 
 
 def _figures(result: SimulationResult) -> dict[str, Any]:
-    freshness = ("total_staleness", "staleness_ratio", "max_stretch", "batches")
-    out = {"peak_pending_bytes": result.peak_pending_bytes, "peak_memory_bytes": result.peak_memory_bytes}
-    out |= {k: getattr(result.freshness, k) for k in freshness}
+    out = {k: getattr(result, k) for k in ("peak_pending_bytes", "peak_memory_bytes")}
+    out |= {k: getattr(result.freshness, k) for k in ("total_staleness", "staleness_ratio", "max_stretch", "batches")}
     entered = result.policy_state.get("pressure_mode", {}).get("times_entered")
     return out | {"times_entered": entered, "wall_seconds": result.wall_seconds}
 
