@@ -286,10 +286,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         if n in STARVATION_TABLES:
             detail = T.line("starved-never" if f["never_visible_in_window"] else "starved-longest", f=f)
             add("target-starved", f["starved"] == 0, f=f, detail=detail)
-            own = f.get("own_staleness")
-            if own is not None and "relative_difference" in own:
-                diff = own["relative_difference"]
-                ok = math.isfinite(diff) and abs(diff) <= OWN_TOLERANCE
+            if (own := f.get("own_staleness")) is not None and "relative_difference" in own:
+                ok = math.isfinite(diff := own["relative_difference"]) and abs(diff) <= OWN_TOLERANCE
                 add("target-own", ok, own=own, tolerance=100 * OWN_TOLERANCE)
             elif own is not None:
                 add("target-own-na", None, note=own.get("note"), tolerance=100 * OWN_TOLERANCE)

@@ -61,12 +61,14 @@ class Lookup:
 
 class Template:
     """A section's fixed text: the blocks of ``benchmarks/templates/<section>.md`` (and of ``common.md``),
-    each the lines after a line ``%% name`` up to the next such line, with ``str.format`` placeholders."""
+    each the lines after a line ``%% name`` up to the next such line (a line ``%% name: text`` starts
+    the block with ``text``, all after ``: ``), with ``str.format`` placeholders."""
 
     def __init__(self, section: str, formats: Formats | None = None) -> None:
         self.blocks: dict[str, str] = {}
         for name in ("common", section):
-            parts = re.split(r"^%% (\S+)\n", (TEMPLATES / f"{name}.md").read_text(encoding="utf-8"), flags=re.M)
+            text = (TEMPLATES / f"{name}.md").read_text(encoding="utf-8")
+            parts = re.split(r"^%% ([^\s:]+)(?:\n|: )", text, flags=re.M)
             self.blocks |= dict(zip(parts[1::2], parts[2::2], strict=True))
         self.formatter = _Formatter(formats)
 
