@@ -86,8 +86,11 @@ class DeltaTables:
         return self.warehouse / table
 
     def open(self, table: str) -> DeltaTable | None:
+        path = self.table_path(table)
+        if not (path / "_delta_log").is_dir():
+            return None  # no table (deltalake takes 1.5 ms to say so: a third of a registration)
         try:
-            return DeltaTable(str(self.table_path(table)))
+            return DeltaTable(str(path))
         except TableNotFoundError:
             return None
 

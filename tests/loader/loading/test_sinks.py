@@ -32,6 +32,7 @@ from loader.intake.landing import read_landing_file
 from loader.loading.sinks import make_sink
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
 from loader.loading.sinks.delta_spark import DeltaSparkSink
+from loader.loading.sinks.delta_table import DeltaTables
 from loader.loading.sinks.frame import arrow_frame
 from loader.loading.sinks.probe import DeltaJarsMissing
 from loader.loading.spark import delta_jvm_available, use_pool
@@ -431,6 +432,17 @@ def test_ensure_table_is_idempotent_and_refuses_another_schema(sink: DeltaRsSink
     partitioned = TableSchema(columns=ORDERS.columns, partition_by=("name",))
     with pytest.raises(ValueError, match=r"partitioned by \[\]"):
         sink.ensure_table("orders", partitioned)
+
+
+def test_a_log_left_empty_by_a_crash_mid_create_is_created_again(tmp_path: Path) -> None:
+    """A registration killed between the log directory and its first commit leaves an empty
+    ``_delta_log``: that is no table yet, so the next start creates it."""
+    tables = DeltaTables(tmp_path / "warehouse")
+    (tables.table_path("orders") / "_delta_log").mkdir(parents=True)
+    assert tables.open("orders") is None
+    tables.ensure_table("orders", ORDERS)
+    assert log_versions(tables.table_path("orders")) == [0]
+    assert tables.committed_seq("orders") == 0
 
 
 def test_failed_load_commits_nothing_and_leaves_no_files(sink: DeltaRsSink, tmp_path: Path) -> None:
