@@ -26,7 +26,12 @@ import pytest  # noqa: E402
 #: code it runs a few times: 17 to 18 CPU-seconds per session start and five small jobs
 #: against 9.3 to 9.5 with these (docs/testing.md). The tests' loads are a few rows, so C2's
 #: faster steady state is never reached; the service's own JVMs keep the JVM's defaults.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: Nor is pyspark's own bytecode verified as it loads (its jars are the ones pip installed):
+#: a session's start and five jobs, 8.0 to 8.5 CPU-seconds with verification, 7.0 to 7.5
+#: without (three runs each, interleaved).
+TEST_JVM_OPTIONS = (
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
+)
 for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
     os.environ.setdefault(_variable, TEST_JVM_OPTIONS)
 
@@ -74,7 +79,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 
 
 #: The longest tests (real servers, crash trials), in this order, before everything else.
-FIRST = ("tests/system/test_crash.py", "tests/system/", "tests/deploy/", "tests/cli/test_foreground.py")
+#: The dashboards' modules before the other system tests: each shares one Prometheus (and a
+#: thousand tables) among its tests, which a process stealing half of them would start again.
+FIRST = ("tests/system/test_crash.py", "tests/deploy/", "tests/system/", "tests/cli/test_foreground.py")
 
 #: The system tier (docs/testing.md): real services, Spark, browsers and Prometheus. A test
 #: is in it by where it lives or by asking for a JVM; ``./scripts/test -m "not system"`` is
