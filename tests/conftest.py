@@ -78,10 +78,22 @@ settings.register_profile("explore", deadline=None, database=None, print_blob=Tr
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
 
 
-#: The longest tests (real servers, crash trials), in this order, before everything else.
-#: The dashboards' modules before the other system tests: each shares one Prometheus (and a
-#: thousand tables) among its tests, which a process stealing half of them would start again.
-FIRST = ("tests/system/test_crash.py", "tests/deploy/", "tests/system/", "tests/cli/test_foreground.py")
+#: The longest tests (real servers, crash trials), in this order, before everything else:
+#: the files whose tests take 20 s or more, longest first, so that what is left for the
+#: last minute of a run is short; then the dashboards' modules, each sharing one Prometheus
+#: (and a thousand tables) among its tests, which a process stealing half of them would
+#: start again; then the other system tests.
+FIRST = (
+    "tests/system/test_crash.py",
+    "tests/system/test_connect_mode.py",
+    "tests/cli/test_foreground.py",
+    "tests/system/test_cluster.py",
+    "tests/system/test_producer.py",
+    "tests/system/test_overload.py",
+    "tests/system/test_spill_e2e.py",
+    "tests/deploy/",
+    "tests/system/",
+)
 
 #: The system tier (docs/testing.md): real services, Spark, browsers and Prometheus. A test
 #: is in it by where it lives or by asking for a JVM; ``./scripts/test -m "not system"`` is
