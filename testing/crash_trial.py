@@ -67,7 +67,7 @@ from loader.durability.transactions import app_id, view_app_id
 from loader.durability.wal_format import parse_segment_name, scan_segment
 from loader.loading.sinks.delta_rs import STAGING_PREFIX
 from testing.prom import sample_value
-from testing.server_process import WORKER_LINE, ServerProcess, free_port, running, write_config
+from testing.server_process import WORKER_LINE, ServerProcess, free_port, gone_within, write_config
 from testing.tables import read_delta
 
 TOKEN = "crash-test-operator-token-0001"
@@ -609,7 +609,7 @@ class CrashTrial:
         text = self.server.log_text()
         # Its load workers have process groups of their own: the kill reaches them through
         # PR_SET_PDEATHSIG alone (a survivor would hold its Spark session past the crash).
-        outlived = [pid for _, pid in self._workers_started() if not _ends_within(pid, 10.0)]
+        outlived = [pid for _, pid in self._workers_started() if not gone_within(pid, 10.0)]
         if outlived and failure is None:
             failure = f"life {len(self.lives) + 1} ({kind}): load workers {outlived} outlived the killed service"
         if failure is not None:
@@ -1071,12 +1071,3 @@ class Verdict:
         if self.good_quarantined:
             out.append(f"{self.good_quarantined} good updates were quarantined beside a poison one")
         return out
-
-
-def _ends_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while running(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True

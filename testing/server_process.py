@@ -38,12 +38,19 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
-def until_gone(pid: int, seconds: float, what: str = "the Spark Connect server") -> None:
-    """Wait, with a deadline, until a process the service started has ended."""
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether the process ends within ``seconds`` (polled)."""
     deadline = time.monotonic() + seconds
     while running(pid):
-        assert time.monotonic() < deadline, f"{what} (pid {pid}) is still running"
-        time.sleep(0.1)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def until_gone(pid: int, seconds: float, what: str = "the Spark Connect server") -> None:
+    """Wait, with a deadline, until a process the service started has ended."""
+    assert gone_within(pid, seconds), f"{what} (pid {pid}) is still running"
 
 
 def free_port() -> int:
