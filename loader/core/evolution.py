@@ -1,0 +1,154 @@
+"""Schema evolution: which changes of a table's schema the loader applies while it runs,
+and the message for each it refuses.
+
+One pure judgement, shared by the operator's ``PATCH`` of a schema, the configuration file
+and (later) feed-driven additions, so that every way a schema changes obeys the same rules:
+the rules Delta's own readers follow for a table whose files were written under older
+schemas. A column added is read as null from the files before it, so it must be nullable;
+a NOT NULL column may become nullable (older files hold no null), never the reverse; a
+type may only widen, and only where the writer in use can record Delta's ``typeWidening``
+feature; a column may be renamed or dropped only under Delta column mapping, which
+neither writer here uses. Partition columns, a latest table's key and ``order_by``, and a
+view's join columns name where rows go and which row is which: they never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from loader.core.errors import Conflict
+from loader.core.schema import Column, TableSchema
+
+#: Type changes Delta's ``typeWidening`` feature allows (the type names of loader/core/schema.py);
+#: the relation is transitive (int32 -> int64 through none between).
+WIDENINGS: frozenset[tuple[str, str]] = frozenset({("int32", "int64"), ("float32", "float64")})
+#: What a writer without ``typeWidening`` tells the operator to do instead.
+WITHOUT_WIDENING = (
+    "the Delta writer in use cannot widen a column's type (Delta's typeWidening feature): add a new "
+    "column of the wider type, or load into a new table, or run with the native delta-spark writer"
+)
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """What a schema change does to the table, in the order Delta applies it."""
+
+    old: TableSchema
+    new: TableSchema
+    #: Columns appended (each nullable).
+    added: tuple[Column, ...] = ()
+    #: Columns that were NOT NULL and become nullable.
+    relaxed: tuple[str, ...] = ()
+    #: (column, old type, new type) of each widened column.
+    widened: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.relaxed or self.widened)
+
+
+def type_name(column: Column) -> str:
+    return str(getattr(column.type, "value", column.type))
+
+
+def plan_change(
+    table: str,
+    old: TableSchema,
+    new: TableSchema,
+    *,
+    widening: bool,
+    view_columns: Mapping[str, Sequence[str]] | None = None,
+) -> SchemaChange:
+    """The change from ``old`` to ``new``, or a ``Conflict`` naming every column it cannot
+    apply and what to do instead. ``widening``: the writer records ``typeWidening``.
+    ``view_columns``: per join view reading the table, the table's columns it joins on."""
+    refusals: list[str] = []
+    before = {c.name: c for c in old.columns}
+    after = {c.name: c for c in new.columns}
+    dropped = [name for name in before if name not in after]
+    if dropped:
+        refusals.append(
+            f"columns {dropped} are missing from the new schema: a column cannot be dropped or renamed "
+            "(that needs Delta column mapping, which the loader's writers do not use); keep them, and add "
+            "new columns after them"
+        )
+    added = tuple(c for c in new.columns if c.name not in before)
+    if not dropped and [c.name for c in new.columns[: len(before)]] != list(before):
+        refusals.append(f"the columns {list(before)} keep their order, and new columns go after them")
+    required = [c.name for c in added if not c.nullable]
+    if required:
+        refusals.append(
+            f"new columns {required} must be nullable (files written before them read them as null): "
+            'declare them "nullable": true'
+        )
+    relaxed, widened = [], []
+    for name, was in before.items():
+        now = after.get(name)
+        if now is None:
+            continue
+        if was.nullable and not now.nullable:
+            refusals.append(f"column {name!r} is nullable and cannot become NOT NULL (rows already loaded may be null)")
+        elif not was.nullable and now.nullable:
+            relaxed.append(name)
+        if type_name(was) != type_name(now):
+            if not _widens(type_name(was), type_name(now)):
+                refusals.append(
+                    f"column {name!r} cannot change from {type_name(was)} to {type_name(now)}: only widening "
+                    f"changes are allowed ({', '.join(f'{a} -> {b}' for a, b in sorted(WIDENINGS))})"
+                )
+            elif not widening:
+                refusals.append(
+                    f"column {name!r} cannot widen from {type_name(was)} to {type_name(now)}: {WITHOUT_WIDENING}"
+                )
+            else:
+                widened.append((name, type_name(was), type_name(now)))
+    for what, was_value, now_value in (
+        ("partition columns", old.partition_by, new.partition_by),
+        ("key", old.key, new.key),
+        ("order_by", old.order_by, new.order_by),
+    ):
+        if was_value != now_value:
+            refusals.append(f"the {what} cannot change ({was_value!r} -> {now_value!r}): register a new table")
+    changed = {name for name, _, _ in widened} | set(relaxed)
+    for view, columns in sorted((view_columns or {}).items()):
+        touched = sorted(changed & set(columns))
+        if touched:
+            refusals.append(
+                f"join view {view!r} joins on {touched}: their type and nullability cannot change while it reads "
+                "the table; retire the view first"
+            )
+    if refusals:
+        raise Conflict(f"table {table!r}: " + "; ".join(refusals), table=table, refusals=refusals)
+    return SchemaChange(old, new, added, tuple(relaxed), tuple(widened))
+
+
+def _widens(old: str, new: str) -> bool:
+    """Whether ``old`` reaches ``new`` through the widenings (transitively)."""
+    frontier, seen = [old], {old}
+    while frontier:
+        here = frontier.pop()
+        for a, b in WIDENINGS:
+            if a == here and b not in seen:
+                if b == new:
+                    return True
+                seen.add(b)
+                frontier.append(b)
+    return False
+
+
+def conform_rows(rows: pa.Table, schema: TableSchema) -> pa.Table:
+    """Rows acknowledged under an earlier schema of the table, as its current schema holds
+    them: columns added since are null, widened ones cast. Updates in the WAL, the pending
+    store, spill segments and quarantine keep the schema they were written with; every load
+    path brings them to the table's schema here, once, rather than each in its own way."""
+    target = schema.arrow()
+    if rows.schema.equals(target):
+        return rows
+    columns = [
+        rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        for f in target
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
