@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loader.core.schema import TableSchema
+from loader.core.schema import Column, TableSchema
 from loader.core.tables import TableConfig
 from schedulers.registry import POLICIES
 
@@ -248,6 +248,21 @@ class BulkTablesBody(BaseModel):
     """POST /v1/admin/tables:bulk: the shape of the configuration's ``tables`` list."""
 
     tables: list[TableConfig] = Field(description="Table declarations, as for POST /v1/admin/tables.")
+
+
+class SchemaBody(BaseModel):
+    """A table's columns after the change, every one of them: the existing ones first, in their
+    order, then any new ones (docs/tables.md, "Changing a table's schema"). Partition columns,
+    key and order_by stay as registered."""
+
+    model_config = ConfigDict(extra="forbid")
+    columns: tuple[Column, ...] = Field(min_length=1)
+
+
+class SchemaChangeModel(BaseModel):
+    added: list[str] = Field(description="Columns added by this call (nullable, read as null in earlier rows).")
+    made_nullable: list[str] = Field(description="Columns that were NOT NULL and are now nullable.")
+    schema_: dict[str, Any] = Field(alias="schema", description="The table's schema now.")
 
 
 class BulkRegistrationModel(BaseModel):

@@ -42,13 +42,15 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
+from pydantic import ValidationError
 
 from loader.abc import FailedBatch, FinishedBatch, HeldValue, QuarantinedBatch
 from loader.config import ConfigError, Settings
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
-from loader.core.errors import Conflict, Invalid, StartError, caused_by
-from loader.core.schema import TableSchema
+from loader.core.errors import Conflict, Invalid, StartError, Unavailable, caused_by
+from loader.core.evolution import SchemaChange, plan_change
+from loader.core.schema import Column, TableSchema
 from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
 from loader.core.updates import Batch, LoadResult, Update
 from loader.core.views import ViewConfig, resolve
@@ -66,6 +68,7 @@ from loader.loading.dispatcher import Dispatcher
 from loader.loading.failures import table_refusal
 from loader.loading.observed import ObservedRecord
 from loader.loading.sinks.base import Sink
+from loader.loading.sinks.delta_table import DeltaTables
 from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import spark_unreachable
 from loader.loading.views.registry import JoinViews
@@ -373,11 +376,12 @@ class LoaderService:
                 self.dispatcher.hold(entry.name)
         self.dispatcher.start()
         failed: dict[str, Exception] = {}
+        warehouse = DeltaTables(self.settings.warehouse_path)
         for first in range(0, len(entries), ENSURE_CHUNK):
             if self._stopping:
                 return
             chunk = [(entry.name, entry.schema) for entry in entries[first : first + ENSURE_CHUNK]]
-            failed_now = await asyncio.to_thread(_ensure_tables, self.sink, chunk)
+            failed_now = await asyncio.to_thread(_ensure_tables, self.sink, chunk, warehouse)
             for name, _ in chunk:
                 if name not in failed_now:
                     self.dispatcher.release_hold(name)
@@ -721,6 +725,66 @@ class LoaderService:
         self.catalog.changed(table)
         await self.save_catalog()
 
+    async def change_columns(self, table: str, columns: Sequence[Column]) -> SchemaChange:
+        """``change_schema`` with the table's columns replaced by ``columns`` (its partitioning,
+        key and order_by as registered)."""
+        entry = self.catalog.entry(table)
+        try:
+            schema = TableSchema.model_validate({**entry.schema.model_dump(), "columns": list(columns)})
+        except ValidationError as exc:
+            problems = "; ".join(e["msg"] for e in exc.errors())
+            raise Invalid(f"table {table!r}: the new columns do not make a valid schema: {problems}") from None
+        return await self.change_schema(table, schema)
+
+    async def change_schema(self, table: str, schema: TableSchema) -> SchemaChange:
+        """Evolve a table's schema while it runs (docs/tables.md, "Changing a table's schema").
+
+        The new schema is saved in the catalog before the Delta table changes and before
+        intake takes rows of it: once saved it is the table's, and a start that finds the Delta
+        table behind brings it up to it (``_ensure_tables``), so a crash anywhere leaves the
+        table on the old schema or the new one. The table's loads wait meanwhile: a load that
+        read the old metadata would meet the new at its commit. Updates acknowledged under the
+        old schema load into the new one, new columns null (``conform_rows``).
+        """
+        async with self._admin_lock:
+            entry = self.catalog.entry(table)
+            views = {v: self.catalog.views[v].config.join_columns(table) for v in self.views.over(table)}
+            change = plan_change(table, entry.schema, schema, widening=False, view_columns=views)
+            self.dispatcher.set_paused(table, True)
+            saved = evolved = False
+            try:
+                if not change.empty:
+                    wait = self.settings.loading.job_timeout_seconds or 600.0
+                    deadline = time.monotonic() + wait
+                    while self.dispatcher.is_running(table):
+                        if time.monotonic() > deadline:
+                            raise Unavailable(f"table {table!r} is still loading a batch; send the change again soon")
+                        await asyncio.sleep(0.01)
+                    entry.schema = schema
+                    self.catalog.changed(table)
+                    await self.save_catalog()
+                    saved = True
+                    self.intake.schemas[table] = schema
+                    failpoints.hit("schema.after-catalog")
+                # Also when the catalog holds the schema already: completes a change whose
+                # Delta commit failed (the table's loads stay paused until it has landed).
+                try:
+                    await asyncio.to_thread(DeltaTables(self.settings.warehouse_path).evolve_table, table, schema)
+                except Exception as exc:
+                    log.error("could not change the Delta table of %r to its new schema: %s", table, exc)
+                    raise Unavailable(
+                        f"table {table!r}: the new schema is saved, but its Delta table could not take it ({exc}); "
+                        "the table's loads wait until it has: send the change again, or restart the loader"
+                    ) from exc
+                evolved = True
+            finally:
+                if evolved or not saved:
+                    self.dispatcher.set_paused(table, entry.paused)
+        if not change.empty:
+            added = [c.name for c in change.added]
+            log.info("table %r: schema changed: columns %s added, %s made nullable", table, added, change.relaxed)
+        return change
+
     async def set_policy(self, name: str, params: dict[str, Any]) -> None:
         try:
             policy = configured_policy(self.settings, name, params)
@@ -934,12 +998,22 @@ def _conflict(names: list[str], one: str, many: str) -> Conflict:
     return Conflict(many.replace("{}", shown + more, 1) + "; none was registered", tables=names)
 
 
-def _ensure_tables(sink: Sink, tables: list[tuple[str, TableSchema]]) -> dict[str, Exception]:
-    """Check or create each table's Delta table (a worker thread); the ones that failed, with why."""
+def _ensure_tables(
+    sink: Sink, tables: list[tuple[str, TableSchema]], evolve: DeltaTables | None = None
+) -> dict[str, Exception]:
+    """Check or create each table's Delta table (a worker thread); the ones that failed, with why.
+
+    ``evolve`` (at start): a Delta table behind its catalog schema by a change the catalog
+    saved before a crash (``LoaderService.change_schema``) is brought up to it."""
     failed: dict[str, Exception] = {}
     for name, schema in tables:
         try:
-            sink.ensure_table(name, schema)
+            try:
+                sink.ensure_table(name, schema)
+            except ValueError:
+                if evolve is None or not evolve.evolve_table(name, schema):
+                    raise
+                sink.ensure_table(name, schema)
         except Exception as exc:  # e.g. a Delta table of that name with another schema
             failed[name] = exc
     return failed

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+from loader.core.evolution import conform_rows
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id, load_commit
@@ -57,7 +58,7 @@ class ArrowSink:
         batch = todo
         if schema.latest:
             return self._upsert(batch, schema)
-        parts = list(batch.row_tables) + [ref.read().cast(schema.arrow()) for ref in batch.spilled]
+        parts = [conform_rows(t, schema) for t in [*batch.row_tables, *(ref.read() for ref in batch.spilled)]]
         parts += [read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files]
         data = pa.concat_tables(parts)
         write_deltalake(

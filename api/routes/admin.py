@@ -16,6 +16,8 @@ from api.schemas import (
     PendingModel,
     PolicyBody,
     PolicyStateModel,
+    SchemaBody,
+    SchemaChangeModel,
     TableStatusModel,
     ViewListModel,
     ViewModel,
@@ -88,6 +90,25 @@ def _declarations(body: bytes) -> list[TableConfig]:
 async def set_weight(table: str, body: WeightBody, service: Service, operator: Operator) -> dict[str, Any]:
     await service.set_weight(table, body.weight)
     return service.status.table(table)
+
+
+@router.patch(
+    "/tables/{table}/schema",
+    response_model=None,
+    responses={
+        **ok_response(SchemaChangeModel, "The change is applied: the table's schema now."),
+        **error_responses(400, *OPERATOR_ONLY, 404, 409, 422, 503),
+    },
+    summary="Change a table's schema while it runs: add nullable columns, make NOT NULL columns nullable",
+)
+async def change_schema(table: str, body: SchemaBody, service: Service, operator: Operator) -> dict[str, Any]:
+    """A 409 names every column the change cannot make and what to do instead (loader/core/evolution.py)."""
+    change = await service.change_columns(table, body.columns)
+    return {
+        "added": [c.name for c in change.added],
+        "made_nullable": list(change.relaxed),
+        "schema": change.new.model_dump(mode="json"),
+    }
 
 
 @router.post(

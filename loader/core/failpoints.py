@@ -36,7 +36,9 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
   the rewritten files, committing, or just past the commit: the library's MERGE is one
   native call with no step of its own to stop at);
 - ``load.upsert.after-merge``: the MERGE committed and the catalog has not recorded it
-  (with loads in worker processes also reached in the service, as ``load.after-commit``).
+  (with loads in worker processes also reached in the service, as ``load.after-commit``);
+- ``schema.after-catalog``: a table's new schema is saved in the catalog, its Delta table
+  not yet changed (loader/service.py ``change_schema``).
 
 ``NAME=N@SECONDS`` works for every point but ``wal.torn-write`` (a torn write is at the
 write): the kill comes that many seconds after the N-th pass instead of at it.
@@ -81,6 +83,7 @@ POINTS = frozenset(
         "load.upsert.after-merge",
         "view.before-commit",
         "view.after-commit",
+        "schema.after-catalog",
     }
 )
 

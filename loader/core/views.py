@@ -128,6 +128,18 @@ class ViewConfig(BaseModel):
     def _valid_name(cls, value: str) -> str:
         return check_name(value, "view name")
 
+    def join_columns(self, table: str) -> list[str]:
+        """The columns of input ``table`` that the view joins on (its ``on`` equalities name
+        them ``alias.column``): their type and nullability are the view's to keep."""
+        aliases = {i.name for i in self.inputs if i.table == table}
+        found = []
+        for equality in self.on:
+            for side in equality.split("="):
+                alias, _, column = side.strip().partition(".")
+                if alias in aliases and column and column not in found:
+                    found.append(column)
+        return found
+
     def spec(self, kinds: Mapping[str, str]) -> ViewSpec:
         """The pure spec (``kinds``: each table's mode, append or latest); ``ViewError`` when
         a predicate or output does not parse."""

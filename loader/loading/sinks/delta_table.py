@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
 
@@ -113,6 +113,35 @@ class DeltaTables:
                 f"Delta table {table!r} at {self.table_path(table)} exists with another schema: "
                 + "; ".join(differences)
             )
+
+    def evolve_table(self, table: str, schema: TableSchema) -> bool:
+        """Bring the Delta table up to ``schema`` where ``schema`` evolved from its schema as the
+        loader evolves schemas (loader/core/evolution.py: nullable columns after the others, NOT
+        NULL relaxed): one commit of new metadata (deltalake's schema merge of an empty append),
+        so a reader sees the table on the old schema or the new one, never between. False when
+        the table is on ``schema`` already; ValueError (as ``ensure_table``) when it is on a schema
+        that ``schema`` does not evolve from."""
+        existing = self.open(table)
+        if existing is None:
+            raise ValueError(f"Delta table {table!r} at {self.table_path(table)} does not exist")
+        have = _fields(existing.schema())
+        want = _fields(DeltaSchema.from_arrow(schema.arrow()))
+        behind = (
+            list(want)[: len(have)] == list(have)
+            and all(have[n][0] == want[n][0] and (want[n][1] or not have[n][1]) for n in have)
+            and all(want[n][1] for n in list(want)[len(have) :])
+            and list(existing.metadata().partition_columns) == list(schema.partition_by)
+        )
+        if have == want and behind:
+            return False
+        if not behind:
+            raise ValueError(
+                f"Delta table {table!r} at {self.table_path(table)} exists with another schema: "
+                + "; ".join(schema_differences(existing, schema))
+            )
+        write_deltalake(str(self.table_path(table)), schema.arrow().empty_table(), mode="append", schema_mode="merge")
+        log.info("table %r: the Delta table's schema is now the declared one (%d columns)", table, len(want))
+        return True
 
     def committed_seq(self, table: str) -> int:
         existing = self.open(table)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from loader.core.evolution import conform_rows
 from loader.core.schema import SPARK_TYPES, TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, SpilledRows
 from loader.loading.spark import DEFAULT_LEAN, sql_functions
@@ -96,8 +97,7 @@ def _rows_frame(
     (a listing, the Hadoop configuration broadcast to the reader, a Parquet reader) than
     its few kilobytes cost to send.
     """
-    arrow = schema.arrow()
-    data = pa.concat_tables([t.select(arrow.names).cast(arrow) for t in tables])
+    data = pa.concat_tables([conform_rows(t, schema) for t in tables])
     if "inline_small_rows" in lean and data.nbytes <= INLINE_ROWS_MAX_BYTES:
         return arrow_frame(spark, data, spark_struct(schema))
     scratch.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from loader.core.evolution import conform_rows
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, FileFormat
 
@@ -97,7 +98,7 @@ def describe(batch: Batch, schema: TableSchema, staging: Path) -> GroupMember:
     rows_file: str | None = None
     tables = batch.row_tables
     if tables or not (batch.files or batch.spilled):  # a batch without payload still commits
-        data = pa.concat_tables([t.select(arrow.names).cast(arrow) for t in tables] or [arrow.empty_table()])
+        data = pa.concat_tables([conform_rows(t, schema) for t in tables] or [arrow.empty_table()])
         (staging / "in").mkdir(parents=True, exist_ok=True)
         rows_file = str(staging / "in" / "rows.parquet")
         pq.write_table(data, rows_file, compression="none")
@@ -133,7 +134,7 @@ def _chunks(member: GroupMember, schema: TableSchema) -> Iterator[pa.Table]:
     if member.rows_file is not None:
         yield pq.read_table(member.rows_file).cast(arrow)
     for piece in member.spilled:
-        data = pq.read_table(piece.path).cast(arrow)
+        data = conform_rows(pq.read_table(piece.path), schema)  # (written under an earlier schema, maybe)
         yield data if piece.whole else data.slice(piece.offset, piece.rows)
     for path, fmt in member.files:
         yield from iter_landing_file(Path(path), FileFormat(fmt), arrow)

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from loader.core import failpoints
+from loader.core.evolution import conform_rows
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, LoadResult, arrival
 from loader.durability.transactions import load_commit
@@ -96,7 +97,7 @@ def ordered_rows(batch: Batch, schema: TableSchema, read_files: bool = False) ->
         if data is None or data.num_rows == 0:
             continue
         n = data.num_rows
-        data = data.select(arrow.names).cast(arrow)
+        data = conform_rows(data, schema)
         order = update.arrived or [arrival(update.seq, i) for i in range(n)]
         parts.append(data.append_column(ORDER_COLUMN, pa.array(order, pa.int64())))
     return (
