@@ -962,7 +962,7 @@ class LoaderService:
 
     def _retirement_in_progress(self, entry: CatalogEntry) -> dict[str, Any]:
         name = entry.name
-        pending = self.dispatcher.state(name).pending_count
+        pending = self.dispatcher.unloaded(name)
         held = sum(len(e.updates) for e in self.quarantine.store.active(name))
         waiting = f"; {held} quarantined updates wait for a retry or discard" if held else ""
         return {

@@ -237,6 +237,12 @@ class Dispatcher:
     def is_running(self, table: str) -> bool:
         return self.states[self.index[table]].running
 
+    def unloaded(self, table: str) -> int:
+        """The table's updates not loaded yet: pending, and in a batch being loaded."""
+        tid = self.index[table]
+        running = sum(len(m.batch.updates) for job in self._running.values() for m in job.members if m.tid == tid)
+        return self.states[tid].pending_count + running
+
     def _refresh_pause(self, tid: int) -> None:
         self.states[tid].paused = tid in self._user_paused or tid in self._held
         self._changed(tid)
