@@ -142,6 +142,9 @@ def test_a_retired_table_refuses_updates_loads_what_it_acknowledged_once_and_lea
         assert 'table="events"' not in metrics
         assert sample_value(metrics, "loader_tables") == len(listed(h))
         assert "events" not in json.dumps(h.get("/v1/admin/pending").json())
+        assert "events" not in h.get("/v1/admin/trace").text and "events" not in h.get("/v1/admin/schedule").text
+        assert "events" not in h.get("/v1/tables:history").text
+        assert h.get("/v1/tables:history?tables=events").status_code == 404
         # Repeating the DELETE answers the same; updates still get 410.
         again = h.delete(RETIRE)
         assert again.status_code == 200 and again.json() == done
