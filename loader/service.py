@@ -392,7 +392,12 @@ class LoaderService:
         for first in range(0, len(entries), ENSURE_CHUNK):
             if self._stopping:
                 return
-            chunk = [(entry.name, entry.schema) for entry in entries[first : first + ENSURE_CHUNK]]
+            # (A table retired meanwhile is left out: a purged one's Delta table is not made again.)
+            chunk = [
+                (entry.name, entry.schema)
+                for entry in entries[first : first + ENSURE_CHUNK]
+                if self.catalog.entries.get(entry.name) is entry
+            ]
             failed_now = await asyncio.to_thread(_ensure_tables, self.sink, chunk)
             for name, _ in chunk:
                 if name not in failed_now:
