@@ -277,3 +277,16 @@ def test_quarantined_updates_block_the_retirement_until_an_operator_settles_them
         assert h.delete(f"/v1/admin/quarantine/events/{quarantined(h)[0]['first_sequence']}").status_code == 200
         retired(h)
         assert keys(h) == [1]
+
+
+def test_a_latest_table_retires_after_its_newest_values_load(harness: Harness) -> None:
+    columns = [{"name": "k", "type": "int64", "nullable": False}, {"name": "v", "type": "string"}]
+    register(harness, {"name": "events", "schema": {"columns": columns}, "mode": "latest", "key": ["k"]})
+    paused = harness.post("/v1/admin/tables/events/pause", token=OPERATOR)  # values wait; retiring resumes it
+    assert paused.status_code == 200, paused.text
+    for k, v in ((1, "a"), (2, "b"), (1, "c")):
+        answer = harness.post("/v1/tables/events/updates", json={"rows": [{"k": k, "v": v}]})
+        assert answer.status_code == 202, answer.text
+    assert harness.delete(RETIRE).status_code == 202
+    retired(harness)
+    assert sorted((r["k"], r["v"]) for r in harness.rows("events")) == [(1, "c"), (2, "b")]
