@@ -36,7 +36,11 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
   the rewritten files, committing, or just past the commit: the library's MERGE is one
   native call with no step of its own to stop at);
 - ``load.upsert.after-merge``: the MERGE committed and the catalog has not recorded it
-  (with loads in worker processes also reached in the service, as ``load.after-commit``).
+  (with loads in worker processes also reached in the service, as ``load.after-commit``);
+- ``retire.before-save``: ``DELETE /v1/admin/tables/{t}`` (or ``/views/{v}``) decided the
+  retirement in memory, the catalog is not saved, the DELETE not answered;
+- ``retire.after-save``: a drained retiring table left the catalog and the catalog is saved;
+  with ``?purge=true`` its Delta table and files are not removed yet.
 
 ``NAME=N@SECONDS`` works for every point but ``wal.torn-write`` (a torn write is at the
 write): the kill comes that many seconds after the N-th pass instead of at it.
@@ -78,6 +82,8 @@ POINTS = frozenset(
         "load.group.between-commits",
         "load.upsert.before-merge",
         "load.upsert.mid-merge",
+        "retire.before-save",
+        "retire.after-save",
         "load.upsert.after-merge",
         "view.before-commit",
         "view.after-commit",
