@@ -10,7 +10,7 @@ model forgot. ``tests/api/test_api_fuzz.py`` checks every response against these
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -90,6 +90,7 @@ ERROR_MEANINGS: dict[int, str] = {
     404: "No such table (register it with POST /v1/admin/tables).",
     409: "Conflicts with the current state: a table of that name with another schema, or an "
     "Idempotency-Key reused for a different request.",
+    410: "The table was retired (DELETE /v1/admin/tables/{table}): register the name again to send updates.",
     413: "The body exceeds max_body_bytes, or its rows more than memory and the spill disk hold at once: "
     "split the update or submit landing files.",
     415: "The Content-Type is neither application/json nor application/x-ndjson.",
@@ -156,6 +157,10 @@ class TableStatusModel(BaseModel):
     period_hint: float | None
     period_estimate: float | None
     paused: bool
+    retiring: bool = Field(
+        description="DELETE /v1/admin/tables/{table} was answered: updates get 410, what was acknowledged still "
+        "loads, then the table leaves."
+    )
     running: bool
     current_upto: float = Field(description="Unix time up to which the table's data is loaded.")
     current_upto_iso: str
@@ -208,6 +213,22 @@ class ViewListModel(BaseModel):
         description="Views in the catalog that cannot be maintained over today's tables (found at start-up), "
         "each with the reason."
     )
+
+
+class RetirementModel(BaseModel):
+    """A retirement's state (``DELETE /v1/admin/tables/{table}``, ``/views/{view}``; docs/tables.md)."""
+
+    name: str
+    kind: Literal["table", "view"]
+    state: Literal["retiring", "retired"] = Field(
+        description="retiring: updates get 410, what was acknowledged still loads; retired: gone from the catalog, "
+        "the metrics and the listings."
+    )
+    purge: bool = Field(description="Its Delta table and files go once it is retired.")
+    purged: bool = Field(description="They are gone.")
+    pending_updates: int = Field(description="Acknowledged updates still to load before it leaves.")
+    quarantined_updates: int = Field(description="Quarantined updates it waits for: retry or discard them.")
+    message: str
 
 
 class TablesModel(BaseModel):

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -48,13 +50,13 @@ from loader.abc import FailedBatch, FinishedBatch, HeldValue, QuarantinedBatch
 from loader.config import ConfigError, Settings
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
-from loader.core.errors import Conflict, Invalid, StartError, Unavailable, caused_by
+from loader.core.errors import Conflict, Invalid, NotFound, StartError, Unavailable, caused_by, unknown_table
 from loader.core.evolution import SchemaChange, plan_change
 from loader.core.schema import Column, TableSchema
 from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
 from loader.core.updates import Batch, LoadResult, Update
 from loader.core.views import ViewConfig, resolve
-from loader.durability.catalog import Catalog, CatalogEntry, ViewEntry
+from loader.durability.catalog import Catalog, CatalogEntry, RetiredTable, ViewEntry
 from loader.durability.quarantine import QuarantineStore
 from loader.durability.quarantine_desk import QuarantineDesk
 from loader.durability.recovery import RecoveryPlan
@@ -168,7 +170,7 @@ class LoaderService:
         m = s.maintenance
         self.maintenance = Maintenance(
             Schedule(m.wal_truncate_seconds, m.compact_seconds, m.vacuum_seconds, m.vacuum_retention_hours),
-            save_catalog=self.save_catalog,
+            save_catalog=self._every_second,
             intake=self.intake,
             dispatcher=self.dispatcher,
             wal=wal,
@@ -305,7 +307,15 @@ class LoaderService:
         """Which logged updates Delta holds, which are pending again; sequence counters above both."""
         s = self.settings
         names = list(self.catalog.entries)
+        # A purge the last run decided but did not finish (a crash after the catalog's save).
+        for record in list(self.catalog.retired.values()):
+            if record.purge and not record.purged and self.catalog.gone(record.name) is not None:
+                await self._purge(record)
         committed = await asyncio.to_thread(committed_seqs, s.warehouse_path, names)
+        for name, record in self.catalog.retired.items():
+            # Every sequence number up to a retired table's last is done, whatever Delta
+            # says (a purged table has no log; a name registered again starts above it).
+            committed[name] = max(committed.get(name, 0), record.last_seq)
         for entry in self.catalog.entries.values():
             self._schedule_table(entry)
         plan = RecoveryPlan(committed=committed, quarantined=self.quarantine.store.seqs())
@@ -318,6 +328,12 @@ class LoaderService:
             name = entry.name
             sequence = self._sequence(entry, committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name))
             self.intake.add_table(name, entry.schema, sequence)
+            if entry.retiring:  # resumed: it loads what it holds, then leaves
+                self.intake.retired[name] = "retiring"
+        for name, record in self.catalog.retired.items():
+            if self.catalog.gone(name) is not None and record.kind == "table":
+                self.intake.retired[name] = "retired"
+                self.intake.retired_floor[name] = record.last_seq
         self.recovered_updates = plan.pending_count
         self._orphans = dict(plan.orphans)
         for name, updates in self._orphans.items():
@@ -380,7 +396,12 @@ class LoaderService:
         for first in range(0, len(entries), ENSURE_CHUNK):
             if self._stopping:
                 return
-            chunk = [(entry.name, entry.schema) for entry in entries[first : first + ENSURE_CHUNK]]
+            # (A table retired meanwhile is left out: a purged one's Delta table is not made again.)
+            chunk = [
+                (entry.name, entry.schema)
+                for entry in entries[first : first + ENSURE_CHUNK]
+                if self.catalog.entries.get(entry.name) is entry
+            ]
             failed_now = await asyncio.to_thread(_ensure_tables, self.sink, chunk, warehouse)
             for name, _ in chunk:
                 if name not in failed_now:
@@ -662,7 +683,20 @@ class LoaderService:
                     "with the schema it had",
                 )
             names = [table.name for table in new]
+            unpurged = [n for n in names if (r := self.catalog.retired.get(n)) is not None and r.purge and not r.purged]
+            if unpurged:
+                raise _conflict(
+                    unpurged,
+                    "table {} was retired with ?purge=true and its files could not all be removed yet (the log "
+                    "says why); repeat DELETE /v1/admin/tables/{{name}}?purge=true, then register it",
+                    "tables {} were retired with ?purge=true and their files could not all be removed yet (the "
+                    "log says why); repeat each DELETE with ?purge=true, then register them",
+                )
             committed = await asyncio.to_thread(committed_seqs, self.settings.warehouse_path, names)
+            for name in names:
+                record = self.catalog.retired.get(name)
+                if record is not None:  # a retired name: the new table numbers above the old one
+                    committed[name] = max(committed[name], record.last_seq)
             if self.sink is not None:
                 failed = await asyncio.to_thread(_ensure_tables, self.sink, [(t.name, t.schema_) for t in new])
                 for error in failed.values():
@@ -811,6 +845,206 @@ class LoaderService:
         for name, view in self.catalog.views.items():
             if name in self.views:
                 view.freshness = asdict(self.dispatcher.loaded_account(name))
+
+    # -- retiring tables and views (operators; docs/tables.md) ---------------------------------
+    async def retire_table(self, name: str, purge: bool = False) -> dict[str, Any]:
+        """Retire a table: a state saved before the answer, so that a crash resumes it.
+
+        While ``retiring`` the table takes no updates (410) but loads everything it
+        acknowledged; once drained it leaves (``_finish_retirement``). Refused (409) while a
+        view reads it, or while it has quarantined updates: those are acknowledged data
+        that only an operator's retry or discard may settle, and a retirement that dropped
+        them silently would lose data nobody chose to lose. Repeating it is harmless; a
+        repeat with ``purge`` adds the purge.
+        """
+        async with self._admin_lock:
+            entry = self.catalog.entries.get(name)
+            if entry is None:
+                record = self.catalog.gone(name)
+                if record is None or record.kind != "table":
+                    raise unknown_table(name)
+                await self._purge_later(record, purge)
+                return self._retirement(record)
+            readers = self.views.over(name)
+            if readers:
+                raise Conflict(
+                    f"table {name!r} is read by join views {readers[:NAMED_IN_MESSAGE]}; retire them first "
+                    "(DELETE /v1/admin/views/{view}), then the table",
+                    table=name,
+                    views=readers[:NAMED_IN_MESSAGE],
+                )
+            if not entry.retiring:
+                held = sum(len(e.updates) for e in self.quarantine.store.active(name))
+                if held:
+                    raise Conflict(
+                        f"table {name!r} has {held} quarantined updates (acknowledged, not loaded); retry or "
+                        "discard them first (GET /v1/admin/quarantine lists them), then retire the table",
+                        table=name,
+                        quarantined_updates=held,
+                    )
+                entry.retiring, entry.purge = True, purge
+                if entry.paused:  # retiring means loading what it holds: a pause would never end
+                    entry.paused = False
+                    self.dispatcher.set_paused(name, False)
+                self.intake.retired[name] = "retiring"  # (no await since the checks: none is numbered after)
+                self.catalog.changed(name)
+                failpoints.hit("retire.before-save")
+                await self.save_catalog()  # durable before the answer
+                log.info(
+                    "table %s is retiring%s: it loads what it acknowledged, then leaves",
+                    name,
+                    " (its files go then)" if purge else "",
+                )
+            elif purge and not entry.purge:
+                entry.purge = True
+                self.catalog.changed(name)
+                await self.save_catalog()
+            if await self._finish_retirement(name):
+                return self._retirement(self.catalog.retired[name])
+            return self._retirement_in_progress(entry)
+
+    async def retire_view(self, name: str, purge: bool = False) -> dict[str, Any]:
+        """Retire a join view: at once, once a load of it that runs has finished. A view
+        holds no acknowledged data (its updates are its inputs' commits, durable in their
+        Delta logs), so there is nothing to drain; what it had pending is dropped."""
+        async with self._admin_lock:
+            if name not in self.catalog.views:
+                record = self.catalog.gone(name)
+                if record is None or record.kind != "view":
+                    raise NotFound(f"view {name!r} does not exist; GET /v1/admin/views lists the views", view=name)
+                await self._purge_later(record, purge)
+                return self._retirement(record)
+            maintained = name in self.dispatcher.index
+            if maintained:
+                self.dispatcher.hold(name)  # no new load of it; one running finishes
+                while self.dispatcher.is_running(name):
+                    await asyncio.sleep(0.05)
+            self.views.remove(name)
+            if maintained:
+                self.dispatcher.retire(name)
+            self.metrics.table_removed(name)
+            self.status.forget()
+            del self.catalog.views[name]
+            record = RetiredTable(name, 0, time.time(), kind="view", purge=purge)
+            self.catalog.retired[name] = record
+            self.catalog.changed()
+            failpoints.hit("retire.before-save")
+            await self.save_catalog()
+            log.info("view %s retired", name)
+            if purge:
+                await self._purge(record)
+            return self._retirement(record)
+
+    def _drained(self, name: str) -> bool:
+        """Nothing the table acknowledged is left to load: none pending, running, on its way
+        from the WAL to the queue, or quarantined."""
+        sequence = self.intake.tables[name]
+        return (
+            not self.dispatcher.is_running(name)
+            and self.dispatcher.state(name).pending_count == 0
+            and self.pending.count(name) == 0
+            and sequence.next_to_release >= sequence.next_seq
+            and not sequence.reorder
+            and not self.quarantine.store.active(name)
+        )
+
+    async def _finish_retirement(self, name: str) -> bool:
+        """A drained retiring table leaves (under the admin lock). The catalog's save that
+        drops it is the commit point: before it, a restart resumes the retirement (and
+        finds the table drained again); after it, the name is retired. A purge follows the
+        save, never precedes it: a purged table that a restart still thought live would
+        replay its WAL records into a new, empty Delta table."""
+        entry = self.catalog.entries.get(name)
+        if entry is None or not entry.retiring or not self._drained(name):
+            return False
+        sequence = self.intake.tables[name]
+        last_seq = max(sequence.next_seq - 1, sequence.committed_seq, entry.last_seq)
+        record = RetiredTable(name, last_seq, time.time(), purge=entry.purge)
+        self.dispatcher.retire(name)
+        self.intake.remove_table(name, last_seq)
+        self.metrics.table_removed(name)
+        self.status.forget()
+        self.catalog.remove(name, record)
+        await self.save_catalog()
+        failpoints.hit("retire.after-save")
+        log.info("table %s retired: every update it acknowledged is loaded (up to %d)", name, last_seq)
+        if record.purge:
+            await self._purge(record)
+        return True
+
+    async def _finish_retirements(self) -> None:
+        """Every retiring table that has drained leaves (each second, and at the DELETE)."""
+        retiring = [name for name, entry in self.catalog.entries.items() if entry.retiring]
+        if not retiring:
+            return
+        async with self._admin_lock:
+            for name in retiring:
+                await self._finish_retirement(name)
+
+    async def _every_second(self) -> None:
+        await self._finish_retirements()
+        await self.save_catalog()
+
+    async def _purge_later(self, record: RetiredTable, purge: bool) -> None:
+        """A repeated DELETE of a retired name: with ``purge``, its files go now if kept."""
+        if purge and not record.purged:
+            record.purge = True
+            self.catalog.changed()
+            await self.save_catalog()
+            await self._purge(record)
+
+    async def _purge(self, record: RetiredTable) -> None:
+        """The retired table's Delta table and its own files (landing copies; its spill
+        segments and quarantine entries are gone already: drained, settled) go; then the
+        record says so. A failure is logged and left for a repeated DELETE or the next start."""
+        s = self.settings
+        paths = [s.warehouse_path / record.name, self.intake.owned_dir / record.name]
+        try:
+            await asyncio.to_thread(_remove_trees, paths)
+        except OSError as exc:
+            log.error(
+                "could not remove the files of retired %s %s: %s; DELETE it again with ?purge=true",
+                record.kind,
+                record.name,
+                exc,
+            )
+            return
+        record.purged = True
+        self.catalog.changed()
+        await self.save_catalog()
+        log.info("retired %s %s purged: its Delta table and files are removed", record.kind, record.name)
+
+    def _retirement(self, record: RetiredTable) -> dict[str, Any]:
+        kind = record.kind
+        return {
+            "name": record.name,
+            "kind": kind,
+            "state": "retired",
+            "purge": record.purge,
+            "purged": record.purged,
+            "pending_updates": 0,
+            "quarantined_updates": 0,
+            "message": f"{kind} {record.name!r} is retired"
+            + (" and its Delta table removed" if record.purged else "")
+            + f"; POST /v1/admin/{kind}s registers the name again as a new {kind}",
+        }
+
+    def _retirement_in_progress(self, entry: CatalogEntry) -> dict[str, Any]:
+        name = entry.name
+        pending = self.dispatcher.unloaded(name)
+        held = sum(len(e.updates) for e in self.quarantine.store.active(name))
+        waiting = f"; {held} quarantined updates wait for a retry or discard" if held else ""
+        return {
+            "name": name,
+            "kind": "table",
+            "state": "retiring",
+            "purge": entry.purge,
+            "purged": False,
+            "pending_updates": pending,
+            "quarantined_updates": held,
+            "message": f"table {name!r} is retiring: it takes no more updates and leaves once the {pending} "
+            f"acknowledged updates still pending are loaded{waiting}; repeat the DELETE to see its state",
+        }
 
     async def register_view(self, config: ViewConfig) -> tuple[ViewEntry, bool]:
         """Declare a join view (idempotent for the same declaration): checked against the
@@ -998,6 +1232,13 @@ def _conflict(names: list[str], one: str, many: str) -> Conflict:
     return Conflict(many.replace("{}", shown + more, 1) + "; none was registered", tables=names)
 
 
+def _remove_trees(paths: list[Path]) -> None:
+    """Remove each directory tree that exists (a worker thread)."""
+    for path in paths:
+        if path.exists():
+            shutil.rmtree(path)
+
+
 def _ensure_tables(
     sink: Sink, tables: list[tuple[str, TableSchema]], evolve: DeltaTables | None = None
 ) -> dict[str, Exception]:
@@ -1036,6 +1277,14 @@ def _declare_configured_views(catalog: Catalog, views: list[ViewConfig]) -> None
     schemas = {name: entry.schema for name, entry in catalog.entries.items()}
     changed = False
     for view in views:
+        if catalog.gone(view.name) is not None:
+            log.warning(
+                "view %r is configured but was retired (DELETE /v1/admin/views/%s); it stays retired: remove it from "
+                "the configuration, or declare it again with POST /v1/admin/views",
+                view.name,
+                view.name,
+            )
+            continue
         existing = catalog.views.get(view.name)
         if existing is not None:
             if existing.config != view:
@@ -1060,6 +1309,14 @@ def _register_configured(catalog: Catalog, tables: list[TableConfig]) -> None:
     included) may not change, a latest table's key policy and batch bound may."""
     changed = False
     for table in tables:
+        if catalog.gone(table.name) is not None:
+            log.warning(
+                "table %r is configured but was retired (DELETE /v1/admin/tables/%s); it stays retired: remove it "
+                "from the configuration, or register it again with POST /v1/admin/tables",
+                table.name,
+                table.name,
+            )
+            continue
         existing = catalog.entries.get(table.name)
         if existing is None:
             catalog.add(CatalogEntry.from_config(table, time.time()))

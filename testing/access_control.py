@@ -92,10 +92,14 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", "/v1/admin/tables/{table}/weight"): Rule("/v1/admin/tables/clicks/weight", _operator(), {"weight": 3}),
     ("POST", "/v1/admin/tables/{table}/pause"): Rule("/v1/admin/tables/clicks/pause", _operator()),
     ("POST", "/v1/admin/tables/{table}/resume"): Rule("/v1/admin/tables/clicks/resume", _operator()),
+    # Retiring an unknown name: 404 is the operator's "allowed, but no such table" (a real
+    # retirement would take the table from the other rows).
+    ("DELETE", "/v1/admin/tables/{table}"): Rule("/v1/admin/tables/nope", _operator(404)),
     ("GET", "/v1/admin/pending"): Rule("/v1/admin/pending", _operator()),
     ("POST", "/v1/admin/views"): Rule("/v1/admin/views", _operator(201), NEW_VIEW),
     ("GET", "/v1/admin/views"): Rule("/v1/admin/views", _operator()),
     ("GET", "/v1/admin/views/{view}"): Rule("/v1/admin/views/nope", _operator(404)),
+    ("DELETE", "/v1/admin/views/{view}"): Rule("/v1/admin/views/nope", _operator(404)),
     ("GET", "/v1/admin/policy"): Rule("/v1/admin/policy", _operator()),
     ("PUT", "/v1/admin/policy"): Rule("/v1/admin/policy", _operator(), {"policy": "myopic"}),
     ("GET", "/v1/admin/trace"): Rule("/v1/admin/trace", _operator()),

@@ -143,8 +143,9 @@ WORKER_EXTERNAL = "worker:external"
 WORKER_KINDS = (*(WORKER + p for p in LOAD_POINTS), WORKER_EXTERNAL)
 #: The kinds of each Spark mode. Connect: the service still reaches load.after-commit (a
 #: worker's reply says it committed); the other load points are the workers'.
-#: (The trial changes no table's schema yet: the ``schema.*`` points are tests/api/test_schema_changes.py's.)
-TRIAL_POINTS = frozenset(p for p in POINTS if not p.startswith("schema."))
+#: The trial retires no table and changes no schema: the ``retire.*`` points are
+#: tests/system/test_retirement_crash.py's, the ``schema.*`` ones tests/api/test_schema_changes.py's.
+TRIAL_POINTS = frozenset(p for p in POINTS if not p.startswith(("retire.", "schema.")))
 CLASSIC_KINDS = (*sorted(TRIAL_POINTS), EXTERNAL_RECOVERY, EXTERNAL_SERVING)
 KINDS = (
     *sorted(TRIAL_POINTS - set(LOAD_POINTS) | SERVICE_LOAD_POINTS),

@@ -90,6 +90,9 @@ class Harness:
             headers["Authorization"] = f"Bearer {token}"
         return self.client.post(path, headers=headers, **kwargs)
 
+    def delete(self, path: str, token: str | None = OPERATOR):  # type: ignore[no-untyped-def]
+        return self.client.delete(path, headers={"Authorization": f"Bearer {token}"} if token else {})
+
     def get(self, path: str, token: str | None = OPERATOR):  # type: ignore[no-untyped-def]
         return self.client.get(path, headers={"Authorization": f"Bearer {token}"} if token else {})
 

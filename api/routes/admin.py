@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import Operator, Service, read_body
 from api.schemas import (
@@ -16,6 +16,7 @@ from api.schemas import (
     PendingModel,
     PolicyBody,
     PolicyStateModel,
+    RetirementModel,
     SchemaBody,
     SchemaChangeModel,
     TableStatusModel,
@@ -29,6 +30,7 @@ from api.schemas import (
 from loader.core.errors import BadRequest, Unsupported
 from loader.core.tables import TableConfig, table_declarations
 from loader.core.views import ViewConfig
+from loader.intake.requests import check_table_name
 from schedulers.registry import POLICIES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -79,6 +81,35 @@ def _declarations(body: bytes) -> list[TableConfig]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON ({exc}); send UTF-8 JSON") from None
     return table_declarations(document)
+
+
+RETIRING = "Retiring: updates get 410; it leaves once its acknowledged updates are loaded."
+RETIRED = "Retired: gone from the catalog, the metrics and the listings (also the answer to a repeat)."
+PURGE = Query(False, description="Also delete the Delta table and the files, once it is retired.")
+
+
+@router.delete(
+    "/tables/{table}",
+    status_code=202,
+    response_model=None,
+    responses={
+        **ok_response(RetirementModel, RETIRING, 202),
+        **ok_response(RetirementModel, RETIRED),
+        **error_responses(*OPERATOR_ONLY, 404, 409),
+    },
+    summary="Retire a table: no more updates, what was acknowledged loads, then it leaves (idempotent)",
+)
+async def retire_table(
+    table: str, service: Service, operator: Operator, response: Response, purge: bool = PURGE
+) -> dict[str, Any]:
+    """A 409 names the views that read the table (retire them first) or its quarantined
+    updates (retry or discard them first); a 404 an unknown name. The answer is the
+    retirement's state: 202 while it drains, 200 once it is gone."""
+    check_table_name(table)
+    done = await service.retire_table(table, purge)
+    if done["state"] == "retired":
+        response.status_code = 200
+    return done
 
 
 @router.put(
@@ -196,6 +227,17 @@ async def register_view(view: ViewConfig, service: Service, operator: Operator, 
 )
 async def list_views(service: Service, operator: Operator) -> dict[str, Any]:
     return {"views": service.views.names(), "broken": dict(service.views.broken)}
+
+
+@router.delete(
+    "/views/{view}",
+    response_model=None,
+    responses={**ok_response(RetirementModel, RETIRED), **error_responses(*OPERATOR_ONLY, 404)},
+    summary="Retire a join view (idempotent); its input tables may then be retired",
+)
+async def retire_view(view: str, service: Service, operator: Operator, purge: bool = PURGE) -> dict[str, Any]:
+    check_table_name(view)  # (the same rules: 404 without quoting a hostile name whole)
+    return await service.retire_view(view, purge)
 
 
 @router.get(

@@ -37,7 +37,7 @@ DATA_UNTIL = {
     "schema": {"type": "string"},
 }
 #: What a submission can be refused with (the token is the document's bearer security scheme).
-SUBMIT_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503)
+SUBMIT_ERRORS = error_responses(400, 401, 403, 404, 409, 410, 413, 415, 422, 503)
 REPLAYED = {
     "Idempotent-Replayed": {
         "description": "`true` when this is the stored answer to an earlier request with the same Idempotency-Key.",

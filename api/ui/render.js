@@ -218,6 +218,7 @@ function stateCell(table) {
   const parts = [];
   if (table.running) parts.push(badge("loading", "info"));
   if (table.paused) parts.push(badge("paused", "warn"));
+  if (table.retiring) parts.push(badge("retiring", "warn"));
   if (table.failures) parts.push(badge(`${table.failures} failed`, "bad"));
   if (table.quarantined_updates) parts.push(badge(`${fmt.count(table.quarantined_updates)} quarantined`, "bad"));
   if (!parts.length) parts.push(h("span", { class: "muted" }, "ok"));

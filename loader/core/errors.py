@@ -63,6 +63,10 @@ class Conflict(ServiceError):
     status, code = 409, "conflict"
 
 
+class Gone(ServiceError):
+    status, code = 410, "gone"
+
+
 class TooLarge(ServiceError):
     status, code = 413, "payload_too_large"
 
@@ -91,3 +95,13 @@ class WalWriteFailed(Unavailable):
 def unknown_table(table: str) -> NotFound:
     """The 404 for a well-formed name that no registered table has."""
     return NotFound(f"table {table!r} does not exist; register it with POST /v1/admin/tables", table=table)
+
+
+def retired_table(table: str, state: str) -> Gone:
+    """The 410 for updates of a table an operator retired (``state``: retiring or retired)."""
+    return Gone(
+        f"table {table!r} is {state} (DELETE /v1/admin/tables/{table}) and takes no more updates; stop sending "
+        "them, or register the name again as a new table with POST /v1/admin/tables",
+        table=table,
+        state=state,
+    )

@@ -37,6 +37,10 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
   native call with no step of its own to stop at);
 - ``load.upsert.after-merge``: the MERGE committed and the catalog has not recorded it
   (with loads in worker processes also reached in the service, as ``load.after-commit``);
+- ``retire.before-save``: ``DELETE /v1/admin/tables/{t}`` (or ``/views/{v}``) decided the
+  retirement in memory, the catalog is not saved, the DELETE not answered;
+- ``retire.after-save``: a drained retiring table left the catalog and the catalog is saved;
+  with ``?purge=true`` its Delta table and files are not removed yet;
 - ``schema.after-catalog``: a table's new schema is saved in the catalog, its Delta table
   not yet changed (loader/service.py ``change_schema``).
 
@@ -80,6 +84,8 @@ POINTS = frozenset(
         "load.group.between-commits",
         "load.upsert.before-merge",
         "load.upsert.mid-merge",
+        "retire.before-save",
+        "retire.after-save",
         "load.upsert.after-merge",
         "view.before-commit",
         "view.after-commit",

@@ -53,6 +53,12 @@ class CatalogEntry:
     max_keys_per_batch: int | None = None
     #: Latest tables: the seconds-per-key estimate as of the last load (as alpha for appends).
     seconds_per_key: float = 0.0001
+    #: ``DELETE /v1/admin/tables/{t}`` was answered: intake refuses the table (410), what it
+    #: acknowledged still loads, then the entry leaves for ``Catalog.retired``. Saved before
+    #: the answer, so a restart resumes the retirement rather than forgetting it.
+    retiring: bool = False
+    #: With ``retiring``: its Delta table and files go once it is drained (``?purge=true``).
+    purge: bool = False
 
     def account(self) -> TableAccount | None:
         return TableAccount(**self.freshness) if self.freshness else None
@@ -83,6 +89,35 @@ class CatalogEntry:
     def from_json(cls, data: dict[str, Any]) -> CatalogEntry:
         data = dict(data)
         data["schema"] = TableSchema.model_validate(data["schema"])
+        return cls(**data)
+
+
+@dataclass
+class RetiredTable:
+    """What is left of a retired table (or view): enough to never take it for a live one.
+
+    ``last_seq`` is the highest sequence number the table ever handed out. It is kept even
+    after the name is registered again: the new table's numbering continues above it, and
+    recovery counts every WAL record of the name at or below it as done, so an update of
+    the old table still in the WAL is never loaded into the new one (not even when the
+    old Delta table, whose transaction version said so, was purged).
+    """
+
+    name: str
+    last_seq: int
+    retired_at: float
+    #: ``table`` or ``view``.
+    kind: str = "table"
+    #: The Delta table and files are to go (``?purge=true``), and whether they went: a
+    #: crash between the catalog's save and the removal is finished at the next start.
+    purge: bool = False
+    purged: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RetiredTable:
         return cls(**data)
 
 
@@ -133,6 +168,9 @@ class Catalog:
     policy_params: dict[str, Any] = field(default_factory=dict)
     #: Join views, by name (few: encoded whole at every write).
     views: dict[str, ViewEntry] = field(default_factory=dict)
+    #: Retired tables and views, by name (``RetiredTable``); a name registered again keeps
+    #: its record (the sequence floor) and is live while it is in ``entries``.
+    retired: dict[str, RetiredTable] = field(default_factory=dict)
     #: Something changed since the last write.
     dirty: bool = field(default=False, compare=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
@@ -150,6 +188,7 @@ class Catalog:
                 catalog.policy = raw.get("policy")
                 catalog.policy_params = raw.get("policy_params") or {}
                 catalog.views = {v["config"]["name"]: ViewEntry.from_json(v) for v in raw.get("views", [])}
+                catalog.retired = {r["name"]: RetiredTable.from_json(r) for r in raw.get("retired", [])}
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(
                     f"catalog {path} is unreadable ({exc}); restore it from a backup or remove it "
@@ -171,8 +210,15 @@ class Catalog:
                 encoded[name] = json.dumps(entry.to_json(), separators=(",", ":"))
         self._stale = set()
         views = [view.to_json() for view in self.views.values()]
+        retired = [gone.to_json() for gone in self.retired.values()]
         rest = json.dumps(
-            {"policy": self.policy, "policy_params": self.policy_params, "views": views, "saved_at": time.time()}
+            {
+                "policy": self.policy,
+                "policy_params": self.policy_params,
+                "views": views,
+                "retired": retired,
+                "saved_at": time.time(),
+            }
         )
         tables = ",\n".join(encoded[name] for name in self.entries)
         return f'{{"tables": [\n{tables}\n], {rest[1:]}\n'.encode()
@@ -229,3 +275,18 @@ class Catalog:
         self.entries[entry.name] = entry
         if self._stale is not None:
             self._stale.add(entry.name)
+
+    def gone(self, name: str) -> RetiredTable | None:
+        """The record of ``name`` when it is retired and not registered again (else None)."""
+        if name in self.entries or name in self.views:
+            return None
+        return self.retired.get(name)
+
+    def remove(self, name: str, record: RetiredTable) -> None:
+        """The table leaves, its record stays: one change, saved by the next write."""
+        self.entries.pop(name, None)
+        self._encoded.pop(name, None)
+        if self._stale is not None:
+            self._stale.discard(name)
+        self.retired[name] = record
+        self.dirty = True

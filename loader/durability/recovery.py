@@ -8,6 +8,9 @@ transaction version of a table is the last sequence number it holds. So after an
 - any other update is pending again, in sequence order;
 - an update of a table the catalog does not know (the catalog was lost or restored from
   an old backup) is kept aside, not dropped: registering the table again adopts it.
+- an update of a retired table (``catalog.RetiredTable``) is done: its record's last
+  sequence number counts as committed, also for a new table of the name, whose numbering
+  starts above it (a purged table has no Delta log to say so).
 
 The sequence counter of a table restarts above everything logged or committed, so a
 sequence number is never handed out twice.

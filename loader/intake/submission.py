@@ -35,7 +35,7 @@ from typing import Any
 from loader.abc import Admission, BeyondCapacity, IntakeMetrics, ReleaseQueue, SpillFull, UpdateLog
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
-from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, unknown_table
+from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, retired_table, unknown_table
 from loader.core.schema import TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
@@ -134,6 +134,13 @@ class Intake:
         self.spill_retry_after = spill_retry_after
         self.tables: dict[str, TableSequence] = {}
         self.schemas: dict[str, TableSchema] = {}
+        #: Tables an operator retired, by name: ``retiring`` (registered, what they acknowledged
+        #: still loads) or ``retired`` (gone). Producers get 410 for them, not 404: the name
+        #: was real, and the answer says how to use it again.
+        self.retired: dict[str, str] = {}
+        #: Retired tables gone from intake -> the last sequence number they handed out: WAL
+        #: records at or below it are done (WAL truncation counts them as committed).
+        self.retired_floor: dict[str, int] = {}
         self.accepting = False
         #: Why intake is closed by the WAL's disk (full, read-only); ``heal`` reopens it.
         self.wal_fault: str | None = None
@@ -144,12 +151,29 @@ class Intake:
     def add_table(self, name: str, schema: TableSchema, sequence: TableSequence) -> None:
         self.schemas[name] = schema
         self.tables[name] = sequence
+        self.retired.pop(name, None)  # (a retired name registered again: a new table)
+        self.retired_floor.pop(name, None)
 
     def schema(self, table: str) -> TableSchema:
         schema = self.schemas.get(table)
         if schema is None:
-            raise unknown_table(table)
+            state = self.retired.get(table)
+            raise unknown_table(table) if state is None else retired_table(table, state)
         return schema
+
+    def check_open(self, table: str) -> None:
+        """410 for a retired or retiring table. Producers' routes only: a quarantined
+        update of a retiring table may still be retried (so the table can drain)."""
+        state = self.retired.get(table)
+        if state is not None:
+            raise retired_table(table, state)
+
+    def remove_table(self, table: str, last_seq: int) -> None:
+        """The table is retired and drained: it leaves; its name answers 410 from now on."""
+        self.schemas.pop(table, None)
+        self.tables.pop(table, None)
+        self.retired[table] = "retired"
+        self.retired_floor[table] = last_seq
 
     def loaded(self, table: str, last_seq: int) -> int:
         """Delta holds the table's updates up to ``last_seq``; returns the new committed sequence."""
@@ -169,6 +193,7 @@ class Intake:
         key = check_key(request.idempotency_key)
         check_table_name(table)  # 404 quoting no more than a few characters of a hostile name
         request.permit(table)
+        self.check_open(table)  # 410 before reading the body
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
         parsed = parse_single(body, request.content_type, table, request.data_until)
@@ -184,6 +209,7 @@ class Intake:
         schemas = {}
         for item in parsed:
             request.permit(item.table)
+            self.check_open(item.table)
             schemas[item.table] = self.schema(item.table)
         check_expansion(parsed, schemas, self.max_body_bytes)
         digest = request_hash("POST", request.path, body)
@@ -289,6 +315,11 @@ class Intake:
             has_files = not owned_files and any(item.files for item in valid)
             taken = await self._take_files_shielded(valid) if has_files else []
             try:
+                if not owned_files:
+                    # Again with no await before the numbering: a table retired while the
+                    # request was read gets no sequence number after the DELETE's answer.
+                    for item in valid:
+                        self.check_open(item.table)
                 updates, planned = plan_updates(valid, self.tables, time.time(), self.max_clock_skew)
             except BaseException:
                 await asyncio.to_thread(remove_files, taken)  # refused: nothing of it is kept

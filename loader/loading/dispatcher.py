@@ -134,6 +134,10 @@ class Dispatcher:
         #: The fixed cost of a Spark job, shared by a multi-table job's tables (measured online).
         self.job_overhead = JobOverheadEstimate(overhead=job_overhead)
         self._user_paused: set[int] = set()
+        #: Ids of retired tables and views: tombstones, never chosen again (held for good,
+        #: nothing pending) and left out of every listing. Ids are positions in ``states``,
+        #: which policies index: a retired one is not reused until a restart renumbers.
+        self.retired: set[int] = set()
         self._held: dict[int, int] = {}  # tid -> holders (maintenance, retry back-off)
         self._failures: dict[int, int] = {}  # consecutive failed loads per table
         self._tries: dict[int, int] = {}  # failed loads of the table's current (part of a) batch: its back-off
@@ -181,6 +185,26 @@ class Dispatcher:
         self.policy.notify(tid, self._clock())
         return tid
 
+    def retire(self, table: str) -> None:
+        """``table`` leaves: its name is free for a new table (a new id); its id stays a
+        tombstone. The caller made sure nothing of it is running; what is still pending (a
+        view's input commits: derived, nothing acknowledged) is dropped, so that a new
+        table or view of the name starts with an empty queue."""
+        if self.pending.count(table):
+            self.pending.take(table)
+            self.pending.loaded(table)
+        tid = self.index.pop(table)
+        self.retired.add(tid)
+        self._user_paused.discard(tid)
+        self._held[tid] = self._held.get(tid, 0) + 1
+        self._refresh_pause(tid)
+
+    def live(self) -> list[int]:
+        """Ids of the tables and views not retired, in registration order."""
+        if not self.retired:
+            return list(range(len(self.states)))
+        return [tid for tid in range(len(self.states)) if tid not in self.retired]
+
     def state(self, table: str) -> TableState:
         return self.states[self.index[table]]
 
@@ -202,7 +226,9 @@ class Dispatcher:
         self._refresh_pause(tid)
 
     def release_hold(self, table: str) -> None:
-        tid = self.index[table]
+        tid = self.index.get(table)
+        if tid is None or tid not in self._held:
+            return  # retired meanwhile (a back-off's timer, maintenance): its tombstone stays held
         self._held[tid] -= 1
         if not self._held[tid]:
             del self._held[tid]
@@ -210,6 +236,12 @@ class Dispatcher:
 
     def is_running(self, table: str) -> bool:
         return self.states[self.index[table]].running
+
+    def unloaded(self, table: str) -> int:
+        """The table's updates not loaded yet: pending, and in a batch being loaded."""
+        tid = self.index[table]
+        running = sum(len(m.batch.updates) for job in self._running.values() for m in job.members if m.tid == tid)
+        return self.states[tid].pending_count + running
 
     def _refresh_pause(self, tid: int) -> None:
         self.states[tid].paused = tid in self._user_paused or tid in self._held

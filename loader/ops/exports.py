@@ -19,7 +19,7 @@ def parse_tables(
     """Table ids of a comma-separated list of names (every table, in registration order, when
     None); a view named brings its input tables (``views``: each view's inputs)."""
     if tables is None:
-        return list(range(len(dispatcher.states)))
+        return dispatcher.live()  # (a retired table is not named once gone)
     names = [name.strip() for name in tables.split(",")]
     if not all(names):
         raise Invalid("tables: give table names separated by commas, e.g. tables=orders,clicks")

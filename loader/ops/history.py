@@ -56,7 +56,8 @@ def split_names(tables: str) -> list[str]:
 def stalest(dispatcher: Dispatcher, n: int, visible: Callable[[str], bool]) -> list[str]:
     """The ``n`` stalest tables (and views) the caller may see, stalest first (ties by name)."""
     ledger = dispatcher.ledger
-    ranked = ((ledger.current_upto(s.tid), s.name) for s in dispatcher.states if visible(s.name))
+    ranked = ((ledger.current_upto(tid), dispatcher.states[tid].name) for tid in dispatcher.live())
+    ranked = (item for item in ranked if visible(item[1]))
     return [name for _, name in heapq.nsmallest(n, ranked)]
 
 

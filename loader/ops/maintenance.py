@@ -123,7 +123,9 @@ class Maintenance:
     async def truncate_wal(self) -> int:
         """Delete WAL segments whose updates are all in Delta (keys first saved elsewhere)."""
         self.idempotency.expire()
-        committed = {name: runtime.committed_seq for name, runtime in self.intake.tables.items()}
+        # Retired tables' records are done up to their last sequence number.
+        committed = dict(self.intake.retired_floor)
+        committed.update((name, runtime.committed_seq) for name, runtime in self.intake.tables.items())
         # The catalog first: once segments are gone it is what remembers the newest releases.
         await self.save_catalog()
         await asyncio.to_thread(self.idempotency.save, self.idempotency_path)

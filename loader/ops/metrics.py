@@ -71,26 +71,28 @@ class TablesCollector(Collector):
         #: False while a selection that names no per-table family is collected (``Metrics.selected``).
         self.per_table = True
 
-    def _chosen(self, staleness: list[float]) -> list[int]:
+    def _chosen(self, tids: list[int], staleness: list[float]) -> list[int]:
+        """Positions in ``tids`` (the live tables' ids) of the tables to export."""
         d, k = self.dispatcher, self.top_k
         assert d is not None
         n = len(staleness)
         if k is None or n <= k:
             return list(range(n))
         stalest = heapq.nlargest(k, range(n), key=staleness.__getitem__)
+        live = [(at, d.states[tid]) for at, tid in enumerate(tids)]
         waiting = heapq.nsmallest(
             k,
-            (tid for tid, state in enumerate(d.states) if state.pending_count),
-            key=lambda tid: d.states[tid].oldest_pending,
+            (at for at, state in live if state.pending_count),
+            key=lambda at: live[at][1].oldest_pending,
         )
         quarantined = self._metrics.quarantined
         trouble = []
-        for tid, state in enumerate(d.states):
+        for at, state in live:
             held, failures = quarantined.value(state.name), d.failures(state.name)
             if held or failures:
-                trouble.append(((held, failures, staleness[tid]), tid))
+                trouble.append(((held, failures, staleness[at]), at))
         worst = heapq.nlargest(k, trouble)
-        return sorted(set(stalest).union(waiting, (tid for _, tid in worst)))
+        return sorted(set(stalest).union(waiting, (at for _, at in worst)))
 
     def collect(self) -> Iterator[Metric]:
         d = self.dispatcher
@@ -101,11 +103,12 @@ class TablesCollector(Collector):
         now = self._clock()
         ledger = d.ledger
         states = d.states
-        staleness = [ledger.staleness_at(tid, now) for tid in range(len(states))]
-        chosen = self._chosen(staleness) if self.per_table else []
-        yield from self._per_table(chosen, staleness, now)
-        yield from self._aggregates(staleness, len(chosen), now)
-        names = None if len(chosen) == len(states) else [states[tid].name for tid in chosen]
+        tids = d.live()  # (retired tables' ids are tombstones: not exported)
+        staleness = [ledger.staleness_at(tid, now) for tid in tids]
+        chosen = self._chosen(tids, staleness) if self.per_table else []
+        yield from self._per_table([tids[at] for at in chosen], [staleness[at] for at in chosen], now)
+        yield from self._aggregates(tids, staleness, len(chosen), now)
+        names = None if len(chosen) == len(states) else [states[tids[at]].name for at in chosen]
         for family in self._metrics.table_families:
             yield from family.collect(names)
 
@@ -178,11 +181,11 @@ class TablesCollector(Collector):
             labels=["table", "stat"],
         )
         ledger = d.ledger
-        for tid in chosen:
+        for tid, staleness_now in zip(chosen, staleness, strict=True):
             state = d.states[tid]
             labels = [state.name]
             upto.add_metric(labels, ledger.current_upto(tid))
-            stale.add_metric(labels, staleness[tid])
+            stale.add_metric(labels, staleness_now)
             integral.add_metric(labels, ledger.staleness_integral_at(tid, now))
             low.add_metric(labels, ledger.low_bound(tid))
             stretch.add_metric(labels, ledger.max_stretch(tid))
@@ -204,7 +207,7 @@ class TablesCollector(Collector):
         yield from (upto, stale, integral, low, stretch, pending, pending_bytes, resident, spilled)
         yield from (alpha, overhead, weight, waiting_keys, batch_keys, per_key, queue_staleness, app_staleness)
 
-    def _aggregates(self, staleness: list[float], exported: int, now: float) -> Iterator[Metric]:
+    def _aggregates(self, tids: list[int], staleness: list[float], exported: int, now: float) -> Iterator[Metric]:
         """Freshness over every table: counts, the distribution of staleness, sums of the accounts."""
         d = self.dispatcher
         assert d is not None
@@ -243,27 +246,27 @@ class TablesCollector(Collector):
             for q in TABLE_STALENESS_QUANTILES:
                 quantiles.add_metric([floatToGoString(q)], ordered[max(0, math.ceil(q * n) - 1)])
             top = max(range(n), key=staleness.__getitem__)
-            stalest.add_metric([d.states[top].name], staleness[top])
+            stalest.add_metric([d.states[tids[top]].name], staleness[top])
         yield from (quantiles, stalest)
         yield CounterMetricFamily(
             "loader_tables_staleness_seconds_squared",
             "Sum over tables of loader_table_staleness_seconds_squared_total (every table, whatever is exported).",
-            value=math.fsum(ledger.staleness_integral_at(tid, now) for tid in range(n)),
+            value=math.fsum(ledger.staleness_integral_at(tid, now) for tid in tids),
         )
         yield CounterMetricFamily(
             "loader_tables_low_bound_seconds_squared",
             "Sum over tables of loader_table_low_bound_seconds_squared_total (every table).",
-            value=math.fsum(ledger.low_bound(tid) for tid in range(n)),
+            value=math.fsum(ledger.low_bound(tid) for tid in tids),
         )
         yield GaugeMetricFamily(
             "loader_tables_pending_updates",
             "Acknowledged updates not yet loaded, all tables.",
-            value=sum(state.pending_count for state in d.states),
+            value=sum(d.states[tid].pending_count for tid in tids),
         )
         yield GaugeMetricFamily(
             "loader_tables_max_stretch",
             "Largest stretch of any loaded update of any table.",
-            value=max((ledger.max_stretch(tid) for tid in range(n)), default=0.0),
+            value=max((ledger.max_stretch(tid) for tid in tids), default=0.0),
         )
 
 
@@ -657,6 +660,12 @@ class Metrics:
         for family in self.table_families:
             if family is not self.delta_version:  # (written once there is a version)
                 family.add_table(table)
+
+    def table_removed(self, table: str) -> None:
+        """A retired table's (or view's) series go (``_Family.remove_table``; the freshness
+        series follow the dispatcher's tombstone)."""
+        for family in self.table_families:
+            family.remove_table(table)
 
     def watch_wal(self, size: Callable[[], float]) -> None:
         """WAL bytes on disk, read at scrape time rather than after each truncation."""

@@ -63,7 +63,7 @@ class TableStatuses:
         self.intake = intake
         self.dispatcher = dispatcher
         self.quarantine = quarantine
-        self._by_name: list[str] = []  # every table's name, sorted (tables are only ever added)
+        self._by_name: list[str] = []  # every table's name, sorted (rebuilt when the count or the set changed)
 
     def policy_groups(self) -> dict[str, int]:
         """Table -> index of its GroupAndRun group (empty for policies without groups)."""
@@ -74,6 +74,11 @@ class TableStatuses:
         """Every table's status; the policy is described once, not once per table."""
         groups = self.policy_groups()
         return [self.table(name, groups) for name in self._names()]
+
+    def forget(self) -> None:
+        """A table or view left (retired): the sorted names are rebuilt at the next page (a
+        retirement and a registration between two pages leave the count as it was)."""
+        self._by_name = []
 
     def _names(self) -> list[str]:
         """Tables, then join views (scheduled and reported like tables)."""
@@ -174,6 +179,7 @@ class TableStatuses:
             "period_hint": None,
             "period_estimate": state.period_estimate,
             "paused": state.paused,
+            "retiring": False,
             "running": state.running,
             **_freshness(d, tid, now),
             # A view's updates are its inputs' commits; they hold no bytes of their own.
@@ -213,6 +219,7 @@ class TableStatuses:
             "period_hint": entry.period_hint,
             "period_estimate": state.period_estimate,
             "paused": entry.paused,
+            "retiring": entry.retiring,
             "running": state.running,
             **_freshness(d, tid, now),
             "pending_updates": state.pending_count,

@@ -58,6 +58,15 @@ class _Family(ABC):
         """Write this table's ``zeros`` from now on."""
         self._by_table.setdefault(table, [])
 
+    def remove_table(self, table: str) -> None:
+        """A retired table's series go. A counter's or histogram's aggregate keeps what the
+        table added (an aggregate counter that went down would read as a reset); a gauge's
+        aggregate, an amount now, loses the table's part."""
+        for key, child in self._by_table.pop(table, []):
+            del self._children[key]
+            if isinstance(child, _GaugeChild):
+                child.set(0.0)
+
     def _child(self, table: str, extra: tuple[str, ...]) -> object:
         key = (table, *extra)
         child = self._children.get(key)

@@ -95,6 +95,21 @@ class JoinViews:
         self.catalog.changed()
         return entry, True
 
+    def remove(self, name: str) -> None:
+        """A retired view's executor and notes go (its input tables may then be retired);
+        the caller retires its dispatcher unit once no load of it runs."""
+        maintainer = self.maintainers.pop(name, None)
+        for table in maintainer.view.tables if maintainer is not None else ():
+            readers = self._over.get(table, [])
+            if name in readers:
+                readers.remove(name)
+            if not readers:
+                self._over.pop(table, None)
+        self._changes.pop(name, None)
+        self._next_seq.pop(name, None)
+        self._release.pop(name, None)
+        self.broken.pop(name, None)
+
     def inputs(self) -> dict[str, tuple[str, ...]]:
         """Each maintained view's input tables (a trace export marks views with them)."""
         return {name: tuple(m.view.tables) for name, m in self.maintainers.items()}

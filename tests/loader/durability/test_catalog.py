@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from loader.core.tables import TableConfig
-from loader.durability.catalog import Catalog, CatalogEntry
+from loader.durability.catalog import Catalog, CatalogEntry, RetiredTable
 
 
 def entry(name: str) -> CatalogEntry:
@@ -52,3 +52,21 @@ def test_an_added_entry_is_saved_and_refresh_is_told_which_entries_changed(tmp_p
     assert saved(catalog)["a"]["weight"] == 9.0 and "b" in saved(catalog)
     asyncio.run(catalog.save_changes(lambda names: told.append(set(names))))
     assert len(told) == 1  # nothing changed since: no save
+
+
+def test_a_removed_entry_leaves_the_file_and_its_record_reads_back(tmp_path: Path) -> None:
+    catalog = Catalog(tmp_path / "catalog.json")
+    for name in ("a", "b"):
+        catalog.add(entry(name))
+    catalog.entries["a"].retiring = catalog.entries["a"].purge = True
+    catalog.changed("a")
+    catalog.save()
+    assert saved(catalog)["a"]["retiring"] is True  # the decision is in the file (a restart resumes it)
+    catalog.remove("a", RetiredTable("a", 17, 2000.0, purge=True))
+    assert catalog.dirty and catalog.gone("a") is not None and catalog.gone("b") is None
+    catalog.save()
+    assert set(saved(catalog)) == {"b"}
+    again = Catalog.open(catalog.path)
+    assert again.retired == {"a": RetiredTable("a", 17, 2000.0, purge=True)}
+    again.add(entry("a"))  # registered again: live, its record kept (the sequence floor)
+    assert again.gone("a") is None and "a" in again.retired

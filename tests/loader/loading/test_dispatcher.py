@@ -628,3 +628,27 @@ def test_without_max_attempts_nothing_is_split_or_quarantined() -> None:
         d.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_retired_table_is_a_tombstone_and_its_name_takes_a_new_id() -> None:
+    async def scenario() -> None:
+        recorder = Recorder()
+        d = Dispatcher(make_policy("myopic"), 2, PendingStore(), recorder)
+        for name in ("a", "b"):
+            d.add_table(TableSpec(name=name, alpha=0.0), origin=0.0)
+        d.start()
+        d.released(Update("a", 1, 1.0))
+        await _until(lambda: len(recorder.batches) == 1)
+        await d.wait_idle()
+        assert d.unloaded("a") == 0
+        d.retire("a")
+        assert d.live() == [1] and "a" not in d.index and d.states[0].paused
+        d.release_hold("a")  # a back-off's timer meeting the retired name: nothing happens
+        tid = d.add_table(TableSpec(name="a", alpha=0.0), origin=2.0)  # the name again: a new table
+        assert tid == 2 and d.live() == [1, 2]
+        d.released(Update("a", 5, 3.0))
+        await _until(lambda: len(recorder.batches) == 2)
+        assert [u.seq for u in recorder.batches[-1].updates] == [5]
+        d.shutdown()
+
+    asyncio.run(scenario())

@@ -89,3 +89,25 @@ def test_a_counter_refuses_a_negative_increment_and_a_wrong_label_count() -> Non
         counter.labels("a", "loaded").inc(-1)
     with pytest.raises(ValueError, match="labels"):
         counter.labels("a")
+
+
+def test_a_removed_table_leaves_its_family_and_only_a_gauge_total_drops_its_part() -> None:
+    counter = TableCounter("x_batches", "Batches.", ["outcome"], "x_all_batches", "All.", zeros=[("loaded",)])
+    gauge = TableGauge("x_pending", "Pending.", [], "x_all_pending", "All pending.")
+    for family in (counter, gauge):
+        family.add_table("a")
+        family.add_table("b")
+    counter.labels("a", "loaded").inc(3)
+    counter.labels("b", "loaded").inc(2)
+    gauge.labels("a").set(5)
+    gauge.labels("b").set(1)
+    for family in (counter, gauge):
+        family.remove_table("a")
+    registry = CollectorRegistry()
+    registry.register(Families(counter, gauge))
+    lines = samples(registry, "x_")
+    assert not [line for line in lines if 'table="a"' in line]
+    assert 'x_all_batches_total{outcome="loaded"} 5.0' in lines  # a counter's total never goes down
+    assert "x_all_pending 1.0" in lines
+    counter.labels("a", "loaded").inc()  # a new table of the name starts from zero
+    assert counter.labels("a", "loaded").value == 1
