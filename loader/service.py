@@ -1251,9 +1251,13 @@ def _ensure_tables(
         try:
             try:
                 sink.ensure_table(name, schema)
-            except ValueError:
-                if evolve is None or not evolve.evolve_table(name, schema):
-                    raise
+            except ValueError as refused:  # the sink's words, unless the table is only behind
+                try:
+                    evolved = evolve is not None and evolve.evolve_table(name, schema)
+                except ValueError:
+                    evolved = False
+                if not evolved:
+                    raise refused from None
                 sink.ensure_table(name, schema)
         except Exception as exc:  # e.g. a Delta table of that name with another schema
             failed[name] = exc
@@ -1304,6 +1308,37 @@ def _declare_configured_views(catalog: Catalog, views: list[ViewConfig]) -> None
         catalog.save()
 
 
+def _configured_schema(catalog: Catalog, entry: CatalogEntry, schema: TableSchema) -> bool:
+    """A configured schema other than the catalog's: a change the loader makes (the same rules
+    as ``change_schema``; the start brings the Delta table up to it, ``_ensure_tables``), or
+    the schema before a change made through the API (the catalog's stays, with a warning), or
+    an error that names what cannot change."""
+    views = {name: view.config.join_columns(entry.name) for name, view in catalog.views.items()}
+    try:
+        change = plan_change(entry.name, entry.schema, schema, widening=False, view_columns=views)
+    except Conflict as refused:
+        try:
+            plan_change(entry.name, schema, entry.schema, widening=False)
+        except Conflict:
+            raise ConfigError(f"the configuration changes the schema of {refused.message}") from None
+        log.warning(
+            "table %r: the configuration has the schema it had before a change through the API (PATCH "
+            "/v1/admin/tables/%s/schema); the table keeps its schema: put it in the configuration",
+            entry.name,
+            entry.name,
+        )
+        return False
+    entry.schema = schema
+    catalog.changed(entry.name)
+    log.info(
+        "table %r: the configuration changes its schema: columns %s added, %s made nullable",
+        entry.name,
+        [c.name for c in change.added],
+        list(change.relaxed),
+    )
+    return True
+
+
 def _register_configured(catalog: Catalog, tables: list[TableConfig]) -> None:
     """Tables of the configuration file enter the catalog once; their schema (mode, key, order_by
     included) may not change, a latest table's key policy and batch bound may."""
@@ -1322,10 +1357,7 @@ def _register_configured(catalog: Catalog, tables: list[TableConfig]) -> None:
             catalog.add(CatalogEntry.from_config(table, time.time()))
             changed = True
         elif existing.schema != table.schema_:
-            raise ConfigError(
-                f"table {table.name!r} is configured with a schema (or mode, key, order_by) that differs from the "
-                "one it was registered with; such changes are not supported: use a new table name"
-            )
+            changed |= _configured_schema(catalog, existing, table.schema_)
         elif _key_settings(existing) != _key_settings(table):  # a latest table's key policy or batch bound
             existing.key_policy, existing.max_keys_per_batch = table.key_policy, table.max_keys_per_batch
             catalog.changed(table.name)

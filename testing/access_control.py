@@ -90,6 +90,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/admin/tables"): Rule("/v1/admin/tables", _operator(201), NEW_TABLE),
     ("POST", "/v1/admin/tables:bulk"): Rule("/v1/admin/tables:bulk", _operator(), {"tables": [NEW_TABLE]}),
     ("PUT", "/v1/admin/tables/{table}/weight"): Rule("/v1/admin/tables/clicks/weight", _operator(), {"weight": 3}),
+    # The schema it has: allowed, and no change (a change is tests/api/test_schema_changes.py's).
+    ("PATCH", "/v1/admin/tables/{table}/schema"): Rule(
+        "/v1/admin/tables/clicks/schema",
+        _operator(),
+        {"columns": [{"name": "url", "type": "string"}, {"name": "n", "type": "int32"}]},
+    ),
     ("POST", "/v1/admin/tables/{table}/pause"): Rule("/v1/admin/tables/clicks/pause", _operator()),
     ("POST", "/v1/admin/tables/{table}/resume"): Rule("/v1/admin/tables/clicks/resume", _operator()),
     # Retiring an unknown name: 404 is the operator's "allowed, but no such table" (a real

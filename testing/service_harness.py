@@ -45,11 +45,12 @@ CLICKS = {"name": "clicks", "schema": {"columns": [{"name": "url", "type": "stri
 
 
 def make_settings(data_dir: Path, **extra: Any) -> Settings:
+    """``tables``: the configured tables (orders and clicks unless given)."""
     return load_settings(
         None,
         data_dir=data_dir,
         workers=2,
-        tables=[ORDERS, CLICKS],
+        tables=extra.pop("tables", [ORDERS, CLICKS]),
         auth_tokens=[
             {"token": OPERATOR, "role": "operator", "name": "ops"},
             {"token": PRODUCER, "role": "producer", "name": "feed"},

@@ -139,12 +139,12 @@ def _widens(old: str, new: str) -> bool:
     return False
 
 
-def conform_rows(rows: pa.Table, schema: TableSchema) -> pa.Table:
+def conform_rows(rows: pa.Table, schema: TableSchema | pa.Schema) -> pa.Table:
     """Rows acknowledged under an earlier schema of the table, as its current schema holds
     them: columns added since are null, widened ones cast. Updates in the WAL, the pending
     store, spill segments and quarantine keep the schema they were written with; every load
     path brings them to the table's schema here, once, rather than each in its own way."""
-    target = schema.arrow()
+    target = schema if isinstance(schema, pa.Schema) else schema.arrow()
     if rows.schema.equals(target):
         return rows
     columns = [

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from loader.abc import HeldValue
+from loader.core.evolution import conform_rows
 from loader.core.updates import Update, arrival
 from loader.durability.quarantine import HELD_ARRIVAL, HELD_SEQ
 from loader.pending.spill.model import Item, QueueCache
@@ -523,7 +524,7 @@ class LatestQueue:
             return update
         base = update.rows.num_rows
         schema = update.rows.schema
-        rows = pa.concat_tables([update.rows, *(v.row.select(schema.names).cast(schema) for v in values)])
+        rows = pa.concat_tables([update.rows, *(conform_rows(v.row, schema) for v in values)])
         joined = tuple(arrival(update.seq, base + i) for i in range(len(values)))
         arrived = update.arrived + joined if update.arrived else ()
         return dataclasses.replace(update, rows=rows.combine_chunks(), arrived=arrived)

@@ -157,7 +157,7 @@ def test_a_configured_latest_table_takes_a_new_key_policy_but_not_a_new_key(tmp_
     _register_configured(catalog, [TableConfig.model_validate({**QUOTES, "key_policy": "fifo-uq"})])
     entry: CatalogEntry = Catalog.open(tmp_path / "catalog.json").entries["quotes"]
     assert (entry.key_policy, entry.schema.key) == ("fifo-uq", ("sym",))
-    with pytest.raises(ConfigError, match="mode, key, order_by"):
+    with pytest.raises(ConfigError, match=r"schema of table 'quotes': the order_by cannot change \('ts' -> None\)"):
         _register_configured(catalog, [TableConfig.model_validate({**QUOTES, "order_by": None})])
 
 

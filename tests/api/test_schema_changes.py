@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from loader.config import ConfigError
 from loader.loading.sinks.delta_table import DeltaTables
-from testing.service_harness import OPERATOR, Harness
+from testing.service_harness import OPERATOR, ORDERS, Harness
 
 COLUMNS = [
     {"name": "id", "type": "int64", "nullable": False},
@@ -140,3 +141,52 @@ def test_a_change_whose_delta_commit_failed_is_completed_by_the_next_start(
         h.wait_loaded("payments", held)
         assert delta_columns(h)[-1] == ("currency", "string", True)
         assert sorted((r["id"], r["currency"]) for r in h.rows("payments")) == [(1, None), (2, "EUR")]
+
+
+def test_the_configuration_file_evolves_a_configured_table_by_the_same_rules(tmp_path: Path) -> None:
+    """The harness configures ``clicks`` (url string, n int32). A start with a column added in
+    the configuration brings the catalog and the Delta table to it; a configuration still on
+    the schema before a change through the API (or without columns it gained) starts with a
+    warning; one that changes a column's type does not start, and says which."""
+    clicks = {
+        "name": "clicks",
+        "schema": {"columns": [{"name": "url", "type": "string"}, {"name": "n", "type": "int32"}]},
+    }
+    with Harness(tmp_path / "data") as h:
+        first = h.post("/v1/tables/clicks/updates", json={"rows": [{"url": "a", "n": 1}]}).json()["updates"][0]
+        h.wait_loaded("clicks", first["sequence"])
+    more = {**clicks, "schema": {"columns": [*clicks["schema"]["columns"], {"name": "ref", "type": "string"}]}}
+    with Harness(tmp_path / "data", tables=[ORDERS, more]) as h:
+        r = h.post("/v1/tables/clicks/updates", json={"rows": [{"url": "b", "n": 2, "ref": "x"}]})
+        assert r.status_code == 202, r.text
+        h.wait_loaded("clicks", r.json()["updates"][0]["sequence"])
+        assert sorted((r["url"], r["ref"]) for r in h.rows("clicks")) == [("a", None), ("b", "x")]
+        assert patch(h, [*more["schema"]["columns"], {"name": "extra", "type": "int64"}], "clicks").status_code == 200
+    with Harness(tmp_path / "data", tables=[ORDERS, more]) as h:  # the configuration is one change behind
+        assert [c["name"] for c in h.service.catalog.entry("clicks").schema.model_dump()["columns"]][-1] == "extra"
+    wider = {**more, "schema": {"columns": [{"name": "url", "type": "string"}, {"name": "n", "type": "int64"}]}}
+    with pytest.raises(
+        ConfigError,
+        match=r"configuration changes the schema of table 'clicks': .*column 'n' cannot widen from int32 to int64",
+    ):
+        Harness(tmp_path / "data", tables=[ORDERS, wider]).__enter__()
+
+
+def test_spilled_updates_of_both_schemas_load_into_the_new_one(tmp_path: Path) -> None:
+    """A memory budget of a few updates: those before the change and after it share spill
+    segments, and a restart replays both from the WAL."""
+    spill = {"memory_budget_bytes": 4096}
+    with Harness(tmp_path / "data", spill=spill) as h:
+        register(h)
+        assert h.post("/v1/admin/tables/payments/pause", token=OPERATOR).status_code == 200
+        for k in range(20):
+            send(h, [{"id": k, "amount": float(k), "note": "x" * 200}])
+        assert patch(h, WIDER).status_code == 200
+        for k in range(20, 40):
+            send(h, [{"id": k, "amount": None, "note": "y" * 200, "currency": f"c{k}"}])
+        assert h.get("/v1/admin/pending").json()["spilled_bytes"] > 0
+    with Harness(tmp_path / "data", spill=spill) as h:
+        assert h.post("/v1/admin/tables/payments/resume", token=OPERATOR).status_code == 200
+        h.wait_loaded("payments", 40)
+        rows = sorted((r["id"], r["amount"], r["currency"]) for r in h.rows("payments"))
+        assert rows == [(k, float(k), None) for k in range(20)] + [(k, None, f"c{k}") for k in range(20, 40)]

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loader.core import failpoints
+from loader.core.evolution import conform_rows
 from loader.core.updates import SpilledRows, Update
 from loader.pending.spill.model import Item
 
@@ -66,7 +67,7 @@ class SegmentFiles:
         table = str(queue)
         schema = self._schema_of(table)
         updates: list[Update] = [item.value for item in items]
-        parts = [u.rows.select(schema.names).cast(schema) for u in updates if u.rows is not None]
+        parts = [conform_rows(u.rows, schema) for u in updates if u.rows is not None]
         data = pa.concat_tables(parts) if parts else schema.empty_table()
         path = self.path(table, segment)
         path.parent.mkdir(parents=True, exist_ok=True)
