@@ -147,8 +147,7 @@ def conform_rows(rows: pa.Table, schema: TableSchema | pa.Schema) -> pa.Table:
     target = schema if isinstance(schema, pa.Schema) else schema.arrow()
     if rows.schema.equals(target):
         return rows
-    columns = [
-        rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
-        for f in target
-    ]
-    return pa.Table.from_arrays(columns, schema=target)
+    for field in target:
+        if field.name not in rows.column_names:
+            rows = rows.append_column(pa.field(field.name, field.type), pa.nulls(rows.num_rows, field.type))
+    return rows.select(target.names).cast(target)
