@@ -775,10 +775,10 @@ class LoaderService:
 
         The new schema is saved in the catalog before the Delta table changes and before
         intake takes rows of it: once saved it is the table's, and a start that finds the Delta
-        table behind brings it up to it (``_ensure_tables``), so a crash anywhere leaves the
-        table on the old schema or the new one. The table's loads wait meanwhile: a load that
-        read the old metadata would meet the new at its commit. Updates acknowledged under the
-        old schema load into the new one, new columns null (``conform_rows``).
+        table behind brings it up to it (``_ensure_tables``). The table's loads wait meanwhile:
+        a load that read the old metadata would meet the new at its commit, and none writes
+        rows while the Delta table is between the two. Updates acknowledged under the old
+        schema load into the new one, new columns null (``conform_rows``).
         """
         async with self._admin_lock:
             entry = self.catalog.entry(table)

@@ -117,10 +117,12 @@ class DeltaTables:
     def evolve_table(self, table: str, schema: TableSchema) -> bool:
         """Bring the Delta table up to ``schema`` where ``schema`` evolved from its schema as the
         loader evolves schemas (loader/core/evolution.py: nullable columns after the others, NOT
-        NULL relaxed): one commit of new metadata (deltalake's schema merge of an empty append),
-        so a reader sees the table on the old schema or the new one, never between. False when
-        the table is on ``schema`` already; ValueError (as ``ensure_table``) when it is on a schema
-        that ``schema`` does not evolve from."""
+        NULL relaxed). The columns added are one metadata commit (deltalake's schema merge of an
+        empty append); each column made nullable one more (the merge keeps a NOT NULL), so a
+        reader may meet the new columns a moment before a NOT NULL goes, while the table's loads
+        wait; whatever a crash leaves undone, the next call does. False when the table is on
+        ``schema`` already; ValueError (as ``ensure_table``) when it is on a schema that
+        ``schema`` does not evolve from."""
         existing = self.open(table)
         if existing is None:
             raise ValueError(f"Delta table {table!r} at {self.table_path(table)} does not exist")
@@ -139,7 +141,12 @@ class DeltaTables:
                 f"Delta table {table!r} at {self.table_path(table)} exists with another schema: "
                 + "; ".join(schema_differences(existing, schema))
             )
-        write_deltalake(str(self.table_path(table)), schema.arrow().empty_table(), mode="append", schema_mode="merge")
+        path = str(self.table_path(table))
+        if len(want) > len(have):
+            write_deltalake(path, schema.arrow().empty_table(), mode="append", schema_mode="merge")
+        now = _fields(DeltaTable(path).schema())
+        for name in [n for n in have if want[n][1] and not now[n][1]]:
+            DeltaTable(path).alter.drop_column_not_null(name)
         log.info("table %r: the Delta table's schema is now the declared one (%d columns)", table, len(want))
         return True
 

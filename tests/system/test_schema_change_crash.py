@@ -1,0 +1,93 @@
+"""A schema change through kill -9: a real ``loader serve`` (loads in worker processes over
+Spark Connect) killed at ``schema.after-catalog``, the new schema saved in the catalog and
+the Delta table not yet changed, with updates of the old schema waiting (the table paused).
+
+The PATCH gets no answer. The restart brings the Delta table up to the catalog's schema
+before the table loads; intake takes rows of the new schema; every update acknowledged
+before and after lands once, the earlier ones with the new column null; and deltalake's
+reader sees the new schema.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from loader.loading.connect_server import ConnectServer
+from testing.server_process import ServerProcess, free_port, write_config
+from testing.tables import read_delta
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+TOKEN = "schema-crash-operator-token-01"
+COLUMNS: list[dict[str, Any]] = [
+    {"name": "k", "type": "int64", "nullable": False},
+    {"name": "v", "type": "string", "nullable": False},
+]
+WIDER = [COLUMNS[0], {"name": "v", "type": "string"}, {"name": "w", "type": "string"}]
+
+
+def test_a_schema_change_killed_after_the_catalogs_save_is_completed_by_the_restart(
+    tmp_path: Path, connect_server: ConnectServer
+) -> None:
+    data = tmp_path / "data"
+    config = write_config(
+        tmp_path / "loader.toml",
+        {
+            "port": (port := free_port()),
+            "data_dir": str(data),
+            "workers": 2,
+            "spark": {"master": "local[2]", "mode": "connect", "remote": connect_server.url},
+            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
+            "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
+        },
+    )
+    server = ServerProcess(tmp_path, config, port, TOKEN)
+    delta = data / "warehouse" / "events"
+    try:
+        server.start(failpoints="schema.after-catalog=1")
+        assert server.wait_ready()
+        with server.client() as http:
+            assert (
+                http.post("/v1/admin/tables", json={"name": "events", "schema": {"columns": COLUMNS}}).status_code
+                == 201
+            )
+            first = http.post("/v1/tables/events/updates", json={"rows": [{"k": 0, "v": "loaded"}]})
+            _until(server, lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= 1)
+            assert http.post("/v1/admin/tables/events/pause").status_code == 200
+            for k in range(1, 4):
+                answer = http.post("/v1/tables/events/updates", json={"rows": [{"k": k, "v": f"v{k}"}]})
+                assert answer.status_code == 202, answer.text
+            with pytest.raises(httpx.TransportError):
+                http.patch("/v1/admin/tables/events/schema", json={"columns": WIDER})
+        assert first.status_code == 202
+        assert server.wait_exit(60) != 0, server.log_tail()
+        assert [f.name for f in DeltaTable(str(delta)).schema().fields] == ["k", "v"]  # killed before Delta's commit
+
+        server.start()
+        assert server.wait_ready()
+        fields = DeltaTable(str(delta)).schema().fields
+        assert [(f.name, f.nullable) for f in fields] == [("k", False), ("v", True), ("w", True)]
+        with server.client() as http:
+            assert http.post("/v1/admin/tables/events/resume").status_code == 200
+            answer = http.post("/v1/tables/events/updates", json={"rows": [{"k": 4, "v": None, "w": "new"}]})
+            assert answer.status_code == 202, answer.text
+            _until(server, lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= 5)
+        assert server.terminate() == 0, server.log_tail()
+    finally:
+        if server.alive:
+            server.kill()
+    rows = sorted((r["k"], r["v"], r["w"]) for r in read_delta(delta).to_pylist())
+    assert rows == [(0, "loaded", None), (1, "v1", None), (2, "v2", None), (3, "v3", None), (4, None, "new")]
+
+
+def _until(server: ServerProcess, done: Any, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.2)
