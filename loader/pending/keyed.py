@@ -353,8 +353,9 @@ class LatestQueue:
             new_order += [arrival(from_seq, p) for p in positions]
             new_keys += [keys[p] for p in positions]
         # One compact table: a part read back from a spill segment is a slice of it, and its
-        # buffers would be counted whole.
-        data = (pa.concat_tables(parts) if len(parts) > 1 else parts[0]).combine_chunks()
+        # buffers would be counted whole. Values of a later schema (a change while they wait)
+        # bring its columns: the held ones read them as null.
+        data = (pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]).combine_chunks()
         return dataclasses.replace(held, rows=data, arrived=tuple(new_order)), new_keys
 
     # -- batches -------------------------------------------------------------------------

@@ -190,3 +190,54 @@ def test_spilled_updates_of_both_schemas_load_into_the_new_one(tmp_path: Path) -
         h.wait_loaded("payments", 40)
         rows = sorted((r["id"], r["amount"], r["currency"]) for r in h.rows("payments"))
         assert rows == [(k, float(k), None) for k in range(20)] + [(k, None, f"c{k}") for k in range(20, 40)]
+
+
+def test_a_join_view_follows_an_evolving_input_and_its_join_columns_keep_their_type(tmp_path: Path) -> None:
+    """The view keeps its declared columns while an input gains one; the input's join column
+    cannot become nullable while the view reads it (409 naming the view)."""
+    from tests.api.test_join_views import CUSTOMERS, SALES, VIEW, caught_up
+
+    sales = [
+        {"name": "sid", "type": "int64"},
+        {"name": "cid", "type": "int64", "nullable": False},
+        SALES["schema"]["columns"][2],
+    ]
+    with Harness(tmp_path / "data") as h:
+        for table in (CUSTOMERS, {**SALES, "schema": {"columns": sales}}):
+            assert h.post("/v1/admin/tables", token=OPERATOR, json=table).status_code == 201
+        assert h.post("/v1/admin/views", token=OPERATOR, json=VIEW).status_code == 201
+        assert h.post("/v1/tables/customers/updates", json={"rows": [{"cid": 1, "cname": "ann"}]}).status_code == 202
+        assert h.post("/v1/tables/sales/updates", json={"rows": [{"sid": 1, "cid": 1, "amt": 2.0}]}).status_code == 202
+        h.wait(lambda: caught_up(h))
+        assert patch(h, [*sales, {"name": "channel", "type": "string"}], "sales").status_code == 200
+        rows = [{"sid": 2, "cid": 1, "amt": 3.0, "channel": "web"}]
+        assert h.post("/v1/tables/sales/updates", json={"rows": rows}).status_code == 202
+        h.wait(lambda: caught_up(h) and len(h.rows("enriched")) == 2)
+        assert sorted((r["sid"], r["customer"]) for r in h.rows("enriched")) == [(1, "ann"), (2, "ann")]
+        relaxed = [sales[0], {"name": "cid", "type": "int64"}, sales[2], {"name": "channel", "type": "string"}]
+        r = patch(h, relaxed, "sales")
+        assert r.status_code == 409 and "join view 'enriched' joins on ['cid']" in r.json()["message"], r.text
+
+
+def test_a_latest_table_gains_a_value_column_and_keeps_its_key(tmp_path: Path) -> None:
+    columns = [{"name": "sym", "type": "string", "nullable": False}, {"name": "px", "type": "float64"}]
+    quotes = {"name": "quotes", "schema": {"columns": columns}, "mode": "latest", "key": ["sym"]}
+    with Harness(tmp_path / "data") as h:
+        assert h.post("/v1/admin/tables", token=OPERATOR, json=quotes).status_code == 201
+        assert h.post("/v1/admin/tables/quotes/pause", token=OPERATOR).status_code == 200
+        for px in (1.0, 2.0):  # both wait, in the keyed store, under the old schema
+            assert (
+                h.post(
+                    "/v1/tables/quotes/updates", json={"rows": [{"sym": "a", "px": px}, {"sym": "b", "px": px}]}
+                ).status_code
+                == 202
+            )
+        assert patch(h, [*columns, {"name": "venue", "type": "string"}], "quotes").status_code == 200
+        r = h.post("/v1/tables/quotes/updates", json={"rows": [{"sym": "b", "px": 3.0, "venue": "x"}]})
+        assert r.status_code == 202, r.text
+        assert h.post("/v1/admin/tables/quotes/resume", token=OPERATOR).status_code == 200
+        h.wait_loaded("quotes", r.json()["updates"][0]["sequence"])
+        assert sorted((r["sym"], r["px"], r["venue"]) for r in h.rows("quotes")) == [("a", 2.0, None), ("b", 3.0, "x")]
+        keyless = [{"name": "sym", "type": "string"}, *columns[1:], {"name": "venue", "type": "string"}]
+        r = patch(h, keyless, "quotes")
+        assert r.status_code == 422 and "key columns ['sym'] must be declared" in r.json()["message"], r.text
