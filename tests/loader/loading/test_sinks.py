@@ -12,6 +12,7 @@ build for DuckDB 2.0), so DuckDB reads the Parquet files the Delta log lists ins
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import math
 import random
@@ -386,6 +387,73 @@ def test_all_column_types_round_trip_with_statistics(sink: DeltaRsSink) -> None:
     assert stats["minValues"]["i64"] == -(2**63) and stats["maxValues"]["i32"] == 2**31 - 1
     assert stats["minValues"]["d"] == "0001-01-01" and stats["maxValues"]["d"] == "9999-12-31"
     assert stats["minValues"]["s"] == "b ✓ ünïcode" and "s" not in stats["maxValues"]  # "x"*40: too long a bound
+
+
+#: The flat types of issue 35, declared by Delta's names and the loader's short ones.
+NEW_TYPES = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "long", "nullable": False},
+            {"name": "i8", "type": "byte"},
+            {"name": "i16", "type": "int16"},
+            {"name": "dec", "type": "decimal(38,2)"},
+            {"name": "small", "type": "decimal(5,5)"},
+            {"name": "whole", "type": "decimal(38,0)"},
+            {"name": "bin", "type": "binary"},
+            {"name": "ntz", "type": "timestamp_ntz"},
+        ]
+    }
+)
+
+
+def _new_type_rows(schema: TableSchema) -> pa.Table:
+    return pa.table(
+        {
+            "id": [1, 2, 3, 4],
+            "i8": [-128, 127, None, 0],
+            "i16": [-(2**15), 2**15 - 1, 0, None],
+            "dec": [
+                decimal.Decimal("12345678901234567.89"),
+                decimal.Decimal("-999999999999999999999999999999999999.99"),
+                None,
+                decimal.Decimal("0.00"),
+            ],
+            "small": [decimal.Decimal("0.99999"), decimal.Decimal("-0.00001"), None, decimal.Decimal("0.00000")],
+            "whole": [decimal.Decimal(10**38 - 1), decimal.Decimal(-(10**38) + 1), decimal.Decimal(-5), None],
+            "bin": [b"", b"\x00\xff", None, bytes(range(256))],
+            "ntz": [
+                dt.datetime(1, 1, 1),
+                dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+                dt.datetime(2024, 3, 10, 2, 30),  # a wall-clock time no zone shifts
+                None,
+            ],
+        },
+        schema=schema.arrow(),
+    )
+
+
+@pytest.mark.parametrize("partition", [None, "i8", "i16", "whole", "ntz"])
+def test_new_flat_types_round_trip_in_every_reader(sink: DeltaRsSink, partition: str | None) -> None:
+    """int8, int16, decimals, binary and timestamp_ntz read back exactly with deltalake, DuckDB
+    and Spark, unpartitioned and as partition columns (each names directories its own way)."""
+    schema = NEW_TYPES.model_copy(update={"partition_by": (partition,) if partition else ()})
+    table = f"new_types_{partition or 'flat'}"
+    sink.ensure_table(table, schema)
+    rows = _new_type_rows(schema)
+    sink.load(Batch(table, (rows_update(table, 1, rows),)), schema)
+    path = sink.table_path(table)
+    back = read_delta(path).select(schema.names)
+    assert [f.type for f in back.schema] == [f.type for f in schema.arrow()]
+    assert by_id(back) == by_id(rows)
+    assert by_id(read_spark(sink.spark, path, schema).select(schema.names).cast(schema.arrow())) == by_id(rows)
+    duck = read_duckdb(path).select(schema.names)
+    assert by_id(duck.cast(schema.arrow())) == by_id(rows)
+    protocol = DeltaTable(str(path)).protocol()
+    assert "timestampNtz" in (protocol.writer_features or [])
+    if partition is None:
+        stats = _stats_from_log(path)
+        assert stats["numRecords"] == 4 and stats["nullCount"]["dec"] == 1
+        assert stats["minValues"]["i8"] == -128 and stats["maxValues"]["i16"] == 2**15 - 1
 
 
 def _stats_from_log(path: Path) -> dict[str, Any]:
