@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import decimal
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,8 +178,32 @@ def _convert(values: pa.ChunkedArray, name: str, target: pa.DataType, text: bool
     converted = _RULES[kind](_Column(values, source, name, kind, text, first_row, target))
     if converted is None:
         raise Unloadable(_refusal(name, source, kind, target), name)
-    _check_domain(converted, name, kind, first_row)
+    if kind is ColumnType.decimal:
+        _check_precision(converted, name, target, first_row)
+    else:
+        _check_domain(converted, name, kind, first_row)
     return converted
+
+
+#: For digits past a precision of 38 (decimal's context: 28 digits would round the bounds).
+_DIGITS = decimal.Context(prec=80)
+
+
+def _check_precision(values: pa.ChunkedArray, name: str, target: pa.DataType, first: int) -> None:
+    """Every decimal within its precision: pyarrow's CSV and JSON readers rescale an integer's
+    text (``-100000000000000000000000000000`` into decimal(38,9)) without checking that the
+    digits still fit, and a Parquet file may hold such a value; Spark then fails every load."""
+    top = _DIGITS.subtract(
+        _DIGITS.power(10, target.precision - target.scale), decimal.Decimal(1).scaleb(-target.scale)
+    )
+    index = _first(pc.greater(pc.abs(values), pa.scalar(top, target)))
+    if index is not None:
+        raise Unloadable(
+            f"row {first + index}: column {name!r} holds a value of more than {target.precision} digits, "
+            f"outside {_shown(target)}",
+            name,
+            first + index,
+        )
 
 
 #: What to write a column of each type as, in the terms of the tools that write Parquet.

@@ -306,3 +306,23 @@ def test_text_files_carry_new_types_as_json_rows_do(tmp_path: Path) -> None:
     (landing / "bad.csv").write_text("k,d,b,t,s\n1,1.5,not base64!,2024-03-10T02:30:00,1\n")
     with pytest.raises(Invalid, match="not base64"):
         accept_files(["bad.csv"], landing, tmp_path / "owned", schema, "t")
+
+
+@pytest.mark.parametrize(
+    "name,text",
+    [
+        ("f.csv", "k,d\n1,1\n2,-100000000000000000000000000000\n"),
+        ("f.jsonl", '{"k": 1}\n{"k": 2, "d": "100000000000000000000000000000"}\n'),
+    ],
+)
+def test_a_text_integer_past_a_decimals_precision_is_refused_naming_its_row(tmp_path: Path, name: str, text: str):
+    """pyarrow's readers rescale an integer's text to the column's scale without checking
+    that its digits still fit (30 + 9 digits into decimal(38,9)); Spark would fail the load."""
+    schema = TableSchema.model_validate(
+        {"columns": [{"name": "k", "type": "int64", "nullable": False}, {"name": "d", "type": "decimal(38,9)"}]}
+    )
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / name).write_text(text)
+    with pytest.raises(Invalid, match="row 1: column 'd' holds a value of more than 38 digits"):
+        accept_files([name], landing, tmp_path / "owned", schema, "t")
