@@ -600,6 +600,31 @@ def test_spilled_segments_are_read_in_place_whole_or_in_part_after_a_partial_com
     assert not list((tmp_path / "spill").rglob("*.parquet"))
 
 
+def test_new_types_in_spill_segments_load_exactly(sink: DeltaRsSink, tmp_path: Path) -> None:
+    """Spill segments (Parquet written by the pending store) carry the new flat types: whole
+    segments read by Spark, memory rows inline, both exact."""
+    from loader.pending.spill.registry import make_spill_policy
+    from loader.pending.spill.segments import SegmentFiles
+    from loader.pending.store import PendingStore
+
+    sink.ensure_table("spilled", NEW_TYPES)
+    base = _new_type_rows(NEW_TYPES)
+    parts = [base.set_column(0, "id", pa.array([k * 10 + i for i in range(4)], pa.int64())) for k in range(8)]
+    budget = 3 * parts[0].get_total_buffer_size()
+    store = PendingStore(
+        make_spill_policy("half", budget), budget, SegmentFiles(tmp_path / "spill", lambda _: NEW_TYPES.arrow())
+    )
+    store.add_table("spilled")
+    for seq, rows in enumerate(parts, start=1):
+        store.append(rows_update("spilled", seq, rows))
+    updates = store.take("spilled")
+    assert any(u.spilled for u in updates) and any(u.rows is not None for u in updates)
+    sink.load(Batch("spilled", updates), NEW_TYPES)
+    path = sink.table_path("spilled")
+    assert by_id(read_delta(path).select(NEW_TYPES.names)) == by_id(pa.concat_tables(parts))
+    store.loaded("spilled")
+
+
 def test_rows_chunked_differently_by_column_reach_spark_whole(spark) -> None:
     """pyspark's createDataFrame drops rows of an Arrow table whose columns are chunked
     differently (a column appended to concatenated tables, as the failed load's search and a
