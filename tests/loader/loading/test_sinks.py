@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from loader.core.schema import TableSchema
+from loader.core.schema import TableSchema, parse_type
 from loader.core.updates import Batch, FileFormat, FileRef, Update
 from loader.durability.transactions import app_id
 from loader.intake.landing import read_landing_file
@@ -484,7 +484,7 @@ def test_ensure_table_is_idempotent_and_refuses_another_schema(sink: DeltaRsSink
         update={
             "columns": (
                 *ORDERS.columns[:2],
-                ORDERS.columns[2].model_copy(update={"type": "float32"}),
+                ORDERS.columns[2].model_copy(update={"type": parse_type("float32")}),
                 *ORDERS.columns[3:],
             )
         }
