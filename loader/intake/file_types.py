@@ -476,6 +476,8 @@ def _check_domain(values: pa.ChunkedArray, name: str, kind: ColumnType, first: i
     if index is not None:
         value = raw[index].as_py()
         text = _day(value) if kind is ColumnType.date else _instant(value)
+        if kind is ColumnType.timestamp_ntz:  # a wall-clock time: no zone to name
+            text = text.removesuffix("Z")
         raise Unloadable(
             f"row {first + index}: column {name!r} holds {text}, outside the {kind.value} range {shown} that Spark, "
             "Delta and their readers hold",

@@ -642,7 +642,6 @@ def _text_cell(declared: Primitive, fmt: str, partition: bool) -> st.SearchStrat
     empty = "" if fmt == "csv" else None  # CSV's null, but for strings (there: "")
     kind = declared.kind
     if kind is ColumnType.decimal:
-        low, high = _decimal_bounds(declared)
         values = _scaled(declared.precision or 0, declared.scale or 0)
         return st.just(Cell(empty, None)) | values.map(lambda v: Cell(format(v, "f"), v))
     if kind is ColumnType.binary:  # base64 (a CSV's empty field is an empty string: no bytes)
