@@ -48,7 +48,16 @@ DUCKDB_TYPES = {
     "boolean": "BOOLEAN",
     "date": "DATE",
     "timestamp": "TIMESTAMPTZ",
+    "int8": "TINYINT",
+    "int16": "SMALLINT",
+    "binary": "BLOB",
+    "timestamp_ntz": "TIMESTAMP",
 }
+
+
+def duckdb_type(declared: str) -> str:
+    """DuckDB's name of a column type (a decimal's name is DuckDB's too)."""
+    return declared.upper() if declared.startswith("decimal(") else DUCKDB_TYPES[declared]
 
 
 def live_files(path: Path) -> dict[str, dict[str, str | None]]:
@@ -90,7 +99,7 @@ def read_duckdb_log(path: Path, schema: TableSchema) -> pa.Table:
     )
     con.register("listing", listing)
     data_columns = ", ".join(f'd."{c.name}"' for c in schema.columns if c.name not in partitions)
-    typed = "".join(f', CAST(l."{name}" AS {DUCKDB_TYPES[kinds[name]]}) AS "{name}"' for name in partitions)
+    typed = "".join(f', CAST(l."{name}" AS {duckdb_type(kinds[name])}) AS "{name}"' for name in partitions)
     paths = ", ".join("'" + uri.replace("'", "''") + "'" for uri in uris)
     query = (
         f"SELECT {data_columns}{typed} FROM read_parquet([{paths}], filename = true, hive_partitioning = false) d "

@@ -14,6 +14,7 @@ view's join columns name where rows go and which row is which: they never change
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,8 +24,12 @@ from loader.core.errors import Conflict
 from loader.core.schema import Column, TableSchema
 
 #: Type changes Delta's ``typeWidening`` feature allows (the type names of loader/core/schema.py);
-#: the relation is transitive (int32 -> int64 through none between).
-WIDENINGS: frozenset[tuple[str, str]] = frozenset({("int32", "int64"), ("float32", "float64")})
+#: the relation is transitive (int8 -> int64 through int16 and int32). And a decimal's
+#: precision may grow at the same scale (``_widens``).
+WIDENINGS: frozenset[tuple[str, str]] = frozenset(
+    {("int8", "int16"), ("int16", "int32"), ("int32", "int64"), ("float32", "float64"), ("date", "timestamp_ntz")}
+)
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
 #: What a writer without ``typeWidening`` tells the operator to do instead.
 WITHOUT_WIDENING = (
     "the Delta writer in use cannot widen a column's type (Delta's typeWidening feature): add a new "
@@ -97,7 +102,8 @@ def plan_change(
             if not _widens(type_name(was), type_name(now)):
                 refusals.append(
                     f"column {name!r} cannot change from {type_name(was)} to {type_name(now)}: only widening "
-                    f"changes are allowed ({', '.join(f'{a} -> {b}' for a, b in sorted(WIDENINGS))})"
+                    f"changes are allowed ({', '.join(f'{a} -> {b}' for a, b in sorted(WIDENINGS))}, a decimal's "
+                    "precision up at the same scale)"
                 )
             elif not widening:
                 refusals.append(
@@ -127,6 +133,10 @@ def plan_change(
 
 def _widens(old: str, new: str) -> bool:
     """Whether ``old`` reaches ``new`` through the widenings (transitively)."""
+    decimals = _DECIMAL.fullmatch(old), _DECIMAL.fullmatch(new)
+    if decimals[0] and decimals[1]:
+        (p_old, s_old), (p_new, s_new) = (tuple(map(int, m.groups())) for m in decimals)  # type: ignore[union-attr]
+        return s_new == s_old and p_new > p_old
     frontier, seen = [old], {old}
     while frontier:
         here = frontier.pop()

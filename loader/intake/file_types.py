@@ -25,7 +25,10 @@ its own (it failed on ``0x10``, which pyarrow reads as 16).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
+import decimal
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,8 +47,13 @@ from loader.core.schema import (
     ColumnType,
 )
 
-#: The column type of each table Arrow type (ARROW_TYPES is one to one).
+#: The column type of each table Arrow type (ARROW_TYPES is one to one; decimals: ``column_kind``).
 COLUMN_TYPES: dict[pa.DataType, ColumnType] = {arrow: kind for kind, arrow in ARROW_TYPES.items()}
+
+
+def column_kind(arrow: pa.DataType) -> ColumnType:
+    """The kind of a table column's Arrow type."""
+    return ColumnType.decimal if pa.types.is_decimal(arrow) else COLUMN_TYPES[arrow]
 
 _EPOCH = dt.date(1970, 1, 1)
 _DAYS = ((DATE_MIN - _EPOCH).days, (DATE_MAX - _EPOCH).days)
@@ -84,6 +92,9 @@ _SMALL_INTS = (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16())
 #: longs and divided (loader/loading/sinks/frame.py), so they too load as they are.
 AS_IS: dict[ColumnType, Callable[[pa.DataType], bool]] = {
     ColumnType.string: lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t),
+    ColumnType.binary: lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t),
+    ColumnType.int8: lambda t: t == pa.int8(),
+    ColumnType.int16: lambda t: t in (pa.int8(), pa.int16(), pa.uint8()),
     ColumnType.int32: lambda t: t in _SMALL_INTS,
     ColumnType.int64: lambda t: t in _SMALL_INTS or t in (pa.int64(), pa.uint32()),
     ColumnType.float32: lambda t: t == pa.float32(),
@@ -92,6 +103,9 @@ AS_IS: dict[ColumnType, Callable[[pa.DataType], bool]] = {
     ColumnType.boolean: lambda t: t == pa.bool_(),
     ColumnType.date: lambda t: t in (pa.date32(), pa.date64()),
     ColumnType.timestamp: lambda t: pa.types.is_timestamp(t) and t.unit in ("ms", "us", "ns"),
+    # (nanoseconds are converted: the frame's division of longs yields instants, not wall-clock times)
+    ColumnType.timestamp_ntz: lambda t: pa.types.is_timestamp(t) and t.tz is None and t.unit in ("ms", "us"),
+    ColumnType.decimal: pa.types.is_decimal,  # of the very precision and scale (``loads_as_is``)
 }
 
 
@@ -104,7 +118,9 @@ def loads_as_is(file_schema: pa.Schema, table: pa.Schema) -> bool:
         kind = file_schema.field(field.name).type
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
-        if not AS_IS[COLUMN_TYPES[field.type]](kind):
+        if not AS_IS[column_kind(field.type)](kind):
+            return False
+        if pa.types.is_decimal(field.type) and kind != field.type:  # Spark does not rescale a file's decimals
             return False
     return True
 
@@ -113,12 +129,14 @@ def text_schema(table: pa.Schema, json: bool) -> pa.Schema:
     """The types a CSV or JSON file's text is parsed to: the table's, but float32 columns
     as float64 (so that a finite number beyond float32 is told from a written infinity) and,
     in JSON, dates as text (pyarrow's JSON reader takes a date only as a day number; a JSON
-    row's date is "YYYY-MM-DD")."""
+    row's date is "YYYY-MM-DD"), and binary columns as text: base64, as in a JSON row."""
     fields = []
     for field in table:
-        kind = COLUMN_TYPES[field.type]
+        kind = column_kind(field.type)
         if kind is ColumnType.float32:
             field = field.with_type(pa.float64())
+        elif kind is ColumnType.binary:
+            field = field.with_type(pa.string())
         elif json and kind is ColumnType.date:
             field = field.with_type(pa.string())
         fields.append(field.with_nullable(True))
@@ -141,7 +159,7 @@ def conform(chunk: pa.RecordBatch | pa.Table, table: pa.Schema, text: bool, firs
     for field in table:
         if field.name in data.column_names:
             values = data.column(field.name)
-            columns.append(_convert(values, field.name, COLUMN_TYPES[field.type], text, first_row))
+            columns.append(_convert(values, field.name, field.type, text, first_row))
         else:
             columns.append(pa.nulls(data.num_rows, field.type))
     # The table's schema as it is: a null in a required column is the caller's to name (with
@@ -149,23 +167,53 @@ def conform(chunk: pa.RecordBatch | pa.Table, table: pa.Schema, text: bool, firs
     return pa.Table.from_arrays(columns, schema=table)
 
 
-def _convert(values: pa.ChunkedArray, name: str, kind: ColumnType, text: bool, first_row: int) -> pa.ChunkedArray:
+def _convert(values: pa.ChunkedArray, name: str, target: pa.DataType, text: bool, first_row: int) -> pa.ChunkedArray:
+    kind = column_kind(target)
     source = values.type
     if pa.types.is_dictionary(source):
         source = source.value_type
         values = pc.cast(values, source)
     if pa.types.is_null(source):  # a column of nulls only (pandas writes one for an empty object column)
-        return pc.cast(values, ARROW_TYPES[kind])
-    converted = _RULES[kind](_Column(values, source, name, kind, text, first_row))
+        return pc.cast(values, target)
+    converted = _RULES[kind](_Column(values, source, name, kind, text, first_row, target))
     if converted is None:
-        raise Unloadable(_refusal(name, source, kind), name)
-    _check_domain(converted, name, kind, first_row)
+        raise Unloadable(_refusal(name, source, kind, target), name)
+    if kind is ColumnType.decimal:
+        _check_precision(converted, name, target, first_row)
+    else:
+        _check_domain(converted, name, kind, first_row)
     return converted
+
+
+#: For digits past a precision of 38 (decimal's context: 28 digits would round the bounds).
+_DIGITS = decimal.Context(prec=80)
+
+
+def _check_precision(values: pa.ChunkedArray, name: str, target: pa.DataType, first: int) -> None:
+    """Every decimal within its precision: pyarrow's CSV and JSON readers rescale an integer's
+    text (``-100000000000000000000000000000`` into decimal(38,9)) without checking that the
+    digits still fit, and a Parquet file may hold such a value; Spark then fails every load."""
+    top = _DIGITS.subtract(
+        _DIGITS.power(10, target.precision - target.scale), decimal.Decimal(1).scaleb(-target.scale)
+    )
+    index = _first(pc.greater(pc.abs(values), pa.scalar(top, target)))
+    if index is not None:
+        raise Unloadable(
+            f"row {first + index}: column {name!r} holds a value of more than {target.precision} digits, "
+            f"outside {_shown(target)}",
+            name,
+            first + index,
+        )
 
 
 #: What to write a column of each type as, in the terms of the tools that write Parquet.
 WRITE_AS: dict[ColumnType, str] = {
     ColumnType.string: "string (Parquet BYTE_ARRAY, UTF8)",
+    ColumnType.binary: "binary (Parquet BYTE_ARRAY); base64 text in CSV and JSON files",
+    ColumnType.int8: "int8 (Parquet INT32, INT(8))",
+    ColumnType.int16: "an integer type of at most 16 bits (Parquet INT32, INT(16))",
+    ColumnType.timestamp_ntz: "a timestamp without time zone (Parquet TIMESTAMP, isAdjustedToUTC=false)",
+    ColumnType.decimal: "a decimal of the column's scale or an integer (Parquet DECIMAL)",
     ColumnType.int32: "an integer type of at most 32 bits (Parquet INT32)",
     ColumnType.int64: "an integer type (Parquet INT64)",
     ColumnType.float32: "float32 (Parquet FLOAT)",
@@ -176,33 +224,40 @@ WRITE_AS: dict[ColumnType, str] = {
 }
 
 
-def _refusal(name: str, source: pa.DataType, kind: ColumnType) -> str:
+def _refusal(name: str, source: pa.DataType, kind: ColumnType, target: pa.DataType) -> str:
     """Why a file's column type is not taken, and what to write instead."""
     numeric = pa.types.is_integer(source) or pa.types.is_floating(source) or pa.types.is_decimal(source)
     if _is_text(source) or _is_bytes(source):
         why = "text is not parsed into another type"
     elif kind is ColumnType.string:
         why = "only text is taken for a string column (a value is not turned into text)"
+    elif kind is ColumnType.binary:
+        why = "only bytes are taken for a binary column"
+    elif pa.types.is_timestamp(source) and kind is ColumnType.timestamp_ntz:
+        why = "a timestamp with a time zone is an instant, which a wall-clock time of no zone cannot hold"
+    elif kind is ColumnType.decimal and pa.types.is_floating(source):
+        why = "a binary float is not converted to a decimal (it holds no exact decimal digits)"
     elif pa.types.is_decimal(source):
         why = "a decimal is converted neither to an integer nor to a binary float"
     elif pa.types.is_floating(source) and kind in INT_RANGES:
         why = "a floating-point number is not converted to an integer (it may not be whole)"
     elif pa.types.is_timestamp(source) or pa.types.is_date(source):
         why = "dates and timestamps are converted only to their own kind, never to a number or to each other"
-    elif numeric and kind in (ColumnType.date, ColumnType.timestamp):
+    elif numeric and kind in (ColumnType.date, ColumnType.timestamp, ColumnType.timestamp_ntz):
         why = "a number is not converted to a date or a timestamp (its unit and epoch are not known)"
     elif pa.types.is_boolean(source) or kind is ColumnType.boolean:
         why = "booleans and numbers are not converted into each other"
     else:
         why = "this type is not converted"
-    shown = f"column {name!r} is {source} in the file but {_shown(kind)} in the table"
+    shown = f"column {name!r} is {source} in the file but {_shown(target)} in the table"
     return f"{shown}, and {why}; write it as {WRITE_AS[kind]}"
 
 
-def _shown(kind: ColumnType) -> str:
+def _shown(target: pa.DataType) -> str:
     """A column type as the table declares it, with its Arrow type where the names differ."""
-    arrow = str(ARROW_TYPES[kind])
-    return kind.value if arrow == kind.value else f"{kind.value} ({arrow})"
+    kind, arrow = column_kind(target), str(target)
+    declared = f"decimal({target.precision},{target.scale})" if kind is ColumnType.decimal else kind.value
+    return declared if arrow == declared else f"{declared} ({arrow})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +270,13 @@ class _Column:
     kind: ColumnType
     text: bool  # parsed from CSV or JSON
     first: int  # the file's row of the chunk's first row
+    target: pa.DataType  # the table column's Arrow type
 
     def bad(self, index: int, value: object, why: str) -> Unloadable:
         """The refusal of the value at ``index`` of the chunk (numbered in the file)."""
         row = self.first + index
         return Unloadable(
-            f"row {row}: column {self.name!r} ({self.source} in the file, {_shown(self.kind)} in the table) holds "
+            f"row {row}: column {self.name!r} ({self.source} in the file, {_shown(self.target)} in the table) holds "
             f"{value!r}, {why}",
             self.name,
             row,
@@ -328,13 +384,51 @@ def _to_date(column: _Column) -> pa.ChunkedArray | None:
     return None
 
 
+def _to_binary(column: _Column) -> pa.ChunkedArray | None:
+    if column.text and _is_text(column.source):  # base64, as in a JSON row
+        decoded = []
+        for index, value in enumerate(column.values.to_pylist()):
+            try:
+                decoded.append(None if value is None else base64.b64decode(value, validate=True))
+            except (binascii.Error, ValueError):
+                raise column.bad(index, value[:40], "which is not base64 text (standard alphabet, padded)") from None
+        return pa.chunked_array([pa.array(decoded, pa.binary())])
+    if _is_bytes(column.source) or pa.types.is_fixed_size_binary(column.source):
+        return pc.cast(column.values, pa.binary())
+    return None
+
+
+def _to_decimal(column: _Column) -> pa.ChunkedArray | None:
+    """Decimals of any precision and scale, and integers, when every value fits exactly."""
+    values, source, target = column.values, column.source, column.target
+    if pa.types.is_integer(source):
+        values = pc.cast(values, pa.decimal128(20, 0))  # exact for every 64-bit integer
+    elif not pa.types.is_decimal(source):
+        return None
+    try:
+        return pc.cast(values, target)  # safe: refuses a value that would lose digits
+    except pa.ArrowInvalid:
+        for index, value in enumerate(values.to_pylist()):
+            if value is None:
+                continue
+            try:
+                pa.array([value]).cast(target)
+            except pa.ArrowInvalid:
+                raise column.bad(
+                    index, str(value), f"which {_shown(target)} cannot hold exactly (it is not rounded)"
+                ) from None
+        raise
+
+
 def _to_timestamp(column: _Column) -> pa.ChunkedArray | None:
     values, source = column.values, column.source
     if not pa.types.is_timestamp(source):
         return None
+    if column.kind is ColumnType.timestamp_ntz and source.tz is not None:
+        return None
     # A timestamp without a zone is UTC, as a JSON row's is (pyarrow's cast keeps its value).
     try:
-        return pc.cast(values, ARROW_TYPES[column.kind])  # safe: refuses what microseconds cannot hold
+        return pc.cast(values, column.target)  # safe: refuses what microseconds cannot hold
     except pa.ArrowInvalid:
         raw = pc.cast(values, pa.int64())
         if source.unit == "ns":
@@ -352,6 +446,11 @@ def _to_timestamp(column: _Column) -> pa.ChunkedArray | None:
 
 _RULES: dict[ColumnType, Callable[[_Column], pa.ChunkedArray | None]] = {
     ColumnType.string: _to_string,
+    ColumnType.binary: _to_binary,
+    ColumnType.int8: _to_integer,
+    ColumnType.int16: _to_integer,
+    ColumnType.decimal: _to_decimal,
+    ColumnType.timestamp_ntz: _to_timestamp,
     ColumnType.int32: _to_integer,
     ColumnType.int64: _to_integer,
     ColumnType.float32: _to_float,
@@ -368,7 +467,7 @@ def _check_domain(values: pa.ChunkedArray, name: str, kind: ColumnType, first: i
     if kind is ColumnType.date:
         raw, (low, high) = pc.cast(values, pa.int32()), _DAYS
         shown = f"{DATE_MIN.isoformat()} to {DATE_MAX.isoformat()}"
-    elif kind is ColumnType.timestamp:
+    elif kind in (ColumnType.timestamp, ColumnType.timestamp_ntz):
         raw, (low, high) = pc.cast(values, pa.int64()), _MICROS
         shown = f"{TIMESTAMP_MIN.isoformat()} to {TIMESTAMP_MAX.isoformat()}"
     else:
@@ -377,6 +476,8 @@ def _check_domain(values: pa.ChunkedArray, name: str, kind: ColumnType, first: i
     if index is not None:
         value = raw[index].as_py()
         text = _day(value) if kind is ColumnType.date else _instant(value)
+        if kind is ColumnType.timestamp_ntz:  # a wall-clock time: no zone to name
+            text = text.removesuffix("Z")
         raise Unloadable(
             f"row {first + index}: column {name!r} holds {text}, outside the {kind.value} range {shown} that Spark, "
             "Delta and their readers hold",

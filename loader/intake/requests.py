@@ -8,6 +8,7 @@ either every update of the request ready for the WAL, or an error and no side ef
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import re
@@ -55,6 +56,10 @@ def _no_constant(name: str) -> Any:
 
 #: Python's parser also takes NaN, Infinity and -Infinity, which JSON (RFC 8259) has not.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
+#: For a table with decimal columns: every number with a fraction or an exponent as the
+#: Decimal of its text, so that a decimal column's value never passes through a float (the
+#: other columns' converters take a Decimal as the float it would have parsed to).
+_EXACT_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=decimal.Decimal)
 #: Escapes that decide whether a surrogate escape is paired: an escaped backslash (so that
 #: ``\\ud800`` is read as a backslash and text, not as an escape) and a surrogate escape.
 _ESCAPE_TOKENS = re.compile(r"\\\\|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -114,12 +119,12 @@ def _lone_surrogate(document: Any) -> str | None:
     return None
 
 
-def _loads(text: bytes, what: str) -> Any:
+def _loads(text: bytes, what: str, exact: bool = False) -> Any:
     """Strict JSON: UTF-8 (or UTF-16/32 with its BOM, as RFC 8259 readers accept), no NaN or
     Infinity, no unpaired surrogate escapes; BadRequest naming the problem otherwise."""
     try:
         decoded = text.decode(json.detect_encoding(text))
-        document = _DECODER.decode(decoded)
+        document = (_EXACT_DECODER if exact else _DECODER).decode(decoded)
     except UnicodeDecodeError as exc:
         raise BadRequest(
             f"{what} is not valid JSON: bytes {exc.start}..{exc.end} are not valid {exc.encoding}; send UTF-8 JSON"
@@ -158,6 +163,8 @@ def check_table_name(name: Any, where: str = "") -> str:
 def _data_until(value: Any) -> float | None:
     if value is None:
         return None
+    if isinstance(value, decimal.Decimal):  # parsed exactly for a decimal column
+        value = float(value)
     try:
         moment = parse_timestamp(value)
     except _Bad as exc:
@@ -201,19 +208,22 @@ def _media_type(content_type: str | None) -> str:
     return (content_type or "application/json").split(";")[0].strip().lower()
 
 
-def parse_single(body: bytes, content_type: str | None, table: str, data_until_param: str | None) -> UpdateRequest:
-    """Body of POST /v1/tables/{table}/updates: JSON object or NDJSON rows."""
+def parse_single(
+    body: bytes, content_type: str | None, table: str, data_until_param: str | None, exact: bool = False
+) -> UpdateRequest:
+    """Body of POST /v1/tables/{table}/updates: JSON object or NDJSON rows; ``exact``: numbers
+    with a fraction as Decimals (the table has decimal columns)."""
     media = _media_type(content_type)
     if media in NDJSON_TYPES:
         rows = []
         for number, line in enumerate(body.splitlines(), start=1):
             if line.strip():
-                rows.append(_loads(line, f"NDJSON line {number}"))
+                rows.append(_loads(line, f"NDJSON line {number}", exact))
         until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
         return UpdateRequest(table=table, rows=rows, files=None, data_until=until)
     if media != "application/json":
         raise Unsupported(f"content type {media!r} is not supported; use application/json or application/x-ndjson")
-    request = _update_from_object(_loads(body, "request body"), table, "request body")
+    request = _update_from_object(_loads(body, "request body", exact), table, "request body")
     if data_until_param is not None:
         if request.data_until is not None:
             raise Invalid("data_until given both as a query parameter and in the body; give it once")
@@ -221,12 +231,14 @@ def parse_single(body: bytes, content_type: str | None, table: str, data_until_p
     return request
 
 
-def parse_multi(body: bytes, content_type: str | None) -> list[UpdateRequest]:
-    """Body of POST /v1/updates: {"updates": [{"table": ..., "rows"|"files": ...}, ...]}."""
+def parse_multi(body: bytes, content_type: str | None, exact: bool = False) -> list[UpdateRequest]:
+    """Body of POST /v1/updates: {"updates": [{"table": ..., "rows"|"files": ...}, ...]}; ``exact``
+    as for ``parse_single`` (the tables are known only once the body is parsed: the caller
+    parses it again, exactly, when one of them has decimal columns)."""
     media = _media_type(content_type)
     if media != "application/json":
         raise Unsupported(f"content type {media!r} is not supported; POST /v1/updates takes application/json")
-    obj = _loads(body, "request body")
+    obj = _loads(body, "request body", exact)
     if not isinstance(obj, dict) or set(obj) != {"updates"} or not isinstance(obj["updates"], list):
         raise Invalid(f'request body must be {{"updates": [ {{"table": ..., "rows": [...]}}, ... ]}}, not {quote(obj)}')
     if not obj["updates"]:
@@ -238,6 +250,11 @@ def parse_multi(body: bytes, content_type: str | None) -> list[UpdateRequest]:
 #: are no more than the body held), and about as many again for the parser's lists.
 _WIDTH = {
     ColumnType.string: 4,
+    ColumnType.binary: 4,
+    ColumnType.int8: 1,
+    ColumnType.int16: 2,
+    ColumnType.timestamp_ntz: 8,
+    ColumnType.decimal: 16,
     ColumnType.int32: 4,
     ColumnType.int64: 8,
     ColumnType.float32: 4,
@@ -260,7 +277,7 @@ def check_expansion(requests: list[UpdateRequest], schemas: dict[str, TableSchem
     for request in requests:
         if request.rows is None:
             continue
-        width = sum(_WIDTH[c.type] for c in schemas[request.table].columns)
+        width = sum(_WIDTH[c.type.kind] for c in schemas[request.table].columns)
         total += len(request.rows) * width
         if total > limit:
             raise TooLarge(

@@ -7,7 +7,10 @@ whole update, and the result must be columnar (Arrow) for the WAL and Spark.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
+import decimal
 import json
 import math
 import re
@@ -20,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loader.core.errors import Invalid
-from loader.core.schema import FLOAT32_MAX, INT_RANGES, ColumnType, TableSchema
+from loader.core.schema import FLOAT32_MAX, INT_RANGES, ColumnType, Primitive, TableSchema
 
 _INT_RANGE = INT_RANGES
 _F32 = struct.Struct("<f")
@@ -49,6 +52,9 @@ class _Bad(ValueError):
 
 def quote(value: Any) -> str:
     """A value as the producer wrote it (JSON), cut to QUOTE_CHARS, safe to put in a response."""
+    if isinstance(value, decimal.Decimal):  # a JSON number parsed exactly: its text
+        text = str(value)
+        return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
     try:
         text = json.dumps(value, ensure_ascii=True, allow_nan=True, default=repr)
     except (ValueError, TypeError, RecursionError):
@@ -61,6 +67,8 @@ def _integer(kind: ColumnType) -> Callable[[Any], int]:
 
     def convert(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, decimal.Decimal):  # parsed exactly: the float it would have been
+                value = float(value)
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
@@ -73,6 +81,8 @@ def _integer(kind: ColumnType) -> Callable[[Any], int]:
 
 
 def _float(value: Any) -> float:
+    if isinstance(value, decimal.Decimal):  # parsed exactly (decimal columns): the float it would have been
+        value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Bad(f"expected a number, got {quote(value)}")
     try:
@@ -124,6 +134,8 @@ def parse_timestamp(value: Any) -> dt.datetime:
     """ISO-8601 (naive means UTC) or Unix seconds, as an aware UTC datetime."""
     if isinstance(value, bool):
         raise _Bad(f"expected an ISO-8601 timestamp or Unix seconds, got {quote(value)}")
+    if isinstance(value, decimal.Decimal):
+        value = float(value)
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise _Bad(f"expected a finite Unix time, got {quote(value)}")
@@ -145,21 +157,105 @@ def parse_timestamp(value: Any) -> dt.datetime:
         raise _Bad(f"timestamp {quote(value)} is out of range in UTC (years 1 to 9999)") from None
 
 
+def _micros_only(value: str) -> None:
+    extra = _SUB_MICROSECOND.search(value)
+    if extra is not None and extra.group(1).strip("0"):
+        raise _Bad(
+            f"timestamp {quote(value)} has digits below microseconds, which a timestamp column cannot hold; "
+            "send at most 6 fractional digits"
+        )
+
+
 def _timestamp(value: Any) -> dt.datetime:
     """A timestamp column's value: ``parse_timestamp``, refusing digits below microseconds,
     which the column cannot hold (a landing file's nanoseconds are refused alike)."""
     if isinstance(value, str):
-        extra = _SUB_MICROSECOND.search(value)
-        if extra is not None and extra.group(1).strip("0"):
-            raise _Bad(
-                f"timestamp {quote(value)} has digits below microseconds, which a timestamp column cannot hold; "
-                "send at most 6 fractional digits"
-            )
+        _micros_only(value)
     return parse_timestamp(value)
+
+
+def _timestamp_ntz(value: Any) -> dt.datetime:
+    """A wall-clock time: ISO-8601 without an offset. Neither an offset nor Unix seconds is
+    taken: either names an instant, which a time of no zone cannot hold without choosing one."""
+    if not isinstance(value, str):
+        raise _Bad(f"expected an ISO-8601 date and time without offset such as 2026-01-31T12:00:00, got {quote(value)}")
+    _micros_only(value)
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise _Bad(f"expected an ISO-8601 date and time such as 2026-01-31T12:00:00, got {quote(value)}") from None
+    if parsed.tzinfo is not None:
+        raise _Bad(
+            f"{quote(value)} has a UTC offset, but a timestamp_ntz column holds a wall-clock time of no zone; "
+            "send it without the offset (or declare the column timestamp)"
+        )
+    return parsed
+
+
+def _binary(value: Any) -> bytes:
+    """Base64 (standard alphabet, padded), the one way JSON text carries any bytes."""
+    if not isinstance(value, str):
+        raise _Bad(f"expected base64 text, got {quote(value)}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise _Bad(
+            f"expected base64 text (standard alphabet A-Z a-z 0-9 + /, padded with =), got {quote(value)}"
+        ) from None
+
+
+#: A decimal's digits as JSON text: what Decimal() reads less its extras (spaces, "_", NaN).
+_DECIMAL_TEXT = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+#: Room for any value a decimal column may be asked to take, before it is checked.
+_EXACT = decimal.Context(prec=100, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[decimal.InvalidOperation])
+
+
+_A_DECIMAL = 'expected a decimal number (a JSON number or a string such as "12.34")'
+
+
+def _decimal(kind: Primitive) -> Callable[[Any], decimal.Decimal]:
+    precision, scale = kind.precision or 0, kind.scale or 0
+    unit = decimal.Decimal(1).scaleb(-scale)
+    limit = decimal.Decimal(10) ** (precision - scale)
+
+    def convert(value: Any) -> decimal.Decimal:
+        if isinstance(value, str):
+            if not _DECIMAL_TEXT.fullmatch(value):
+                raise _Bad(f"{_A_DECIMAL}, got {quote(value)}")
+            number = decimal.Decimal(value)
+        elif isinstance(value, decimal.Decimal):
+            number = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = decimal.Decimal(value)
+        else:
+            raise _Bad(f"{_A_DECIMAL}, got {quote(value)}")
+        if not number.is_finite():
+            raise _Bad(f"expected a finite decimal number, got {quote(value)}")
+        if number.is_zero():
+            return decimal.Decimal(0).quantize(unit)
+        if number.adjusted() >= precision - scale:
+            raise _Bad(
+                f"{quote(value)} has more than the {precision - scale} digits before the point that {kind} holds"
+            )
+        exact = number.quantize(unit, context=_EXACT) if number.adjusted() > -200 else None
+        if exact is None or exact != number:
+            raise _Bad(
+                f"{quote(value)} has more than the {scale} digits after the point that {kind} holds (it is not "
+                "rounded); send at most that many, or declare a larger scale"
+            )
+        if exact.copy_abs() >= limit:  # (not abs(): it rounds to the context's 28 digits)
+            raise _Bad(f"{quote(value)} is out of range for {kind}")
+        return exact
+
+    return convert
 
 
 _CONVERTERS: dict[ColumnType, Callable[[Any], Any]] = {
     ColumnType.string: _string,
+    ColumnType.binary: _binary,
+    ColumnType.int8: _integer(ColumnType.int8),
+    ColumnType.int16: _integer(ColumnType.int16),
+    ColumnType.timestamp_ntz: _timestamp_ntz,
     ColumnType.int32: _integer(ColumnType.int32),
     ColumnType.int64: _integer(ColumnType.int64),
     ColumnType.float32: _float32,
@@ -203,11 +299,17 @@ def _floats(values: list[Any]) -> bool:
 #: float for an integer) and names the first bad row and column.
 _COLUMN_CHECKS: dict[ColumnType, Callable[[list[Any]], bool]] = {
     ColumnType.string: lambda values: all(type(v) is str for v in values),
+    ColumnType.int8: _ints(*_INT_RANGE[ColumnType.int8]),
+    ColumnType.int16: _ints(*_INT_RANGE[ColumnType.int16]),
     ColumnType.int32: _ints(*_INT_RANGE[ColumnType.int32]),
     ColumnType.int64: _ints(*_INT_RANGE[ColumnType.int64]),
     ColumnType.float64: _floats,
     ColumnType.boolean: lambda values: all(type(v) is bool for v in values),
 }
+
+def _converter(kind: Primitive) -> Callable[[Any], Any]:
+    return _decimal(kind) if kind.kind is ColumnType.decimal else _CONVERTERS[kind.kind]
+
 
 _PLANS: dict[int, _RowPlan] = {}
 #: Fewer rows than this are converted value by value: the column passes cost as much.
@@ -223,11 +325,11 @@ def _plan(schema: TableSchema) -> _RowPlan:
         plan = _RowPlan(
             schema,
             frozenset(c.name for c in schema.columns),
-            tuple((c.name, c.nullable, _CONVERTERS[c.type]) for c in schema.columns),
+            tuple((c.name, c.nullable, _converter(c.type)) for c in schema.columns),
             arrow,
             tuple(f.type for f in arrow),
-            tuple((c.name, c.nullable, _COLUMN_CHECKS[c.type]) for c in schema.columns)
-            if all(c.type in _COLUMN_CHECKS for c in schema.columns)
+            tuple((c.name, c.nullable, _COLUMN_CHECKS[c.type.kind]) for c in schema.columns)
+            if all(c.type.kind in _COLUMN_CHECKS for c in schema.columns)
             else None,
         )
         _PLANS[id(schema)] = plan

@@ -196,7 +196,7 @@ class Intake:
         self.check_open(table)  # 410 before reading the body
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
-        parsed = parse_single(body, request.content_type, table, request.data_until)
+        parsed = parse_single(body, request.content_type, table, request.data_until, schema.exact_numbers)
         check_expansion([parsed], {table: schema}, self.max_body_bytes)
         digest = request_hash("POST", request.path, request.query, body)
         return await self.submit_once(key, digest, lambda: self.validate([parsed]))
@@ -211,6 +211,8 @@ class Intake:
             request.permit(item.table)
             self.check_open(item.table)
             schemas[item.table] = self.schema(item.table)
+        if any(schema.exact_numbers for schema in schemas.values()):
+            parsed = parse_multi(body, request.content_type, exact=True)
         check_expansion(parsed, schemas, self.max_body_bytes)
         digest = request_hash("POST", request.path, body)
         return await self.submit_once(key, digest, lambda: self.validate(parsed))

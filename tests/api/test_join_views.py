@@ -246,3 +246,61 @@ def test_a_three_way_view_with_a_globally_consistent_cache_in_admin_and_metrics(
         assert 'loader_view_probes_total{view="geo"}' in metrics
         families = [f.name for f in text_string_to_metric_families(metrics)]
         assert len(families) == len(set(families)), "a metric family is exported twice"
+
+
+def test_a_view_joined_on_a_decimal_carries_new_types_exactly(tmp_path: Path) -> None:
+    """Join columns of a new flat type (a decimal) and a payload of the others (binary,
+    timestamp_ntz, int8) reach the view exactly (issue 35)."""
+    import datetime as dt
+    import decimal
+
+    accounts = {
+        "name": "accounts",
+        "schema": {
+            "columns": [
+                {"name": "acct", "type": "decimal(20,0)", "nullable": False},
+                {"name": "tag", "type": "binary"},
+                {"name": "tier", "type": "byte"},
+            ]
+        },
+        "mode": "latest",
+        "key": ["acct"],
+    }
+    moves = {
+        "name": "moves",
+        "schema": {
+            "columns": [
+                {"name": "mid", "type": "long"},
+                {"name": "acct", "type": "decimal(20,0)"},
+                {"name": "amount", "type": "decimal(38,2)"},
+                {"name": "local", "type": "timestamp_ntz"},
+            ]
+        },
+    }
+    view = {
+        "name": "booked",
+        "inputs": [{"table": "moves", "alias": "m"}, {"table": "accounts", "alias": "a"}],
+        "on": ["m.acct = a.acct"],
+        "select": ["m.mid", "m.amount", "m.local", "a.tag", "a.tier"],
+    }
+    with Harness(tmp_path / "data") as h:
+        for table in (accounts, moves):
+            assert h.post("/v1/admin/tables", token=OPERATOR, json=table).status_code == 201
+        assert h.post("/v1/admin/views", token=OPERATOR, json=view).status_code == 201
+        send(h, "accounts", [{"acct": "99999999999999999999", "tag": "AP8=", "tier": -128}])
+        answer = h.post(
+            "/v1/tables/moves/updates",
+            content=b'{"rows": [{"mid": 1, "acct": 99999999999999999999, "amount": 12345678901234567.89, '
+            b'"local": "2024-03-10T02:30:00"}, {"mid": 2, "acct": 1, "amount": 0.01}]}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert answer.status_code == 202, answer.text
+        h.wait(lambda: len(h.rows("booked")) == 1 if (h.settings.warehouse_path / "booked").exists() else False, 30)
+        (row,) = h.rows("booked")
+    assert (row["mid"], row["amount"], row["local"], row["tag"], row["tier"]) == (
+        1,
+        decimal.Decimal("12345678901234567.89"),
+        dt.datetime(2024, 3, 10, 2, 30),
+        b"\x00\xff",
+        -128,
+    )

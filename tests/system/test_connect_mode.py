@@ -244,3 +244,59 @@ def test_a_load_worker_that_dies_mid_batch_is_replaced(server: ServerProcess, po
     for table in ("a", "b", "c"):
         ids = read_delta(server.workdir / "data" / "warehouse" / table).column("id").to_pylist()
         assert sorted(ids) == list(range(150))
+
+
+#: The flat types of issue 35 in a load worker's Spark Connect session.
+NEW_TYPES = [
+    {"name": "id", "type": "long", "nullable": False},
+    {"name": "i8", "type": "byte", "nullable": False},
+    {"name": "amount", "type": "decimal(38,2)"},
+    {"name": "blob", "type": "binary"},
+    {"name": "local", "type": "timestamp_ntz"},
+    {"name": "n", "type": "short"},
+]
+
+
+@pytest.mark.parametrize("own_spark_server", [False])
+@pytest.mark.parametrize("workers", [1])
+def test_load_workers_carry_the_new_flat_types(server: ServerProcess) -> None:
+    """Appends (unpartitioned, in a group job; partitioned by int8, a job of its own) and a
+    latest table keyed by a decimal, loaded by worker processes over Spark Connect: exact."""
+    import decimal
+
+    server.start()
+    assert server.wait_ready()
+    declarations = [
+        {"name": "flat", "schema": {"columns": NEW_TYPES}},
+        {"name": "parted", "schema": {"columns": NEW_TYPES, "partition_by": ["i8"]}},
+        {
+            "name": "newest",
+            "schema": {"columns": [{**c, "nullable": False} if c["name"] == "amount" else c for c in NEW_TYPES]},
+            "mode": "latest",
+            "key": ["amount"],
+        },
+    ]
+    body = (
+        b'{"rows": [{"id": 1, "i8": -128, "amount": 12345678901234567.89, "blob": "AP8=", '
+        b'"local": "2024-03-10T02:30:00", "n": -32768}, {"id": 2, "i8": 127, "amount": -0.01}]}'
+    )
+    with server.client(timeout=60) as http:
+        for declaration in declarations:
+            r = http.post("/v1/admin/tables", json=declaration)
+            assert r.status_code == 201, r.text
+        for table in ("flat", "parted", "newest"):
+            r = http.post(f"/v1/tables/{table}/updates", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 202, r.text
+        deadline = time.monotonic() + 120
+        for table in ("flat", "parted", "newest"):
+            while http.get(f"/v1/tables/{table}").json()["last_loaded_sequence"] < 1:
+                assert time.monotonic() < deadline, server.log_tail()
+                time.sleep(0.1)
+    D = decimal.Decimal
+    for table in ("flat", "parted", "newest"):
+        rows = sorted(read_delta(server.workdir / "data" / "warehouse" / table).to_pylist(), key=lambda r: r["id"])
+        assert [(r["id"], r["i8"], r["amount"], r["blob"], r["n"]) for r in rows] == [
+            (1, -128, D("12345678901234567.89"), b"\x00\xff", -32768),
+            (2, 127, D("-0.01"), None, None),
+        ], table
+        assert rows[0]["local"].isoformat() == "2024-03-10T02:30:00" and rows[1]["local"] is None

@@ -18,6 +18,7 @@ trials.properties`` draws ten times as many, ``HYPOTHESIS_PROFILE=explore`` new 
 
 from __future__ import annotations
 
+import base64
 import csv
 import datetime as dt
 import decimal
@@ -38,7 +39,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from loader.config import Settings
-from loader.core.schema import INT_RANGES, ColumnType, TableSchema
+from loader.core.schema import INT_RANGES, ColumnType, Primitive, TableSchema, parse_type
 from loader.loading.sinks import make_sink
 from testing.depth import examples
 from testing.service_harness import OPERATOR, Harness
@@ -53,15 +54,24 @@ MICROS_MAX = (dt.datetime(9999, 12, 31, 23, 59, 59, 999999) - EPOCH) // dt.timed
 DAYS_MIN, DAYS_MAX = (dt.date(1, 1, 1) - EPOCH.date()).days, (dt.date(9999, 12, 31) - EPOCH.date()).days
 F32 = struct.Struct("<f")
 
-COLUMNS: list[tuple[str, ColumnType]] = [
-    ("s", ColumnType.string),
-    ("i32", ColumnType.int32),
-    ("i64", ColumnType.int64),
-    ("f32", ColumnType.float32),
-    ("f64", ColumnType.float64),
-    ("b", ColumnType.boolean),
-    ("d", ColumnType.date),
-    ("ts", ColumnType.timestamp),
+COLUMNS: list[tuple[str, Primitive]] = [
+    (name, parse_type(declared))
+    for name, declared in [
+        ("s", "string"),
+        ("i32", "int32"),
+        ("i64", "int64"),
+        ("f32", "float32"),
+        ("f64", "float64"),
+        ("b", "boolean"),
+        ("d", "date"),
+        ("ts", "timestamp"),
+        ("i8", "byte"),
+        ("i16", "short"),
+        ("dec", "decimal(38,9)"),
+        ("dz", "decimal(18,0)"),
+        ("bin", "binary"),
+        ("ntz", "timestamp_ntz"),
+    ]
 ]
 
 
@@ -145,9 +155,21 @@ NULL_PARTITIONS = st.sampled_from(["", HIVE_NULL, "a\x00b"])
 F32_ROUNDS_FINITE = math.nextafter(3.4028235677973366e38, 0.0)
 
 
-def json_domain(kind: ColumnType, partition: bool) -> Domain:
+def json_domain(declared: Primitive, partition: bool) -> Domain:
     """A JSON row's values for a column of ``kind``: the whole domain and its extremes, and
     values just outside it (``Raw`` text where Python's json cannot write them)."""
+    kind = declared.kind
+    if kind is ColumnType.decimal:
+        return decimal_domain(declared)
+    if kind is ColumnType.binary:
+        return Domain(
+            (st.binary(max_size=8) | st.sampled_from([b"", bytes(range(256))])).map(
+                lambda b: Cell(base64.b64encode(b).decode(), b)
+            ),
+            st.sampled_from(["AAE", "A*E=", "AAE=\n", 5]).map(lambda v: Cell(v, bad="value")),
+        )
+    if kind is ColumnType.timestamp_ntz:
+        return ntz_domain()
     if kind is ColumnType.string:
         good = (DIRECTORY_TEXT if partition else TEXT | STRING_EXTREMES).map(lambda t: Cell(t, t))
         bad = st.just(Cell(5, bad="value"))
@@ -199,6 +221,59 @@ def json_domain(kind: ColumnType, partition: bool) -> Domain:
             st.sampled_from(["0000-12-31", "2024-02-30", "10000-01-01", 19000]).map(lambda v: Cell(v, bad="value")),
         )
     return timestamp_domain()
+
+
+def _decimal_bounds(declared: Primitive) -> tuple[decimal.Decimal, decimal.Decimal]:
+    precision, scale = declared.precision or 0, declared.scale or 0
+    exact = decimal.Context(prec=80)  # (the default 28 digits would round 38-digit bounds)
+    top = exact.subtract(exact.power(10, precision - scale), decimal.Decimal(1).scaleb(-scale))
+    return -top, top
+
+
+def _scaled(digits: int, scale: int) -> st.SearchStrategy[decimal.Decimal]:
+    """Decimals of at most ``digits`` digits, ``scale`` of them after the point, extremes
+    included (built from integers: hypothesis's decimals round to 28 digits)."""
+    top = 10**digits - 1
+    return (st.integers(-top, top) | st.sampled_from([-top, top, 0])).map(lambda n: decimal.Decimal(f"{n}E-{scale}"))
+
+
+def decimal_domain(declared: Primitive) -> Domain:
+    """Decimals at their column's scale, sent as JSON numbers (parsed exactly) or strings,
+    with trailing zeros past the scale; refused: a digit past the scale, one digit too many
+    before the point, NaN, non-numbers."""
+    scale = declared.scale or 0
+    low, high = _decimal_bounds(declared)
+    values = _scaled(declared.precision or 0, scale)
+
+    def sent(value: decimal.Decimal, form: int) -> Cell:
+        text = format(value, "f")
+        if form == 0:
+            return Cell(Raw(text), value)
+        if form == 1:
+            return Cell(text, value)
+        return Cell(Raw(text + ("" if "." in text else ".") + "000"), value)  # zeros past the scale
+
+    bad = [
+        st.just(Cell(Raw(format(decimal.Context(prec=80).add(high, 1), "f")), bad="value")),
+        st.just(Cell("NaN", bad="value")),
+        st.just(Cell(True, bad="value")),
+        st.just(Cell(Raw("1e400"), bad="value")),
+        st.just(Cell(Raw(format(low, "f") + ("" if scale else ".") + "1"), bad="value")),
+    ]
+    return Domain(st.builds(sent, values, st.integers(0, 2)), st.one_of(*bad))
+
+
+def ntz_domain() -> Domain:
+    wall = st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31, 23, 59, 59, 999999))
+    edges = st.sampled_from([dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999)])
+    return Domain(
+        (wall | edges).map(lambda m: Cell(m.isoformat(), _micros(m))),
+        st.one_of(
+            wall.map(lambda m: Cell(m.isoformat() + "Z", bad="value")),
+            wall.map(lambda m: Cell(m.isoformat(timespec="microseconds") + "1", bad="value")),
+            st.sampled_from([Cell(0, bad="value"), Cell("yesterday", bad="value")]),
+        ),
+    )
 
 
 def timestamp_domain() -> Domain:
@@ -302,6 +377,8 @@ def _array(arrow: pa.DataType, cells: list[Cell]) -> pa.Array:
         return pa.array(values, pa.string()).dictionary_encode()
     if arrow == pa.date32():
         return pa.array(values, pa.int32()).cast(arrow)
+    if pa.types.is_decimal(arrow):
+        return pa.array(values, pa.decimal128(38, arrow.scale)).cast(arrow)
     if pa.types.is_date(arrow) or pa.types.is_timestamp(arrow):
         return pa.array(values, pa.int64()).cast(arrow)
     return pa.array(values, arrow)
@@ -336,9 +413,56 @@ def _floats_into(
     return Domain(values.map(cell).filter(lambda c: c.bad is None), bad)
 
 
-def file_domains(kind: ColumnType, partition: bool) -> tuple[list[tuple[pa.DataType, Domain]], list[pa.DataType]]:
+def file_domains(declared: Primitive, partition: bool) -> tuple[list[tuple[pa.DataType, Domain]], list[pa.DataType]]:
     """The physical types a column of ``kind`` takes from a Parquet file, with their values,
     and types it refuses whatever the values."""
+    kind = declared.kind
+    if kind is ColumnType.decimal:
+        precision, scale = declared.precision or 0, declared.scale or 0
+        low, high = _decimal_bounds(declared)
+        exact = _scaled(precision, scale)
+        # A finer file type (3 more digits after the point): taken when those digits are zeros.
+        whole = min(38 - (scale + 3), precision - scale)
+        finer = st.integers(-(10 ** (whole + scale + 3)) + 1, 10 ** (whole + scale + 3) - 1)
+        wide = (
+            pa.decimal128(38, scale + 3),
+            Domain(
+                _scaled(whole + scale, scale).map(lambda v: Cell(v, v)),
+                finer.filter(lambda n: n % 1000 != 0).map(
+                    lambda n: Cell(decimal.Decimal(f"{n}E-{scale + 3}"), bad="value")
+                ),
+            ),
+        )
+        ints = st.integers(max(int(low), -(2**63)), min(int(high), 2**63 - 1))
+        return [
+            (declared.arrow, Domain(exact.map(lambda v: Cell(v, v)), None)),
+            wide,
+            (pa.int64(), Domain(ints.map(lambda v: Cell(v, decimal.Decimal(v))), None)),
+        ], [pa.float64(), pa.string()]
+    if kind is ColumnType.binary:
+        data = st.binary(max_size=8).map(lambda b: Cell(b, b))
+        return [(pa.binary(), Domain(data, None)), (pa.large_binary(), Domain(data, None))], [pa.string()]
+    if kind is ColumnType.timestamp_ntz:
+        naive: list[tuple[pa.DataType, Domain]] = []
+        for unit in ("s", "ms", "us"):
+            per_second = {"s": 1, "ms": 1000, "us": 10**6}[unit]
+            low, high = MICROS_MIN * per_second // 10**6, MICROS_MAX * per_second // 10**6
+            naive.append(
+                (
+                    pa.timestamp(unit),
+                    Domain(
+                        (st.integers(low, high) | st.sampled_from([low, high])).map(
+                            lambda r, p=per_second: Cell(r, r * 10**6 // p)
+                        ),
+                        st.integers(high + 1, high + 10 * per_second).map(lambda r: Cell(r, bad="value")),
+                    ),
+                )
+            )
+        nanos = Domain(
+            st.integers(-(2**63) // 1000 + 1, (2**63 - 1) // 1000).map(lambda m: Cell(m * 1000, m)),
+            st.integers(-(2**63), 2**63 - 1).filter(lambda r: r % 1000 != 0).map(lambda r: Cell(r, bad="value")),
+        )
+        return naive + [(pa.timestamp("ns"), nanos)], [pa.timestamp("us", "UTC"), pa.date32()]
     if kind is ColumnType.string:
         text = DIRECTORY_TEXT if partition else TEXT | STRING_EXTREMES
         refused = NULL_PARTITIONS.map(lambda t: Cell(t, bad="partition")) if partition else None
@@ -479,6 +603,7 @@ def _some_values(kind: pa.DataType, count: int) -> pa.Array:
         (pa.date32(), dt.date(2024, 1, 1)),
         (pa.timestamp("us"), dt.datetime(2024, 1, 1)),
         (pa.decimal128(10, 2), decimal.Decimal("1.50")),
+        (pa.timestamp("us", "UTC"), dt.datetime(2024, 1, 1, tzinfo=dt.UTC)),
     ]
     sample = next(value for arrow, value in samples if arrow == kind)
     return pa.array([sample] + [None] * (count - 1), kind)
@@ -513,8 +638,20 @@ def text_files(draw: st.DrawFn, schema: TableSchema, ids: Iterator[int]) -> Land
     return LandingFile(f"f{rows[0]['id'].sent}.{fmt}", write, rows, None)
 
 
-def _text_cell(kind: ColumnType, fmt: str, partition: bool) -> st.SearchStrategy[Cell]:
+def _text_cell(declared: Primitive, fmt: str, partition: bool) -> st.SearchStrategy[Cell]:
     empty = "" if fmt == "csv" else None  # CSV's null, but for strings (there: "")
+    kind = declared.kind
+    if kind is ColumnType.decimal:
+        values = _scaled(declared.precision or 0, declared.scale or 0)
+        return st.just(Cell(empty, None)) | values.map(lambda v: Cell(format(v, "f"), v))
+    if kind is ColumnType.binary:  # base64 (a CSV's empty field is an empty string: no bytes)
+        return st.just(Cell(empty, b"" if fmt == "csv" else None)) | st.binary(max_size=8).map(
+            lambda b: Cell(base64.b64encode(b).decode(), b)
+        )
+    if kind is ColumnType.timestamp_ntz:
+        return st.just(Cell(empty, None)) | st.integers(MICROS_MIN, MICROS_MAX).map(
+            lambda m: Cell((EPOCH + dt.timedelta(microseconds=m)).isoformat(timespec="microseconds"), m)
+        )
     if kind is ColumnType.string:
         # (a line break is CSV's row end; a partition value names a directory: no NUL, not empty)
         chars = st.characters(exclude_categories=["Cs"], exclude_characters="\r\n\x00" if partition else "\r\n")
@@ -542,11 +679,12 @@ def canonical(table: pa.Table, schema: TableSchema) -> list[tuple]:
     columns = []
     for column in schema.columns:
         values = table.column(column.name)
-        if column.type is ColumnType.timestamp:
+        kind = column.type.kind
+        if kind in (ColumnType.timestamp, ColumnType.timestamp_ntz):
             columns.append(values.cast(pa.int64()).to_pylist())
-        elif column.type is ColumnType.date:
+        elif kind is ColumnType.date:
             columns.append(values.cast(pa.int32()).to_pylist())
-        elif column.type in (ColumnType.float32, ColumnType.float64):
+        elif kind in (ColumnType.float32, ColumnType.float64):
             columns.append([None if v is None else float(v).hex() for v in values.to_pylist()])
         else:
             columns.append(values.to_pylist())
@@ -600,7 +738,7 @@ def _read_back_three_ways(spark: Any, path: Path, schema: TableSchema, expected:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
 @given(data=st.data())
-@pytest.mark.parametrize("partition", [None, "s", "i64", "f32", "b", "d", "ts"])
+@pytest.mark.parametrize("partition", [None, "s", "i64", "f32", "b", "d", "ts", "i8", "dz", "ntz"])
 def test_what_intake_accepts_is_loaded_once_and_reads_back_unchanged(
     spark, service: Harness, partition: str | None, data: st.DataObject
 ) -> None:
@@ -706,16 +844,50 @@ EVERY_TAKEN_TYPE: dict[ColumnType, list[pa.Array]] = {
         ),
         pa.array([0, 1000], pa.int64()).cast(pa.timestamp("ns")),
     ],
+    ColumnType.int8: [
+        pa.array([-(2**7), 2**7 - 1, None], pa.int8()),
+        pa.array([-(2**7), 2**7 - 1], pa.int64()),
+        pa.array([0, 2**7 - 1], pa.uint64()),
+    ],
+    ColumnType.int16: [
+        pa.array([-(2**7), 2**7 - 1], pa.int8()),
+        pa.array([-(2**15), 2**15 - 1, None], pa.int16()),
+        pa.array([0, 2**8 - 1], pa.uint8()),
+        pa.array([-(2**15), 2**15 - 1], pa.int32()),
+    ],
+    "decimal(38,9)": [
+        pa.array(
+            [decimal.Decimal("-" + "9" * 29 + "." + "9" * 9), decimal.Decimal("0E-9"), None], pa.decimal128(38, 9)
+        ),
+        pa.array([decimal.Decimal("1.5"), decimal.Decimal("-0.000000001")], pa.decimal128(10, 9)),
+        pa.array([decimal.Decimal("12345678901234567.89")], pa.decimal128(19, 2)),
+        pa.array([-(2**63), 2**63 - 1], pa.int64()),
+        pa.array([0, 2**8 - 1], pa.uint8()),
+    ],
+    ColumnType.binary: [
+        pa.array([b"", bytes(range(256)), None], pa.binary()),
+        pa.array([b"\x00"], pa.large_binary()),
+        pa.array([b"abcd"], pa.binary(4)),
+    ],
+    ColumnType.timestamp_ntz: [
+        pa.array([MICROS_MIN, MICROS_MAX, None], pa.int64()).cast(pa.timestamp("us")),
+        pa.array([MICROS_MIN // 1000, MICROS_MAX // 1000], pa.int64()).cast(pa.timestamp("ms")),
+        pa.array([MICROS_MIN // 10**6, MICROS_MAX // 10**6], pa.int64()).cast(pa.timestamp("s")),
+        pa.array([-(2**63) // 1000 * 1000 + 1000, (2**63 - 1) // 1000 * 1000], pa.int64()).cast(pa.timestamp("ns")),
+    ],
 }
 
 
-def _canonical_source(values: pa.Array, kind: ColumnType) -> list[Any]:
+def _canonical_source(values: pa.Array, declared: Primitive) -> list[Any]:
     """What a column taken from ``values`` must read back as, in canonical form."""
+    kind = declared.kind
+    if kind is ColumnType.decimal:
+        return [None if v is None else decimal.Decimal(v) for v in values.to_pylist()]
     if pa.types.is_dictionary(values.type):
         values = values.dictionary_decode()
     if kind is ColumnType.string:
         return [v.decode() if isinstance(v, bytes) else v for v in values.to_pylist()]
-    if kind is ColumnType.timestamp:
+    if kind in (ColumnType.timestamp, ColumnType.timestamp_ntz):
         factor = {"s": 10**6, "ms": 1000, "us": 1, "ns": 1}[values.type.unit]
         return [
             None if v is None else (v // 1000 if values.type.unit == "ns" else v * factor)
@@ -731,12 +903,12 @@ def _canonical_source(values: pa.Array, kind: ColumnType) -> list[Any]:
     return values.to_pylist()
 
 
-@pytest.mark.parametrize("kind", list(ColumnType), ids=lambda k: k.value)
-def test_every_parquet_type_a_column_takes_loads_as_intake_read_it(spark, service: Harness, kind: ColumnType) -> None:
+@pytest.mark.parametrize("kind", list(EVERY_TAKEN_TYPE), ids=lambda k: getattr(k, "value", k))
+def test_every_parquet_type_a_column_takes_loads_as_intake_read_it(spark, service: Harness, kind: str) -> None:
     """One update per table type naming one file per Parquet type the column takes (loaded as
     is, or converted by intake): one load, and every value reads back as the model says."""
     schema = TableSchema.model_validate(
-        {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "v", "type": kind.value}]}
+        {"columns": [{"name": "id", "type": "int64", "nullable": False}, {"name": "v", "type": kind}]}
     )
     table = _register(service, schema)
     ids = itertools.count()
@@ -748,7 +920,7 @@ def test_every_parquet_type_a_column_takes_loads_as_intake_read_it(spark, servic
             pa.table({"id": pa.array(column_ids, pa.int64()), "v": values}), service.settings.landing_path / name
         )
         names.append(name)
-        expected += list(zip(column_ids, _canonical_source(values, kind)))
+        expected += list(zip(column_ids, _canonical_source(values, schema.columns[1].type)))
     r = service.post(f"/v1/tables/{table}/updates", json={"files": names})
     assert r.status_code == 202, r.text
     service.wait_loaded(table, r.json()["updates"][0]["sequence"], timeout=120)

@@ -91,7 +91,12 @@ def _millis(value: dt.datetime) -> str:
 
 
 def _bound(value: Any, kind: ColumnType, upper: bool) -> Any:
-    """A statistic as Delta's JSON holds it, or None when it cannot be a safe bound."""
+    """A statistic as Delta's JSON holds it, or None when it cannot be a safe bound.
+
+    None for decimals, binary and timestamp_ntz: a missing bound only costs a reader's
+    skipping of the file, a bound in a form a reader takes differently costs rows."""
+    if kind in (ColumnType.decimal, ColumnType.binary, ColumnType.timestamp_ntz):
+        return None
     if kind is ColumnType.timestamp:
         # Delta stats hold milliseconds: floor the lower bound, ceil the upper one.
         ts = _timestamp(value)
@@ -130,7 +135,7 @@ def file_stats(path: str, schema: TableSchema) -> FileStats:
             stats = chunk.statistics if chunk.is_stats_set else None
             bounds.setdefault(chunk.path_in_schema, _Bounds()).add(stats, group.num_rows)
     out = FileStats(num_records=meta.num_rows)
-    kinds = {c.name: c.type for c in schema.columns}
+    kinds = {c.name: c.type.kind for c in schema.columns}
     for name, b in bounds.items():
         kind = kinds.get(name)
         if kind is None:
@@ -159,12 +164,16 @@ def _partition_value(raw: str, kind: ColumnType) -> str | None:
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=dt.UTC)
         return parsed.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    if kind is ColumnType.timestamp_ntz:
+        # Delta's form for a timestamp without zone: "YYYY-MM-DD HH:MM:SS.ffffff", the wall-clock time.
+        text = _FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), value)
+        return dt.datetime.fromisoformat(text).isoformat(sep=" ", timespec="microseconds")
     return value
 
 
 def partition_values(relative: PurePosixPath, schema: TableSchema) -> dict[str, str | None]:
     """Partition values of a file from its hive-style directories (``col=value/...``)."""
-    kinds = {c.name: c.type for c in schema.columns}
+    kinds = {c.name: c.type.kind for c in schema.columns}
     values: dict[str, str | None] = {}
     for part in relative.parent.parts:
         name, sep, raw = part.partition("=")

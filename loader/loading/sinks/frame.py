@@ -22,7 +22,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from loader.core.evolution import conform_rows
-from loader.core.schema import SPARK_TYPES, TableSchema
+from loader.core.schema import TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, SpilledRows
 from loader.loading.spark import DEFAULT_LEAN, sql_functions
 
@@ -51,7 +51,7 @@ def spark_struct(schema: TableSchema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     arrow = schema.arrow()
-    return from_arrow_schema(pa.schema([f.with_nullable(True) for f in arrow]), prefer_timestamp_ntz=False)
+    return from_arrow_schema(pa.schema([f.with_nullable(True) for f in arrow]), prefer_timestamp_ntz=True)
 
 
 def arrow_frame(spark: SparkSession, rows: pa.Table, struct: StructType) -> DataFrame:
@@ -73,7 +73,7 @@ def nullable_ddl(schema: TableSchema) -> str:
     Handed to the reader as text, the schema is one py4j call; a ``StructType`` is two plus
     its JSON. Column names are plain identifiers (loader/core/schema.py checks them).
     """
-    return ", ".join(f"`{c.name}` {SPARK_TYPES[c.type]}" for c in schema.columns)
+    return ", ".join(f"`{c.name}` {c.type.spark}" for c in schema.columns)
 
 
 def _sql_string(text: str) -> str:

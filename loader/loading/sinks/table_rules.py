@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loader.core.schema import SPARK_TYPES, TableSchema
+from loader.core.schema import TableSchema
 from loader.core.updates import ARRIVAL_SHIFT, Batch
 from loader.loading.failures import RefusalReason, TableChanged, TableRefusesWrites
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, arrow_frame, spark_struct
@@ -93,7 +93,8 @@ HONOURED: dict[str, str] = {
     "delta-rs's MERGE writes them",
     "columnMapping": "only in mode none (the Parquet files Spark writes carry the logical column names)",
     "deletionVectors": "appends add files without deletion vectors and remove none; a MERGE is refused",
-    "timestampNtz": "the loader writes no timestamp-without-time-zone values",
+    "timestampNtz": "timestamp_ntz columns are written as Parquet TIMESTAMP without UTC adjustment, as the "
+    "feature asks",
     "v2Checkpoint": "the loader's commits write classic checkpoints, which the feature allows",
     "variantType": "the loader writes no variant values",
     "variantType-preview": "the loader writes no variant values",
@@ -171,7 +172,7 @@ class RowRule:
 def _column_type(schema: TableSchema, name: str) -> str:
     for column in schema.columns:
         if column.name == name:
-            return SPARK_TYPES[column.type]
+            return column.type.spark
     raise KeyError(name)
 
 
@@ -529,7 +530,7 @@ def _filled(frame: DataFrame, rules: TableRules, schema: TableSchema, locator: s
     for column in schema.columns:
         name = f"`{column.name}`"
         if column.name in expressions:
-            kind = SPARK_TYPES[column.type]
+            kind = column.type.spark
             columns.append(
                 f"CASE WHEN {name} IS NULL THEN CAST(({expressions[column.name]}) AS {kind}) ELSE {name} END AS {name}"
             )

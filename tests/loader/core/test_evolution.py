@@ -119,3 +119,27 @@ def test_rows_of_an_earlier_schema_read_as_the_current_one_holds_them() -> None:
     assert conformed.schema.equals(new.arrow())
     assert conformed.to_pylist() == [{"id": 1, "amount": 1.5, "note": None}, {"id": 2, "amount": 2.25, "note": None}]
     assert conform_rows(conformed, new) is conformed  # rows of the current schema pass as they are
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "widens"),
+    [
+        ("int8", "int64", True),
+        ("int16", "int32", True),
+        ("float32", "float64", True),
+        ("date", "timestamp_ntz", True),
+        ("decimal(10,2)", "decimal(12,2)", True),
+        ("decimal(10,2)", "decimal(12,3)", False),
+        ("decimal(10,2)", "decimal(9,2)", False),
+        ("int64", "int32", False),
+        ("timestamp", "timestamp_ntz", False),
+        ("binary", "string", False),
+    ],
+)
+def test_the_widenings_of_the_types_delta_widens(old: str, new: str, widens: bool) -> None:
+    before, after = schema("id int64 not null", f"x {old}"), schema("id int64 not null", f"x {new}")
+    if widens:
+        assert plan_change("t", before, after, widening=True).widened == (("x", old, new),)
+        assert "typeWidening" in refusal(after, before)
+    else:
+        assert "only widening" in refusal(after, before, widening=True)

@@ -24,7 +24,16 @@ from loader.loading.sinks import make_sink
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
 from loader.loading.sinks.group_job import GroupMember, describe
 from testing.tables import read_delta, read_duckdb
-from tests.loader.loading.test_sinks import ALL_TYPES, ORDERS, by_id, file_update, order_rows, rows_update
+from tests.loader.loading.test_sinks import (
+    ALL_TYPES,
+    NEW_TYPES,
+    ORDERS,
+    _new_type_rows,
+    by_id,
+    file_update,
+    order_rows,
+    rows_update,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -96,9 +105,10 @@ def _batches(tmp_path: Path) -> tuple[list[Batch], list[TableSchema]]:
         Batch("events", (rows_update("events", 1, events(range(0, 5))), rows_update("events", 2, events(range(5, 9))))),
         Batch("events2", (file_update("events2", 4, landing / "events.json", FileFormat.json),)),
         Batch("types", (rows_update("types", 3, types_rows),)),
+        Batch("new_types", (rows_update("new_types", 1, _new_type_rows(NEW_TYPES)),)),
         Batch("regional", (rows_update("regional", 1, pa.table({"id": [1, 2], "region": ["eu", None]})),)),
     ]
-    schemas = [ORDERS, EVENTS, EVENTS, ALL_TYPES, REGIONAL]
+    schemas = [ORDERS, EVENTS, EVENTS, ALL_TYPES, NEW_TYPES, REGIONAL]
     return batches, schemas
 
 

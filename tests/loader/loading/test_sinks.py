@@ -12,6 +12,7 @@ build for DuckDB 2.0), so DuckDB reads the Parquet files the Delta log lists ins
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import math
 import random
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from loader.core.schema import TableSchema
+from loader.core.schema import TableSchema, parse_type
 from loader.core.updates import Batch, FileFormat, FileRef, Update
 from loader.durability.transactions import app_id
 from loader.intake.landing import read_landing_file
@@ -388,6 +389,73 @@ def test_all_column_types_round_trip_with_statistics(sink: DeltaRsSink) -> None:
     assert stats["minValues"]["s"] == "b ✓ ünïcode" and "s" not in stats["maxValues"]  # "x"*40: too long a bound
 
 
+#: The flat types of issue 35, declared by Delta's names and the loader's short ones.
+NEW_TYPES = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "long", "nullable": False},
+            {"name": "i8", "type": "byte"},
+            {"name": "i16", "type": "int16"},
+            {"name": "dec", "type": "decimal(38,2)"},
+            {"name": "small", "type": "decimal(5,5)"},
+            {"name": "whole", "type": "decimal(38,0)"},
+            {"name": "bin", "type": "binary"},
+            {"name": "ntz", "type": "timestamp_ntz"},
+        ]
+    }
+)
+
+
+def _new_type_rows(schema: TableSchema) -> pa.Table:
+    return pa.table(
+        {
+            "id": [1, 2, 3, 4],
+            "i8": [-128, 127, None, 0],
+            "i16": [-(2**15), 2**15 - 1, 0, None],
+            "dec": [
+                decimal.Decimal("12345678901234567.89"),
+                decimal.Decimal("-999999999999999999999999999999999999.99"),
+                None,
+                decimal.Decimal("0.00"),
+            ],
+            "small": [decimal.Decimal("0.99999"), decimal.Decimal("-0.00001"), None, decimal.Decimal("0.00000")],
+            "whole": [decimal.Decimal(10**38 - 1), decimal.Decimal(-(10**38) + 1), decimal.Decimal(-5), None],
+            "bin": [b"", b"\x00\xff", None, bytes(range(256))],
+            "ntz": [
+                dt.datetime(1, 1, 1),
+                dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+                dt.datetime(2024, 3, 10, 2, 30),  # a wall-clock time no zone shifts
+                None,
+            ],
+        },
+        schema=schema.arrow(),
+    )
+
+
+@pytest.mark.parametrize("partition", [None, "i8", "i16", "whole", "ntz"])
+def test_new_flat_types_round_trip_in_every_reader(sink: DeltaRsSink, partition: str | None) -> None:
+    """int8, int16, decimals, binary and timestamp_ntz read back exactly with deltalake, DuckDB
+    and Spark, unpartitioned and as partition columns (each names directories its own way)."""
+    schema = NEW_TYPES.model_copy(update={"partition_by": (partition,) if partition else ()})
+    table = f"new_types_{partition or 'flat'}"
+    sink.ensure_table(table, schema)
+    rows = _new_type_rows(schema)
+    sink.load(Batch(table, (rows_update(table, 1, rows),)), schema)
+    path = sink.table_path(table)
+    back = read_delta(path).select(schema.names)
+    assert [f.type for f in back.schema] == [f.type for f in schema.arrow()]
+    assert by_id(back) == by_id(rows)
+    assert by_id(read_spark(sink.spark, path, schema).select(schema.names).cast(schema.arrow())) == by_id(rows)
+    duck = read_duckdb(path).select(schema.names)
+    assert by_id(duck.cast(schema.arrow())) == by_id(rows)
+    protocol = DeltaTable(str(path)).protocol()
+    assert "timestampNtz" in (protocol.writer_features or [])
+    if partition is None:
+        stats = _stats_from_log(path)
+        assert stats["numRecords"] == 4 and stats["nullCount"]["dec"] == 1
+        assert stats["minValues"]["i8"] == -128 and stats["maxValues"]["i16"] == 2**15 - 1
+
+
 def _stats_from_log(path: Path) -> dict[str, Any]:
     for line in (path / "_delta_log" / "00000000000000000001.json").read_text().splitlines():
         entry = json.loads(line)
@@ -416,7 +484,7 @@ def test_ensure_table_is_idempotent_and_refuses_another_schema(sink: DeltaRsSink
         update={
             "columns": (
                 *ORDERS.columns[:2],
-                ORDERS.columns[2].model_copy(update={"type": "float32"}),
+                ORDERS.columns[2].model_copy(update={"type": parse_type("float32")}),
                 *ORDERS.columns[3:],
             )
         }
@@ -530,6 +598,31 @@ def test_spilled_segments_are_read_in_place_whole_or_in_part_after_a_partial_com
     assert by_id(read_delta(path)) == by_id(pa.concat_tables(parts))
     store.loaded("orders")
     assert not list((tmp_path / "spill").rglob("*.parquet"))
+
+
+def test_new_types_in_spill_segments_load_exactly(sink: DeltaRsSink, tmp_path: Path) -> None:
+    """Spill segments (Parquet written by the pending store) carry the new flat types: whole
+    segments read by Spark, memory rows inline, both exact."""
+    from loader.pending.spill.registry import make_spill_policy
+    from loader.pending.spill.segments import SegmentFiles
+    from loader.pending.store import PendingStore
+
+    sink.ensure_table("spilled", NEW_TYPES)
+    base = _new_type_rows(NEW_TYPES)
+    parts = [base.set_column(0, "id", pa.array([k * 10 + i for i in range(4)], pa.int64())) for k in range(8)]
+    budget = 3 * parts[0].get_total_buffer_size()
+    store = PendingStore(
+        make_spill_policy("half", budget), budget, SegmentFiles(tmp_path / "spill", lambda _: NEW_TYPES.arrow())
+    )
+    store.add_table("spilled")
+    for seq, rows in enumerate(parts, start=1):
+        store.append(rows_update("spilled", seq, rows))
+    updates = store.take("spilled")
+    assert any(u.spilled for u in updates) and any(u.rows is not None for u in updates)
+    sink.load(Batch("spilled", updates), NEW_TYPES)
+    path = sink.table_path("spilled")
+    assert by_id(read_delta(path).select(NEW_TYPES.names)) == by_id(pa.concat_tables(parts))
+    store.loaded("spilled")
 
 
 def test_rows_chunked_differently_by_column_reach_spark_whole(spark) -> None:

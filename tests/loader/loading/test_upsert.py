@@ -8,6 +8,8 @@ changes nothing still records its transaction.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import random
 from pathlib import Path
 from typing import Any
@@ -180,3 +182,54 @@ def test_over_spark_connect_an_upsert_reads_back_as_in_process(spark, connect_sp
         results.append([sink.load(b, schema).details["superseded_rows"] for b in batches])
     assert results[0] == results[1] == [1.0, 1.0]
     assert stored(tmp_path / "connect" / "quotes") == stored(tmp_path / "local" / "quotes")
+
+
+def test_a_latest_table_keyed_by_new_types_keeps_their_values_exact(sink: DeltaRsSink) -> None:
+    """Key columns of the new flat types (int8, a decimal, binary), order_by a timestamp_ntz,
+    values of every new type: the newest value per key, exact, in every reader."""
+    schema = TableConfig.model_validate(
+        {
+            "name": "exact",
+            "schema": {
+                "columns": [
+                    {"name": "k8", "type": "byte", "nullable": False},
+                    {"name": "kd", "type": "decimal(38,10)", "nullable": False},
+                    {"name": "kb", "type": "binary", "nullable": False},
+                    {"name": "at", "type": "timestamp_ntz", "nullable": False},
+                    {"name": "px", "type": "decimal(20,8)"},
+                    {"name": "raw", "type": "binary"},
+                    {"name": "n", "type": "short"},
+                ]
+            },
+            "mode": "latest",
+            "key": ["k8", "kd", "kb"],
+            "order_by": "at",
+        }
+    ).schema_
+    D = decimal.Decimal
+    big = D("-" + "9" * 28 + "." + "9" * 10)
+    t0 = dt.datetime(2024, 3, 10, 2, 30)
+
+    def rows(*values: tuple) -> pa.Table:
+        return pa.Table.from_pylist([dict(zip(schema.names, v)) for v in values], schema=schema.arrow())
+
+    sink.ensure_table("exact", schema)
+    first = rows(
+        (-128, big, b"\x00", t0, D("0.00000001"), b"a", 1),
+        (-128, big, b"\x00", t0 + dt.timedelta(microseconds=1), D("999999999999.99999999"), b"b", 2),
+        (127, D("0E-10"), b"", t0, None, None, None),
+    )
+    sink.load(Batch("exact", (Update(table="exact", seq=1, release=1.0, rows=first),)), schema)
+    second = rows((-128, big, b"\x00", t0, D("1.00000000"), b"older", 3))  # older by order_by: ignored
+    sink.load(Batch("exact", (Update(table="exact", seq=2, release=2.0, rows=second),)), schema)
+    want = sorted(
+        [
+            (-128, big, b"\x00", t0 + dt.timedelta(microseconds=1), D("999999999999.99999999"), b"b", 2),
+            (127, D("0E-10"), b"", t0, None, None, None),
+        ]
+    )
+    path = sink.table_path("exact")
+    assert sorted(tuple(r.values()) for r in read_delta(path).select(schema.names).to_pylist()) == want
+    assert (
+        sorted(tuple(r.values()) for r in read_spark(sink.spark, path, schema).select(schema.names).to_pylist()) == want
+    )
