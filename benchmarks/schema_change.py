@@ -110,7 +110,7 @@ def render(results: dict[str, Any]) -> str:
     meta, median = results["meta"], results["median"]
     met = median["p99_during_ms"] <= TARGET_P99_MS
     values = {"meta": meta, "m": median, "target": TARGET_P99_MS, "verdict": "met" if met else "**missed**"}
-    values["table"] = T.table("table", results["runs"], "rrrrrrrr")
+    values["table"] = T.table("table", results["runs"], "rrrrrrrrr")
     return T("section", machine=machine_markdown(meta, "loader"), **values)
 
 
