@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,24 @@ def write_config(path: Path, settings: dict[str, Any]) -> Path:
     return path
 
 
+def remote_service(tmp_path: Path, spark_remote: str, token: str) -> ServerProcess:
+    """A ``loader serve`` (not started) whose loads run in worker processes over an existing
+    Spark Connect server (a test process's), with one operator token and no compaction or
+    vacuum: for tests that kill and restart a service where the Spark server is not the subject."""
+    config = write_config(
+        tmp_path / "loader.toml",
+        {
+            "port": (port := free_port()),
+            "data_dir": str(tmp_path / "data"),
+            "workers": 2,
+            "spark": {"master": "local[2]", "mode": "connect", "remote": spark_remote},
+            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
+            "auth_tokens": [{"name": "ops", "token": token, "role": "operator"}],
+        },
+    )
+    return ServerProcess(tmp_path, config, port, token)
+
+
 class ServerProcess:
     """``args``: the ``loader`` command line instead of ``serve --config <config>`` (the
     demo, say); ``env``: variables to add or, with None, to remove."""
@@ -163,6 +182,13 @@ class ServerProcess:
 
     def client(self, timeout: float = 30.0) -> httpx.Client:
         return httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.token}"}, timeout=timeout)
+
+    def until(self, predicate: Callable[[], Any], what: str, seconds: float = 180.0) -> None:
+        """Poll ``predicate`` with a deadline; the failure says what was awaited, with the log's tail."""
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            assert time.monotonic() < deadline, f"{what} not reached within {seconds:.0f} s:\n{self.log_tail()}"
+            time.sleep(0.2)
 
     def wait_ready(self, timeout: float = 180.0) -> bool:
         """True once /readyz answers 200; False if the process ended first (a failpoint fired)."""

@@ -7,7 +7,6 @@ file is repaired, a retry loads it once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,13 +60,6 @@ def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProc
         assert proc.terminate() == 0, proc.log_tail()
 
 
-def _until(predicate: Any, what: str, proc: ServerProcess, seconds: float = 240) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not reached:\n{proc.log_tail()}"
-        time.sleep(0.2)
-
-
 def _entries(http: httpx.Client) -> list[dict[str, Any]]:
     r = http.get("/v1/admin/quarantine")
     assert r.status_code == 200, r.text
@@ -107,7 +99,7 @@ def test_a_poison_update_among_ten_good_ones_is_quarantined_alone_and_the_ten_lo
         poison_copy.write_bytes(b"PAR1 this is not parquet any more PAR1")  # broken after the 202
         assert http.post("/v1/admin/tables/feed/resume").status_code == 200
 
-        _until(lambda: len(_entries(http)) == 1 and _loaded_through(http) >= seqs[-1], "the bisection", server)
+        server.until(lambda: len(_entries(http)) == 1 and _loaded_through(http) >= seqs[-1], "the bisection", 240)
         [entry] = _entries(http)
         assert entry["first_sequence"] == entry["last_sequence"] == seqs[POISON], entry
         assert entry["updates"] == 1 and entry["files"] == 1 and entry["idempotency_key"] == f"part-{POISON}"
@@ -123,7 +115,7 @@ def test_a_poison_update_among_ten_good_ones_is_quarantined_alone_and_the_ten_lo
         r = http.post(f"/v1/admin/quarantine/feed/{seqs[POISON]}/retry")
         assert r.status_code == 202, r.text
         retried = r.json()["updates"][0]["sequence"]
-        _until(lambda: _loaded_through(http) >= retried, "the retry", server)
+        server.until(lambda: _loaded_through(http) >= retried, "the retry", 240)
         assert _ids(tmp_path) == sorted(good + list(range(100 * POISON, 100 * POISON + 10)))
         assert _entries(http) == []
 

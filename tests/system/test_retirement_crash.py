@@ -12,7 +12,6 @@ Spark Connect) killed at each durable step of a retirement (loader/core/failpoin
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from loader.loading.connect_server import ConnectServer
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.server_process import remote_service
 from testing.tables import read_delta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -42,29 +41,11 @@ def _send(http: httpx.Client, keys: range) -> int:
     return last
 
 
-def _until(server: ServerProcess, done: Any, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, server.log_tail()
-        time.sleep(0.2)
-
-
 def test_a_retirement_killed_at_each_durable_step_loses_nothing_and_resurrects_nothing(
     tmp_path: Path, connect_server: ConnectServer
 ) -> None:
     data = tmp_path / "data"
-    config = write_config(
-        tmp_path / "loader.toml",
-        {
-            "port": (port := free_port()),
-            "data_dir": str(data),
-            "workers": 2,
-            "spark": {"master": "local[2]", "mode": "connect", "remote": connect_server.url},
-            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
-            "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-        },
-    )
-    server = ServerProcess(tmp_path, config, port, TOKEN)
+    server = remote_service(tmp_path, connect_server.url, TOKEN)
     delta = data / "warehouse" / "events"
     try:
         # Life 1: killed between the decision and its save; the DELETE gets no answer.
@@ -115,7 +96,9 @@ def test_a_retirement_killed_at_each_durable_step_loses_nothing_and_resurrects_n
             assert again.status_code == 202, again.text
             seq = again.json()["updates"][0]["sequence"]
             assert seq > last
-            _until(server, lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= seq)
+            server.until(
+                lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= seq, "the new table's load"
+            )
         assert server.terminate() == 0, server.log_tail()
     finally:
         if server.alive:

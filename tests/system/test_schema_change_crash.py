@@ -10,7 +10,6 @@ reader sees the new schema.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from loader.loading.connect_server import ConnectServer
-from testing.server_process import ServerProcess, free_port, write_config
+from testing.server_process import remote_service
 from testing.tables import read_delta
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -36,18 +35,7 @@ def test_a_schema_change_killed_after_the_catalogs_save_is_completed_by_the_rest
     tmp_path: Path, connect_server: ConnectServer
 ) -> None:
     data = tmp_path / "data"
-    config = write_config(
-        tmp_path / "loader.toml",
-        {
-            "port": (port := free_port()),
-            "data_dir": str(data),
-            "workers": 2,
-            "spark": {"master": "local[2]", "mode": "connect", "remote": connect_server.url},
-            "maintenance": {"compact_seconds": 0, "vacuum_seconds": 0},
-            "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-        },
-    )
-    server = ServerProcess(tmp_path, config, port, TOKEN)
+    server = remote_service(tmp_path, connect_server.url, TOKEN)
     delta = data / "warehouse" / "events"
     try:
         server.start(failpoints="schema.after-catalog=1")
@@ -58,7 +46,7 @@ def test_a_schema_change_killed_after_the_catalogs_save_is_completed_by_the_rest
                 == 201
             )
             first = http.post("/v1/tables/events/updates", json={"rows": [{"k": 0, "v": "loaded"}]})
-            _until(server, lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= 1)
+            server.until(lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= 1, "the first load")
             assert http.post("/v1/admin/tables/events/pause").status_code == 200
             for k in range(1, 4):
                 answer = http.post("/v1/tables/events/updates", json={"rows": [{"k": k, "v": f"v{k}"}]})
@@ -77,17 +65,12 @@ def test_a_schema_change_killed_after_the_catalogs_save_is_completed_by_the_rest
             assert http.post("/v1/admin/tables/events/resume").status_code == 200
             answer = http.post("/v1/tables/events/updates", json={"rows": [{"k": 4, "v": None, "w": "new"}]})
             assert answer.status_code == 202, answer.text
-            _until(server, lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= 5)
+            server.until(
+                lambda: http.get("/v1/tables/events").json()["last_loaded_sequence"] >= 5, "every update loaded"
+            )
         assert server.terminate() == 0, server.log_tail()
     finally:
         if server.alive:
             server.kill()
     rows = sorted((r["k"], r["v"], r["w"]) for r in read_delta(delta).to_pylist())
     assert rows == [(0, "loaded", None), (1, "v1", None), (2, "v2", None), (3, "v3", None), (4, None, "new")]
-
-
-def _until(server: ServerProcess, done: Any, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, server.log_tail()
-        time.sleep(0.2)
