@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from loader.config import ConfigError
 from loader.loading.sinks.delta_table import DeltaTables
 from testing.service_harness import OPERATOR, ORDERS, Harness
+from tests.api.test_join_views import CUSTOMERS, SALES, VIEW, caught_up
 
 COLUMNS = [
     {"name": "id", "type": "int64", "nullable": False},
@@ -195,8 +196,6 @@ def test_spilled_updates_of_both_schemas_load_into_the_new_one(tmp_path: Path) -
 def test_a_join_view_follows_an_evolving_input_and_its_join_columns_keep_their_type(tmp_path: Path) -> None:
     """The view keeps its declared columns while an input gains one; the input's join column
     cannot become nullable while the view reads it (409 naming the view)."""
-    from tests.api.test_join_views import CUSTOMERS, SALES, VIEW, caught_up
-
     sales = [
         {"name": "sid", "type": "int64"},
         {"name": "cid", "type": "int64", "nullable": False},
