@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A local port that refuses connections for as long as it is held.
+
+    ``free_port()`` is only free when asked: on a busy suite another process (a Spark
+    driver, a server of the other xdist worker) may listen on it next, and a Spark Connect
+    client then waits 20 s for a gRPC handshake that never comes, where a refusal is at once.
+    A bound socket that never listens refuses, and nobody else can take its port.
+    """
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
 
 
 def toml_key(key: str) -> str:

@@ -14,6 +14,7 @@ measurement said no.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -304,6 +305,7 @@ def connect_session(url: str, timeout: float = 60.0) -> SparkSession:
 
     deadline = time.monotonic() + timeout
     while True:
+        spark = None
         try:
             spark = ConnectSparkSession.builder.remote(url).create()  # never another server's session
             # The probe tries once: the client's own retries (seconds of back-off) would run
@@ -313,6 +315,12 @@ def connect_session(url: str, timeout: float = 60.0) -> SparkSession:
             spark.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY)])
             return spark  # type: ignore[return-value]
         except Exception as exc:  # the server is starting, or gone
+            if spark is not None:
+                # Closed, its client sends nothing more: an open one cleans up at exit with
+                # one more call to a server that did not answer (20 s when a port listens
+                # but speaks no gRPC), and the process ends that much later.
+                with contextlib.suppress(Exception):
+                    spark.client.close()
             if time.monotonic() > deadline:
                 raise SparkUnreachable(
                     f"no Spark Connect server answered at {url} within {timeout:.0f} s ({exc}); "

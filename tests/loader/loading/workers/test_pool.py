@@ -20,13 +20,14 @@ from deltalake import DeltaTable
 
 from loader.core.updates import Batch, FileFormat, FileRef, LoadResult
 from loader.durability.transactions import app_id
-from loader.loading.connect_server import ConnectServer, free_port
+from loader.loading.connect_server import ConnectServer
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.sinks.view_join import run_view_job
 from loader.loading.spark import DEFAULT_LEAN, spark_unreachable
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
 from loader.loading.workers.messages import LoadFailedInWorker
 from loader.loading.workers.pool import ProcessSink, WorkerDied, WorkerOptions, WorkerTimedOut
+from testing.server_process import refusing_port
 from testing.tables import read_delta
 from tests.loader.loading.test_group_job import _batches
 from tests.loader.loading.test_sinks import ORDERS, by_id, order_rows, rows_update
@@ -224,8 +225,8 @@ def test_a_join_views_job_runs_in_a_worker_as_in_process(processes: ProcessSink,
 
 
 def test_a_worker_without_spark_says_spark_is_unreachable(tmp_path: Path) -> None:
-    sink = ProcessSink(1, _options(tmp_path, connect_timeout=0.5), lambda: f"sc://127.0.0.1:{free_port()}")
-    with pytest.raises(Exception) as caught:
+    with refusing_port() as port, pytest.raises(Exception) as caught:
+        sink = ProcessSink(1, _options(tmp_path, connect_timeout=0.5), lambda: f"sc://127.0.0.1:{port}")
         sink.start()
     assert spark_unreachable(caught.value), caught.value
     assert sink.live() == 0

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from loader.loading.workers.messages import WorkerSetup
-from testing.server_process import free_port
+from testing.server_process import refusing_port
 
 
 def _worker(setup: WorkerSetup | None) -> subprocess.CompletedProcess[str]:
@@ -43,17 +43,18 @@ def _worker(setup: WorkerSetup | None) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("step", ["before its set-up", "while it connects to Spark"])
 def test_a_worker_whose_service_died_exits_0_without_a_traceback(step: str) -> None:
     setup = None
-    if step == "while it connects to Spark":  # (nobody answers: its failure has no one to go to)
-        setup = WorkerSetup(
-            index=0,
-            warehouse="/nonexistent",
-            writer="delta-rs",
-            lean=(),
-            url=f"sc://127.0.0.1:{free_port()}",
-            connect_timeout=0.3,
-            parent_pid=os.getpid(),
-            log_level=logging.WARNING,
-        )
-    done = _worker(setup)
+    with refusing_port() as port:
+        if step == "while it connects to Spark":  # (nobody answers: its failure has no one to go to)
+            setup = WorkerSetup(
+                index=0,
+                warehouse="/nonexistent",
+                writer="delta-rs",
+                lean=(),
+                url=f"sc://127.0.0.1:{port}",
+                connect_timeout=0.3,
+                parent_pid=os.getpid(),
+                log_level=logging.WARNING,
+            )
+        done = _worker(setup)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
