@@ -448,18 +448,24 @@ class CrashTrial:
         producers: int = 2,
         mode: str = "connect",
         spark_remote: str = "",
+        final_spark_remote: str = "",
         pace: float = 0.02,
         memory_budget: int = MEMORY_BUDGET,
         log: Callable[[str], None] | None = None,
     ):
+        """``final_spark_remote``: the final, clean start runs in connect mode over this
+        Spark Connect server, whatever ``mode`` the killed lives ran in (a classic trial then
+        starts no JVM of its own for the verdict's loads; what it proves is about the kills)."""
         self.workdir = workdir
+        self.memory_budget = memory_budget
+        self.final_spark_remote = final_spark_remote
+        self.port = free_port()
         self.seed = seed
         self.rng = random.Random(seed)
         self.log = log or (lambda message: None)
         self.kinds = KINDS if mode == "connect" else CLASSIC_KINDS
-        port = free_port()
-        config = crash_config(workdir, port, mode, spark_remote, memory_budget)
-        self.server = ServerProcess(workdir, config, port, TOKEN)
+        config = crash_config(workdir, self.port, mode, spark_remote, memory_budget)
+        self.server = ServerProcess(workdir, config, self.port, TOKEN)
         self.producers = Producers(
             self.server.base, TOKEN, seed, producers, pace=pace, landing=workdir / "data" / "landing"
         )
@@ -718,6 +724,8 @@ class CrashTrial:
             self.producers.abandon()
             return self.verify({})
         backlog = wal_records(self.data / "wal")
+        if self.final_spark_remote:
+            crash_config(self.workdir, self.port, "connect", self.final_spark_remote, self.memory_budget)
         self.server.start("")
         began = time.monotonic()
         try:

@@ -124,13 +124,13 @@ def quick_plan() -> Plan:
 
 
 def ci_plan(spark_remote: str = "") -> Plan:
-    """The test suite's version (tests/system/test_overload.py): 16 s of traffic, one worker, 12 MB/s
+    """The test suite's version (tests/system/test_overload.py): 13 s of traffic (5 of overload), one worker, 12 MB/s
     offered against batches capped near 2.5 MiB (about half that on a quiet machine), over the
     test process's Spark Connect server (what it tests is intake's budgets, not Spark's RSS)."""
     return Plan(
         spark_remote=spark_remote,
         warm_seconds=2.0,
-        overload_seconds=8.0,
+        overload_seconds=5.0,
         recovery_seconds=6.0,
         warm_rate=6.0,
         overload_rate=60.0,

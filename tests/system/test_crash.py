@@ -87,8 +87,20 @@ def trial(tmp_path: Path, connect_server: ConnectServer) -> Iterator[CrashTrial]
 
 
 @pytest.fixture
-def classic_trial(tmp_path: Path) -> Iterator[CrashTrial]:
-    trial = CrashTrial(tmp_path, seed=20261124, mode="classic", pace=PACE, memory_budget=MEMORY_BUDGET, log=print)
+def classic_trial(tmp_path: Path, connect_server: ConnectServer) -> Iterator[CrashTrial]:
+    """The killed life runs the Spark driver in the service; the final start, whose loads
+    the verdict waits for, runs over the suite's Spark Connect server (a JVM start and a
+    local Spark's loads less; a data directory changing modes between starts is also what
+    an operator may do)."""
+    trial = CrashTrial(
+        tmp_path,
+        seed=20261124,
+        mode="classic",
+        final_spark_remote=connect_server.url,
+        pace=PACE,
+        memory_budget=MEMORY_BUDGET,
+        log=print,
+    )
     yield trial
     trial.close()
 
