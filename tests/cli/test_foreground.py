@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from loader.durability.wal import WriteAheadLog
-from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer
 from testing.server_process import SPARK_SERVER_LINE, WORKER_LINE, ServerProcess, free_port, until_gone, write_config
 from testing.tables import read_delta
+from tests.spark_fixtures import ConnectEndpoint
 
 OPERATOR = "operator-token-0123456789"
 PRODUCER = "producer-token-0123456789"
@@ -191,7 +191,7 @@ def feeding(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Se
     indirect=["feeding"],
 )
 def test_a_stop_signal_either_way_stops_serve_cleanly_with_status_0(
-    feeding: tuple[ServerProcess, list[int]], sig: signal.Signals, to_group: bool, connect_server: ConnectServer
+    feeding: tuple[ServerProcess, list[int]], sig: signal.Signals, to_group: bool, connect_server: ConnectEndpoint
 ) -> None:
     """(SIGINT to the group, a terminal's Ctrl-C, is the demo's test above.) Running loads
     finish first; what was acknowledged and not yet loaded stays in the WAL and loads at the
@@ -218,7 +218,7 @@ def test_a_stop_signal_either_way_stops_serve_cleanly_with_status_0(
 
 @pytest.mark.slow
 def test_a_signal_during_start_up_stops_the_service_once_it_has_started(
-    tmp_path: Path, connect_server: ConnectServer
+    tmp_path: Path, connect_server: ConnectEndpoint
 ) -> None:
     """Over the test process's Spark server: intake opens before loading has started (the
     load workers start and connect), and the signal comes in between."""

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from cli.demo import DEMO_TABLES
-from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer
 from testing.browser import binaries, console_errors, headless_chromium, wait_for
 from testing.server_process import ServerProcess, free_port, write_config
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = pytest.mark.slow
 By = pytest.importorskip("selenium.webdriver.common.by", reason="selenium is not installed (the test extra)").By
@@ -79,7 +79,7 @@ class Feed:
 
 
 @pytest.fixture
-def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectEndpoint) -> Iterator[ServerProcess]:
     binaries()  # skip (or install) before paying for Spark's start
     port = free_port()
     settings = {

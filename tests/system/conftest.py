@@ -8,13 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from loader.loading.connect_server import ConnectServer
 from testing.server_process import ServerProcess
 from testing.shared_service import Tables, start_shared_service
+from tests.spark_fixtures import ConnectEndpoint
 
 
 @pytest.fixture(scope="session")
-def shared_service(tmp_path_factory: pytest.TempPathFactory, connect_server: ConnectServer) -> Iterator[ServerProcess]:
+def shared_service(
+    tmp_path_factory: pytest.TempPathFactory, connect_server: ConnectEndpoint
+) -> Iterator[ServerProcess]:
     server = start_shared_service(tmp_path_factory.mktemp("shared-service"), connect_server.url)
     yield server
     if server.alive:

@@ -25,8 +25,8 @@ import pytest
 
 from loader.core.updates import Update, WalRecord
 from loader.durability.wal import WriteAheadLog
-from loader.loading.connect_server import ConnectServer
 from testing.crash_trial import EXTERNAL_RECOVERY, CrashTrial
+from tests.spark_fixtures import ConnectEndpoint
 
 #: The lives of the server, each ended by this kill (seeded counts and delays). Loads run in
 #: worker processes (the default mode): the points around a Delta commit are theirs.
@@ -76,7 +76,7 @@ MEMORY_BUDGET = 2048
 
 
 @pytest.fixture
-def trial(tmp_path: Path, connect_server: ConnectServer) -> Iterator[CrashTrial]:
+def trial(tmp_path: Path, connect_server: ConnectEndpoint) -> Iterator[CrashTrial]:
     """Over the suite's Spark Connect server: a life's restart skips a JVM start (the long
     trial, python -m trials.crash, has each life start the service's own, killed with it)."""
     trial = CrashTrial(
@@ -87,7 +87,7 @@ def trial(tmp_path: Path, connect_server: ConnectServer) -> Iterator[CrashTrial]
 
 
 @pytest.fixture
-def classic_trial(tmp_path: Path, connect_server: ConnectServer) -> Iterator[CrashTrial]:
+def classic_trial(tmp_path: Path, connect_server: ConnectEndpoint) -> Iterator[CrashTrial]:
     """The killed life runs the Spark driver in the service; the final start, whose loads
     the verdict waits for, runs over the suite's Spark Connect server (a JVM start and a
     local Spark's loads less; a data directory changing modes between starts is also what

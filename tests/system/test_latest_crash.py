@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from loader.loading.connect_server import ConnectServer
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -61,7 +61,7 @@ def _newest(sent: list[tuple[str, int, int]]) -> dict[str, tuple[int, int]]:
 
 
 def test_upserts_survive_a_kill_between_the_commit_and_its_notice(
-    tmp_path: Path, connect_server: ConnectServer
+    tmp_path: Path, connect_server: ConnectEndpoint
 ) -> None:
     config = write_config(
         tmp_path / "loader.toml",

@@ -21,9 +21,9 @@ import pytest
 
 from loader.core.errors import ServiceError, Unavailable
 from loader.intake.requests import UpdateRequest
-from loader.loading.connect_server import ConnectServer
 from loader.service import LoaderService
 from testing.service_harness import make_settings
+from tests.spark_fixtures import ConnectEndpoint
 
 ROWS_PER_UPDATE = 200
 
@@ -137,7 +137,7 @@ def _run(coro: Any) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_overload_answers_503_within_the_budgets_recovers_and_loses_nothing(connect_server: ConnectServer) -> None:
+def test_overload_answers_503_within_the_budgets_recovers_and_loses_nothing(connect_server: ConnectEndpoint) -> None:
     from testing import overload
     from testing.overload import ci_plan, run_trial
 

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loader.loading.connect_server import ConnectServer
 from testing.poison_trial import EXPECTED_ERRORS, PoisonTrial
 from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = [
     pytest.mark.slow,
@@ -38,7 +38,7 @@ GOOD, POISON = 10, 5  # ten good updates, the poison sixth among them
 
 
 @pytest.fixture
-def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectEndpoint) -> Iterator[ServerProcess]:
     config = write_config(
         tmp_path / "loader.toml",
         {
@@ -121,7 +121,7 @@ def test_a_poison_update_among_ten_good_ones_is_quarantined_alone_and_the_ten_lo
 
 
 @pytest.mark.allow_errors(*EXPECTED_ERRORS)
-def test_poison_rounds_against_tables_altered_from_outside(tmp_path: Path, connect_server: ConnectServer) -> None:
+def test_poison_rounds_against_tables_altered_from_outside(tmp_path: Path, connect_server: ConnectEndpoint) -> None:
     """The hostile-input trial's second part, short (testing/poison_trial.py; the long run is
     ``python -m trials.hostile_input --poison-rounds N``): constraints added from outside
     while loading, then seeded rounds of good and poison updates in one batch each."""

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from loader.loading.connect_server import ConnectServer
 from producer import LoaderProducer, RequestRefused
 from testing.answer_dropper import answer_dropper
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -46,7 +46,7 @@ def loaded(server: ServerProcess, table: str) -> list[int]:
 
 
 def test_every_row_lands_once_in_order_through_lost_answers_503s_and_a_killed_service(
-    tmp_path: Path, connect_server: ConnectServer
+    tmp_path: Path, connect_server: ConnectEndpoint
 ) -> None:
     port = free_port()
     budget = 64 << 10

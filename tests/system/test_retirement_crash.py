@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from loader.loading.connect_server import ConnectServer
 from testing.server_process import remote_service
 from testing.tables import read_delta
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -42,7 +42,7 @@ def _send(http: httpx.Client, keys: range) -> int:
 
 
 def test_a_retirement_killed_at_each_durable_step_loses_nothing_and_resurrects_nothing(
-    tmp_path: Path, connect_server: ConnectServer
+    tmp_path: Path, connect_server: ConnectEndpoint
 ) -> None:
     data = tmp_path / "data"
     server = remote_service(tmp_path, connect_server.url, TOKEN)

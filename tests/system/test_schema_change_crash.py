@@ -17,9 +17,9 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from loader.loading.connect_server import ConnectServer
 from testing.server_process import remote_service
 from testing.tables import read_delta
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -32,7 +32,7 @@ WIDER = [COLUMNS[0], {"name": "v", "type": "string"}, {"name": "w", "type": "str
 
 
 def test_a_schema_change_killed_after_the_catalogs_save_is_completed_by_the_restart(
-    tmp_path: Path, connect_server: ConnectServer
+    tmp_path: Path, connect_server: ConnectEndpoint
 ) -> None:
     data = tmp_path / "data"
     server = remote_service(tmp_path, connect_server.url, TOKEN)

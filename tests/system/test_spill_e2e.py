@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from loader.loading.connect_server import ConnectServer
 from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -37,7 +37,7 @@ def rss_bytes(pid: int, field: str = "VmRSS") -> int:
 
 
 @pytest.fixture
-def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectEndpoint) -> Iterator[ServerProcess]:
     config = write_config(
         tmp_path / "loader.toml",
         {

@@ -27,11 +27,11 @@ import pytest
 from deltalake import DeltaTable
 from deltalake._internal import TableFeatures
 
-from loader.loading.connect_server import ConnectServer
 from testing.delta_alter import commit_metadata
 from testing.prom import sample_value
 from testing.server_process import ServerProcess, free_port, write_config
 from testing.tables import read_delta, read_duckdb
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = [
     pytest.mark.slow,
@@ -63,7 +63,7 @@ DROPPED = ("rowTracking", "domainMetadata")
 
 
 @pytest.fixture
-def server(tmp_path: Path, connect_server: ConnectServer) -> Iterator[ServerProcess]:
+def server(tmp_path: Path, connect_server: ConnectEndpoint) -> Iterator[ServerProcess]:
     config = write_config(
         tmp_path / "loader.toml",
         {

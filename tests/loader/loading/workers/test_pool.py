@@ -20,7 +20,6 @@ from deltalake import DeltaTable
 
 from loader.core.updates import Batch, FileFormat, FileRef, LoadResult
 from loader.durability.transactions import app_id
-from loader.loading.connect_server import ConnectServer
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.sinks.view_join import run_view_job
 from loader.loading.spark import DEFAULT_LEAN, spark_unreachable
@@ -33,6 +32,7 @@ from tests.loader.loading.test_group_job import _batches
 from tests.loader.loading.test_sinks import ORDERS, by_id, order_rows, rows_update
 from tests.loader.loading.views.test_maintainer import SCHEMAS, Inputs, view_rows
 from tests.loader.loading.views.test_spark_engine import declare as declare_spark_view
+from tests.spark_fixtures import ConnectEndpoint
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def _options(tmp_path: Path, failpoints: str = "", connect_timeout: float = 60.0
 
 
 @pytest.fixture
-def processes(connect_server: ConnectServer, tmp_path: Path) -> Iterator[ProcessSink]:
+def processes(connect_server: ConnectEndpoint, tmp_path: Path) -> Iterator[ProcessSink]:
     sink = ProcessSink(2, _options(tmp_path), lambda: connect_server.url)
     sink.start()
     yield sink
@@ -88,7 +88,7 @@ def test_worker_processes_load_as_the_in_process_sink(processes: ProcessSink, sp
 
 @pytest.mark.parametrize(("point", "retry_skipped"), [("load.after-publish", False), ("load.after-commit", True)])
 def test_a_worker_killed_mid_batch_is_replaced_and_the_retry_loads_once(
-    connect_server: ConnectServer, tmp_path: Path, point: str, retry_skipped: bool
+    connect_server: ConnectEndpoint, tmp_path: Path, point: str, retry_skipped: bool
 ) -> None:
     sink = ProcessSink(1, _options(tmp_path, failpoints=f"{point}=1"), lambda: connect_server.url)
     sink.start()
@@ -116,7 +116,7 @@ def test_a_worker_killed_mid_batch_is_replaced_and_the_retry_loads_once(
 
 
 def test_a_worker_killed_between_the_commits_of_a_group_job_is_replaced_and_the_retry_loads_once(
-    connect_server: ConnectServer, tmp_path: Path
+    connect_server: ConnectEndpoint, tmp_path: Path
 ) -> None:
     """The group job committed its first table, not the others: the retry skips the first
     (its transaction id is in its log) and commits the rest, every row once."""
@@ -148,7 +148,7 @@ def test_a_worker_killed_between_the_commits_of_a_group_job_is_replaced_and_the_
 
 
 def test_a_worker_that_does_not_answer_in_time_is_killed_and_its_job_retried(
-    connect_server: ConnectServer, tmp_path: Path
+    connect_server: ConnectEndpoint, tmp_path: Path
 ) -> None:
     """A wedged worker (stopped: alive, silent) holds its slot only until the job timeout."""
     options = dataclasses.replace(_options(tmp_path), job_timeout=3.0)
