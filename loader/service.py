@@ -162,6 +162,7 @@ class LoaderService:
             max_clock_skew=s.intake.max_clock_skew_seconds,
             spill_retry_after=s.spill.retry_after_seconds,
         )
+        self.intake.add_columns = self.add_columns_from_feed
         self.quarantine = QuarantineDesk(quarantine, self.intake, metrics, pending)
         #: Join views (docs/join-views.md): scheduled beside the tables, loaded on the driver.
         self.views = JoinViews(catalog, self.dispatcher, s.warehouse_path)
@@ -201,6 +202,7 @@ class LoaderService:
         #: WAL updates of tables the catalog does not know, kept until they are registered again.
         self._orphans: dict[str, list[Update]] = {}
         self._admin_lock = asyncio.Lock()  # operator changes of the table set, one at a time
+        self._feed_lock = asyncio.Lock()  # columns added from feeds: each decided against the last
         self._stopping = False
         metrics.attach(self.dispatcher, top_k=s.metrics.top_k if s.metrics.per_table_series == "top-k" else None)
         metrics.workers.set(s.workers)
@@ -327,7 +329,7 @@ class LoaderService:
         for entry in self.catalog.entries.values():
             name = entry.name
             sequence = self._sequence(entry, committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name))
-            self.intake.add_table(name, entry.schema, sequence)
+            self.intake.add_table(name, entry.schema, sequence, entry.on_new_fields)
             if entry.retiring:  # resumed: it loads what it holds, then leaves
                 self.intake.retired[name] = "retiring"
         for name, record in self.catalog.retired.items():
@@ -638,7 +640,7 @@ class LoaderService:
                 elif existing.schema == table.schema_ and _key_settings(existing) == _key_settings(table):
                     unchanged.append(table.name)
                 elif existing.schema == table.schema_:
-                    rekeyed.append(table)  # a latest table's key policy or batch bound: from now on
+                    rekeyed.append(table)  # key policy, batch bound or on_new_fields: from now on
                 elif self.views.over(table.name):
                     viewed.append(table.name)  # a view's executor treats the input by its mode
                 elif _same_columns(existing.schema, table.schema_) and self._never_written(table.name):
@@ -664,6 +666,8 @@ class LoaderService:
                 entry = self.catalog.entries[table.name]
                 entry.schema = table.schema_
                 entry.key_policy, entry.max_keys_per_batch = table.key_policy, table.max_keys_per_batch
+                entry.on_new_fields = table.on_new_fields
+                self.intake.new_fields[table.name] = table.on_new_fields
                 if table.schema_.latest and "seconds_per_key" in table.model_fields_set:
                     entry.seconds_per_key = table.seconds_per_key
                 self.intake.schemas[table.name] = table.schema_
@@ -740,6 +744,7 @@ class LoaderService:
             entry.name,
             entry.schema,
             self._sequence(entry, committed, logged, max((u.release for u in kept), default=None)),
+            entry.on_new_fields,
         )
         for update in kept:
             if update.seq > committed:
@@ -769,6 +774,23 @@ class LoaderService:
             problems = "; ".join(e["msg"] for e in exc.errors())
             raise Invalid(f"table {table!r}: the new columns do not make a valid schema: {problems}") from None
         return await self.change_schema(table, schema)
+
+    async def add_columns_from_feed(self, table: str, columns: list[Column]) -> SchemaChange | None:
+        """Columns a table of ``on_new_fields = "add"`` takes from its rows (loader/intake/inference.py):
+        the operator's change (``change_schema``), for the columns it still lacks once the
+        changes before it are done; a column another request added meanwhile stays as that
+        one made it (the first wins; validation then judges this request's values by it)."""
+        async with self._feed_lock:
+            entry = self.catalog.entries.get(table)
+            if entry is None:
+                return None
+            have = {c.name.lower() for c in entry.schema.columns}
+            missing = [c for c in columns if c.name.lower() not in have]
+            if not missing:
+                return None
+            change = await self.change_columns(table, [*entry.schema.columns, *missing])
+            log.info("table %r: columns %s added from its feed (on_new_fields add)", table, [c.name for c in missing])
+            return change
 
     async def change_schema(self, table: str, schema: TableSchema) -> SchemaChange:
         """Evolve a table's schema while it runs (docs/tables.md, "Changing a table's schema").
@@ -1214,8 +1236,10 @@ def _keyed(entry: CatalogEntry) -> KeyedSpec | None:
     )
 
 
-def _key_settings(table: CatalogEntry | TableConfig) -> tuple[str, int | None]:
-    return table.key_policy, table.max_keys_per_batch
+def _key_settings(table: CatalogEntry | TableConfig) -> tuple[str, int | None, str]:
+    """What a registration of the same schema may change: a latest table's key policy and
+    batch bound, and what new fields in rows do."""
+    return table.key_policy, table.max_keys_per_batch, table.on_new_fields
 
 
 def _same_columns(a: TableSchema, b: TableSchema) -> bool:

@@ -15,6 +15,9 @@ from loader.core.errors import Invalid
 from loader.core.schema import TableSchema, check_name
 from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyPolicy
 
+#: ``TableConfig.on_new_fields``.
+NewFields = Literal["reject", "ignore", "add"]
+
 
 class TableConfig(BaseModel):
     """A warehouse table as an operator declares it (config file or the admin API)."""
@@ -43,6 +46,11 @@ class TableConfig(BaseModel):
     #: Latest tables: initial seconds to load one key's value (the cost model of a latest
     #: table is overhead + seconds_per_key * keys; replaced by measurements).
     seconds_per_key: float = Field(default=0.0001, ge=0.0, allow_inf_nan=False)
+    #: What a row's fields that the table lacks do (docs/tables.md, "Changing a table's
+    #: schema"): ``reject`` them (422, the default), ``ignore`` them (dropped, the rest
+    #: loads), or ``add`` them as nullable columns typed from their JSON values, before the
+    #: update is acknowledged (loader/intake/inference.py).
+    on_new_fields: NewFields = "reject"
 
     @field_validator("name")
     @classmethod

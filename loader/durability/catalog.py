@@ -59,6 +59,8 @@ class CatalogEntry:
     retiring: bool = False
     #: With ``retiring``: its Delta table and files go once it is drained (``?purge=true``).
     purge: bool = False
+    #: ``TableConfig.on_new_fields``: what a row's fields the table lacks do.
+    on_new_fields: str = "reject"
 
     def account(self) -> TableAccount | None:
         return TableAccount(**self.freshness) if self.freshness else None
@@ -76,6 +78,7 @@ class CatalogEntry:
             key_policy=table.key_policy,
             max_keys_per_batch=table.max_keys_per_batch,
             seconds_per_key=table.seconds_per_key,
+            on_new_fields=table.on_new_fields,
         )
 
     def to_json(self) -> dict[str, Any]:

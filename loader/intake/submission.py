@@ -24,6 +24,7 @@ The later stages are reached through the ports of ``loader.abc`` only.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -36,10 +37,11 @@ from loader.abc import Admission, BeyondCapacity, IntakeMetrics, ReleaseQueue, S
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
 from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, retired_table, unknown_table
-from loader.core.schema import TableSchema
+from loader.core.schema import Column, TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
 from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
+from loader.intake.inference import MAX_INFERRED_DEPTH, infer_columns, unknown_fields
 from loader.intake.landing import accept_files
 from loader.intake.requests import (
     UpdateRequest,
@@ -134,6 +136,13 @@ class Intake:
         self.spill_retry_after = spill_retry_after
         self.tables: dict[str, TableSequence] = {}
         self.schemas: dict[str, TableSchema] = {}
+        #: Each table's ``on_new_fields``: reject (absent), ignore or add (loader/core/tables.py).
+        self.new_fields: dict[str, str] = {}
+        #: Adds nullable columns to a table (the service's schema change: the catalog, then the
+        #: Delta table, then ``schemas``), for a table whose rows bring new fields ("add").
+        self.add_columns: Callable[[str, list[Column]], Awaitable[object]] | None = None
+        #: How deep an inferred field's value may nest.
+        self.max_depth = MAX_INFERRED_DEPTH
         #: Tables an operator retired, by name: ``retiring`` (registered, what they acknowledged
         #: still loads) or ``retired`` (gone). Producers get 410 for them, not 404: the name
         #: was real, and the answer says how to use it again.
@@ -148,9 +157,10 @@ class Intake:
         self._refused_copies: list[str] = []
 
     # -- tables and the gate ---------------------------------------------------------------
-    def add_table(self, name: str, schema: TableSchema, sequence: TableSequence) -> None:
+    def add_table(self, name: str, schema: TableSchema, sequence: TableSequence, new_fields: str = "reject") -> None:
         self.schemas[name] = schema
         self.tables[name] = sequence
+        self.new_fields[name] = new_fields
         self.retired.pop(name, None)  # (a retired name registered again: a new table)
         self.retired_floor.pop(name, None)
 
@@ -172,6 +182,7 @@ class Intake:
         """The table is retired and drained: it leaves; its name answers 410 from now on."""
         self.schemas.pop(table, None)
         self.tables.pop(table, None)
+        self.new_fields.pop(table, None)
         self.retired[table] = "retired"
         self.retired_floor[table] = last_seq
 
@@ -197,7 +208,8 @@ class Intake:
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
         parsed = parse_single(body, request.content_type, table, request.data_until, schema.exact_numbers)
-        check_expansion([parsed], {table: schema}, self.max_body_bytes)
+        (parsed,) = await self.fields_from_feed([parsed])
+        check_expansion([parsed], {table: self.schema(table)}, self.max_body_bytes)
         digest = request_hash("POST", request.path, request.query, body)
         return await self.submit_once(key, digest, lambda: self.validate([parsed]))
 
@@ -213,9 +225,39 @@ class Intake:
             schemas[item.table] = self.schema(item.table)
         if any(schema.exact_numbers for schema in schemas.values()):
             parsed = parse_multi(body, request.content_type, exact=True)
-        check_expansion(parsed, schemas, self.max_body_bytes)
+        parsed = await self.fields_from_feed(parsed)
+        check_expansion(parsed, {t: self.schema(t) for t in schemas}, self.max_body_bytes)
         digest = request_hash("POST", request.path, body)
         return await self.submit_once(key, digest, lambda: self.validate(parsed))
+
+    async def fields_from_feed(self, requests: list[UpdateRequest]) -> list[UpdateRequest]:
+        """Rows' fields their table lacks, by the table's ``on_new_fields``: ``reject`` leaves
+        them to validation (a 422 naming the field), ``ignore`` drops them, ``add`` adds them
+        as nullable columns (durably: the change is in the catalog and the Delta table
+        before this returns, so before the update can be acknowledged). A field another
+        request added meanwhile with another type: validation refuses this one, naming it."""
+        out = []
+        for request in requests:
+            policy = self.new_fields.get(request.table, "reject")
+            if policy == "reject" or not request.rows:
+                out.append(request)
+                continue
+            names = frozenset(self.schema(request.table).names)
+            if not unknown_fields(request.rows, names):
+                out.append(request)
+                continue
+            if policy == "add":
+                columns = infer_columns(request.rows, self.schema(request.table), request.table, self.max_depth)
+                if columns:
+                    if self.add_columns is None:
+                        raise Unavailable(f"table {request.table!r} cannot add columns now; retry later")
+                    await self.add_columns(request.table, columns)
+                    names = frozenset(self.schema(request.table).names)
+            # Dropped: with "ignore", every new field; with "add", those only ever null (or an
+            # empty list or object) so far, which say nothing of a type and read back as null.
+            rows = [{k: v for k, v in r.items() if k in names} if isinstance(r, dict) else r for r in request.rows]
+            out.append(dataclasses.replace(request, rows=rows))
+        return out
 
     # -- submitting ---------------------------------------------------------------------------
     def validate(self, requests: list[UpdateRequest]) -> list[ValidUpdate]:

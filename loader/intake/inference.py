@@ -1,0 +1,158 @@
+"""Column types for the fields a feed sends before its table has them (``on_new_fields = "add"``).
+
+Snowpipe Streaming and the Iceberg sink for Kafka Connect evolve a table from the rows
+they receive; so does a table declared with ``on_new_fields = "add"`` (docs/tables.md,
+"Changing a table's schema"). What a JSON value says about its type is little, so the
+rules are few and never guess beyond it: an integer is an ``int64``, any other number a
+``float64`` (a field seen as both is a ``float64``), a string a ``string``, true or false a
+``boolean``, an object a ``struct`` of its fields, a list an ``array`` of its elements'
+type. A field seen only as null (or an empty list) says nothing: it waits for a row that
+says more. Values that disagree (a string here, a number there, in one request or in one
+list) are the producer's to settle, and are refused naming the field: a guess would fix
+the table's type for good (a table never changes a column's type by itself).
+
+Every added column is nullable: rows acknowledged before it read back with it null.
+The result is Delta's schema JSON (``parse_type`` reads it), so what is inferred is what
+an operator would have declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from loader.core.errors import Invalid
+from loader.core.schema import Column, TableSchema, parse_type
+from loader.intake.rows import RESEND, quote
+
+#: How deep an inferred field's value may nest (objects in lists in objects...).
+MAX_INFERRED_DEPTH = 32
+#: The inferred type of a JSON integer beyond int64's range: none (a decimal would be a guess).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: The Delta name of the primitive each JSON scalar infers.
+_SCALARS: dict[type, str] = {bool: "boolean", int: "long", float: "double", str: "string"}
+
+
+class _Mixed(ValueError):
+    """Two values of one field disagree; the message says how (the caller names the field)."""
+
+
+def _what(declared: Any) -> str:
+    """A type for a message: ``a string``, ``an object``, ``a list``."""
+    if isinstance(declared, dict):
+        return {"struct": "an object", "array": "a list"}.get(declared.get("type", ""), "a value")
+    return {"long": "an integer", "double": "a number", "string": "a string", "boolean": "true or false"}[declared]
+
+
+def infer_value(value: Any, path: str, depth: int, max_depth: int) -> Any:
+    """The Delta type of one JSON value (None: it says nothing, a null or an empty list)."""
+    if value is None:
+        return None
+    kind = _SCALARS.get(type(value))
+    if kind is not None:
+        if kind == "long" and not INT64_MIN <= value <= INT64_MAX:
+            raise _Mixed(f"{path}: the integer {quote(value)} does not fit an int64; declare the column (decimal)")
+        return kind
+    if depth >= max_depth:
+        raise _Mixed(f"{path}: nested deeper than {max_depth} levels")
+    if isinstance(value, dict):
+        fields: dict[str, Any] = {}
+        for name, item in value.items():
+            inferred = infer_value(item, f"{path}.{name}", depth + 1, max_depth)
+            if inferred is not None:
+                fields[name] = inferred
+        if not fields:
+            return None
+        return _struct(fields)
+    if isinstance(value, list):
+        element: Any = None
+        for k, item in enumerate(value):
+            inferred = infer_value(item, f"{path}[{k}]", depth + 1, max_depth)
+            try:
+                element = merge(element, inferred)
+            except _Mixed as exc:
+                raise _Mixed(f"{path}[{k}]: a list of mixed types ({exc}); send one type per list") from None
+        if element is None:
+            return None
+        return {"type": "array", "elementType": element, "containsNull": True}
+    raise _Mixed(f"{path}: {quote(value)} is not a JSON value")
+
+
+def _struct(fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "struct",
+        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields.items()],
+    }
+
+
+def merge(a: Any, b: Any) -> Any:
+    """One type for two values of a field; _Mixed when they disagree."""
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    if isinstance(a, str) and isinstance(b, str) and {a, b} == {"long", "double"}:
+        return "double"  # 3 and 2.5: numbers both
+    if isinstance(a, dict) and isinstance(b, dict) and a["type"] == b["type"] == "struct":
+        fields = {f["name"]: f["type"] for f in a["fields"]}
+        for f in b["fields"]:
+            try:
+                fields[f["name"]] = merge(fields.get(f["name"]), f["type"])
+            except _Mixed as exc:
+                raise _Mixed(f".{f['name']}: {exc}") from None
+        return _struct(fields)
+    if isinstance(a, dict) and isinstance(b, dict) and a["type"] == b["type"] == "array":
+        return {"type": "array", "elementType": merge(a["elementType"], b["elementType"]), "containsNull": True}
+    raise _Mixed(f"{_what(a)} and {_what(b)}")
+
+
+def unknown_fields(rows: Iterable[Any], names: frozenset[str]) -> list[str]:
+    """Top-level fields of ``rows`` that are not columns, in the order first seen."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        if isinstance(row, dict) and not names.issuperset(row):
+            for key in row:
+                if key not in names:
+                    seen.setdefault(key, None)
+    return list(seen)
+
+
+def infer_columns(rows: Sequence[Any], schema: TableSchema, table: str, max_depth: int) -> list[Column]:
+    """The nullable columns to add for the fields of ``rows`` that ``schema`` lacks (fields
+    seen only as null wait); Invalid naming the field whose values disagree."""
+    names = frozenset(schema.names)
+    new = unknown_fields(rows, names)
+    if not new:
+        return []
+    types: dict[str, Any] = dict.fromkeys(new)
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            continue  # refused by validation, with its row number
+        for name in new:
+            if name not in row:
+                continue
+            try:
+                types[name] = merge(types[name], infer_value(row[name], name, 1, max_depth))
+            except _Mixed as exc:
+                detail = str(exc)
+                what = detail if detail.startswith(name) else f"{name}: {detail}"
+                raise Invalid(
+                    f"row {index} of table {table!r}: new field {what}; the table adds fields it has not seen "
+                    f"(on_new_fields = \"add\") only from values of one type; {RESEND}",
+                    table=table,
+                    row=index,
+                    column=name[:60],
+                ) from None
+    columns = []
+    for name, declared in types.items():
+        if declared is None:
+            continue  # only nulls so far: added once a row says what it holds
+        try:
+            columns.append(Column(name=name, type=parse_type(declared), nullable=True))
+        except ValueError as exc:
+            raise Invalid(
+                f"table {table!r}: new field {quote(name)} cannot be a column: {exc}; {RESEND}",
+                table=table,
+                column=name[:60],
+            ) from None
+    return columns
