@@ -290,3 +290,32 @@ def test_a_latest_table_retires_after_its_newest_values_load(harness: Harness) -
     assert harness.delete(RETIRE).status_code == 202
     retired(harness)
     assert sorted((r["k"], r["v"]) for r in harness.rows("events")) == [(1, "c"), (2, "b")]
+
+
+def test_a_view_retired_with_purge_and_stopped_before_the_purge_is_purged_by_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view's retirement is saved, then the process stops before its files go (as a kill
+    -9 right after the catalog's save would): the next start finishes the purge, the view
+    stays retired, its inputs stay live, and its name can be declared again."""
+    data = tmp_path / "data"
+    with harness(data) as h:
+        register(h)
+        assert h.post("/v1/admin/views", token=OPERATOR, json=VIEW).status_code == 201
+        h.wait(lambda: (h.settings.warehouse_path / "joined" / "_delta_log").is_dir())
+        with monkeypatch.context() as m:
+            m.setattr(type(h.service), "_purge", lambda self, record: _not_yet())
+            answer = h.delete("/v1/admin/views/joined?purge=true")
+        assert answer.status_code == 200 and answer.json()["purged"] is False, answer.text
+        assert (h.settings.warehouse_path / "joined").exists()
+    with harness(data) as h:
+        assert not (h.settings.warehouse_path / "joined").exists()
+        assert h.get("/v1/admin/views").json()["views"] == []
+        answer = h.delete("/v1/admin/views/joined")
+        assert answer.json()["state"] == "retired" and answer.json()["purged"] is True, answer.text
+        send(h, 1)  # its inputs live on
+        assert h.post("/v1/admin/views", token=OPERATOR, json=VIEW).status_code == 201
+
+
+async def _not_yet() -> None:
+    """A purge that never ran."""
