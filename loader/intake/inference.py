@@ -106,6 +106,83 @@ def merge(a: Any, b: Any) -> Any:
     raise _Mixed(f"{_what(a)} and {_what(b)}")
 
 
+def extended(original: Any, current: Any, value: Any, path: str, depth: int, max_depth: int) -> Any:
+    """``current`` (Delta JSON: ``original`` and what earlier rows added to it) with the struct
+    fields ``value`` brings that it lacks, at any depth (inside lists and map values too).
+    A value of another shape than its type is left to validation, which names it."""
+    if value is None or not isinstance(current, dict):
+        return current
+    kind = current["type"]
+    if kind == "struct" and isinstance(value, dict):
+        before = {f["name"]: f["type"] for f in original["fields"]} if isinstance(original, dict) else {}
+        fields = [dict(f) for f in current["fields"]]
+        by_name = {f["name"]: f for f in fields}
+        for name, item in value.items():
+            where = f"{path}.{name}"
+            field = by_name.get(name)
+            if field is None:  # new here
+                inferred = infer_value(item, where, depth + 1, max_depth)
+                if inferred is not None:
+                    field = {"name": name, "type": inferred, "nullable": True, "metadata": {}}
+                    fields.append(field)
+                    by_name[name] = field
+            elif name in before:  # declared: new fields may sit deeper
+                field["type"] = extended(before[name], field["type"], item, where, depth + 1, max_depth)
+            else:  # added by an earlier row: both must agree
+                try:
+                    field["type"] = merge(field["type"], infer_value(item, where, depth + 1, max_depth))
+                except _Mixed as exc:
+                    raise _Mixed(f"{where}: {exc}") from None
+        return {**current, "fields": fields}
+    if kind == "array" and isinstance(value, list):
+        element, was = current["elementType"], original.get("elementType") if isinstance(original, dict) else None
+        for k, item in enumerate(value):
+            element = extended(was, element, item, f"{path}[{k}]", depth + 1, max_depth)
+        return {**current, "elementType": element}
+    if kind == "map" and isinstance(value, dict):
+        held, was = current["valueType"], original.get("valueType") if isinstance(original, dict) else None
+        for key, item in value.items():
+            held = extended(was, held, item, f"{path}[{quote(key)}]", depth + 1, max_depth)
+        return {**current, "valueType": held}
+    return current
+
+
+def union_type(current: Any, wanted: Any) -> Any:
+    """``current`` (Delta JSON) with the struct fields ``wanted`` has and it lacks, at any
+    depth; a field both have keeps ``current``'s type (the first to add it wins)."""
+    if not (isinstance(current, dict) and isinstance(wanted, dict) and current["type"] == wanted["type"]):
+        return current
+    if current["type"] == "struct":
+        theirs = {f["name"]: f for f in wanted["fields"]}
+        ours = {f["name"] for f in current["fields"]}
+        fields = [
+            {**f, "type": union_type(f["type"], theirs[f["name"]]["type"])} if f["name"] in theirs else f
+            for f in current["fields"]
+        ]
+        fields += [f for f in wanted["fields"] if f["name"] not in ours]
+        return {**current, "fields": fields}
+    if current["type"] == "array":
+        return {**current, "elementType": union_type(current["elementType"], wanted["elementType"])}
+    if current["type"] == "map":
+        return {**current, "valueType": union_type(current["valueType"], wanted["valueType"])}
+    return current
+
+
+def strip_unknown(declared: Any, value: Any) -> Any:
+    """``value`` without the struct fields its type (Delta JSON) lacks, at any depth (``ignore``)."""
+    if value is None or not isinstance(declared, dict):
+        return value
+    kind = declared["type"]
+    if kind == "struct" and isinstance(value, dict):
+        types = {f["name"]: f["type"] for f in declared["fields"]}
+        return {k: strip_unknown(types[k], v) for k, v in value.items() if k in types}
+    if kind == "array" and isinstance(value, list):
+        return [strip_unknown(declared["elementType"], item) for item in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: strip_unknown(declared["valueType"], v) for k, v in value.items()}
+    return value
+
+
 def unknown_fields(rows: Iterable[Any], names: frozenset[str]) -> list[str]:
     """Top-level fields of ``rows`` that are not columns, in the order first seen."""
     seen: dict[str, None] = {}
@@ -117,38 +194,49 @@ def unknown_fields(rows: Iterable[Any], names: frozenset[str]) -> list[str]:
     return list(seen)
 
 
+def nested_columns(schema: TableSchema) -> list[Column]:
+    """The columns whose type has structs, lists or maps (their values may bring new fields)."""
+    return [c for c in schema.columns if isinstance(c.type.delta, dict)]
+
+
 def infer_columns(rows: Sequence[Any], schema: TableSchema, table: str, max_depth: int) -> list[Column]:
-    """The nullable columns to add for the fields of ``rows`` that ``schema`` lacks (fields
-    seen only as null wait); Invalid naming the field whose values disagree."""
-    names = frozenset(schema.names)
-    new = unknown_fields(rows, names)
-    if not new:
+    """What ``rows`` add to ``schema``: a nullable column for each new top-level field (fields
+    seen only as null wait), and each nested column whose structs gain nullable fields (the
+    same column, its type wider); Invalid naming the field whose values disagree."""
+    new = unknown_fields(rows, frozenset(schema.names))
+    nested = nested_columns(schema)
+    if not new and not nested:
         return []
     types: dict[str, Any] = dict.fromkeys(new)
+    grown: dict[str, Any] = {c.name: c.type.delta for c in nested}
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             continue  # refused by validation, with its row number
-        for name in new:
-            if name not in row:
-                continue
-            try:
-                types[name] = merge(types[name], infer_value(row[name], name, 1, max_depth))
-            except _Mixed as exc:
-                detail = str(exc)
-                what = detail if detail.startswith(name) else f"{name}: {detail}"
-                raise Invalid(
-                    f"row {index} of table {table!r}: new field {what}; the table adds fields it has not seen "
-                    f"(on_new_fields = \"add\") only from values of one type; {RESEND}",
-                    table=table,
-                    row=index,
-                    column=name[:60],
-                ) from None
-    columns = []
-    for name, declared in types.items():
-        if declared is None:
-            continue  # only nulls so far: added once a row says what it holds
+        name = ""
         try:
-            columns.append(Column(name=name, type=parse_type(declared), nullable=True))
+            for name in new:
+                if name in row:
+                    types[name] = merge(types[name], infer_value(row[name], name, 1, max_depth))
+            for column in nested:
+                name = column.name
+                if row.get(name) is not None:
+                    grown[name] = extended(column.type.delta, grown[name], row[name], name, 1, max_depth)
+        except _Mixed as exc:
+            detail = str(exc)
+            what = detail if detail.startswith(name) else f"{name}: {detail}"
+            raise Invalid(
+                f"row {index} of table {table!r}: new field {what}; the table adds fields it has not seen "
+                f"(on_new_fields = \"add\") only from values of one type; {RESEND}",
+                table=table,
+                row=index,
+                column=name[:60],
+            ) from None
+    wanted = [(name, declared, True) for name, declared in types.items() if declared is not None]
+    wanted += [(c.name, grown[c.name], c.nullable) for c in nested if grown[c.name] != c.type.delta]
+    columns = []
+    for name, declared, nullable in wanted:
+        try:
+            columns.append(Column(name=name, type=parse_type(declared), nullable=nullable))
         except ValueError as exc:
             raise Invalid(
                 f"table {table!r}: new field {quote(name)} cannot be a column: {exc}; {RESEND}",

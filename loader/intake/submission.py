@@ -41,7 +41,7 @@ from loader.core.schema import Column, TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
 from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
-from loader.intake.inference import MAX_INFERRED_DEPTH, infer_columns, unknown_fields
+from loader.intake.inference import MAX_INFERRED_DEPTH, infer_columns, nested_columns, strip_unknown, unknown_fields
 from loader.intake.landing import accept_files
 from loader.intake.requests import (
     UpdateRequest,
@@ -242,20 +242,23 @@ class Intake:
             if policy == "reject" or not request.rows:
                 out.append(request)
                 continue
-            names = frozenset(self.schema(request.table).names)
-            if not unknown_fields(request.rows, names):
+            schema = self.schema(request.table)
+            nested = nested_columns(schema)
+            if not nested and not unknown_fields(request.rows, frozenset(schema.names)):
                 out.append(request)
                 continue
             if policy == "add":
-                columns = infer_columns(request.rows, self.schema(request.table), request.table, self.max_depth)
+                columns = infer_columns(request.rows, schema, request.table, self.max_depth)
                 if columns:
                     if self.add_columns is None:
                         raise Unavailable(f"table {request.table!r} cannot add columns now; retry later")
                     await self.add_columns(request.table, columns)
-                    names = frozenset(self.schema(request.table).names)
+                    schema = self.schema(request.table)
+                    nested = nested_columns(schema)
             # Dropped: with "ignore", every new field; with "add", those only ever null (or an
             # empty list or object) so far, which say nothing of a type and read back as null.
-            rows = [{k: v for k, v in r.items() if k in names} if isinstance(r, dict) else r for r in request.rows]
+            names = frozenset(schema.names)
+            rows = [_known(row, names, nested) for row in request.rows]
             out.append(dataclasses.replace(request, rows=rows))
         return out
 
@@ -490,3 +493,15 @@ class Intake:
             self.wal_fault = None
             self.metrics.on_intake_fault(False)
             log.warning("intake reopened: the write-ahead log can be written again")
+
+
+def _known(row: Any, names: frozenset[str], nested: list[Column]) -> Any:
+    """``row`` without the fields its table lacks, at any depth (a row that is no object is
+    left to validation, which names it)."""
+    if not isinstance(row, dict):
+        return row
+    kept = {k: v for k, v in row.items() if k in names}
+    for column in nested:
+        if kept.get(column.name) is not None:
+            kept[column.name] = strip_unknown(column.type.delta, kept[column.name])
+    return kept
