@@ -139,12 +139,19 @@ def extended(original: Any, current: Any, value: Any, path: str, depth: int, max
         for k, item in enumerate(value):
             element = extended(was, element, item, f"{path}[{k}]", depth + 1, max_depth)
         return {**current, "elementType": element}
-    if kind == "map" and isinstance(value, dict):
+    if kind == "map" and isinstance(value, (dict, list)):
         held, was = current["valueType"], original.get("valueType") if isinstance(original, dict) else None
-        for key, item in value.items():
+        for key, item in _entries(value):
             held = extended(was, held, item, f"{path}[{quote(key)}]", depth + 1, max_depth)
         return {**current, "valueType": held}
     return current
+
+
+def _entries(value: dict[str, Any] | list[Any]) -> list[tuple[Any, Any]]:
+    """A map's (key, value) pairs, from its JSON object or its array of {"key", "value"} entries."""
+    if isinstance(value, dict):
+        return list(value.items())
+    return [(e.get("key"), e.get("value")) for e in value if isinstance(e, dict)]
 
 
 def union_type(current: Any, wanted: Any) -> Any:
@@ -180,6 +187,12 @@ def strip_unknown(declared: Any, value: Any) -> Any:
         return [strip_unknown(declared["elementType"], item) for item in value]
     if kind == "map" and isinstance(value, dict):
         return {k: strip_unknown(declared["valueType"], v) for k, v in value.items()}
+    if kind == "map" and isinstance(value, list):
+        held = declared["valueType"]
+        return [
+            {**e, "value": strip_unknown(held, e["value"])} if isinstance(e, dict) and "value" in e else e
+            for e in value
+        ]
     return value
 
 
