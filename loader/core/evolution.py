@@ -99,7 +99,13 @@ def plan_change(
         elif not was.nullable and now.nullable:
             relaxed.append(name)
         if type_name(was) != type_name(now):
-            if not _widens(type_name(was), type_name(now)):
+            if not (was.type.primitive and now.type.primitive):
+                refusals.append(
+                    f"column {name!r} cannot change from {type_name(was)[:200]} to {type_name(now)[:200]}: a "
+                    "nested (struct, array or map) column keeps its type, fields and their nullability (adding a "
+                    "field inside it is not supported); add a new column instead"
+                )
+            elif not _widens(type_name(was), type_name(now)):
                 refusals.append(
                     f"column {name!r} cannot change from {type_name(was)} to {type_name(now)}: only widening "
                     f"changes are allowed ({', '.join(f'{a} -> {b}' for a, b in sorted(WIDENINGS))}, a decimal's "

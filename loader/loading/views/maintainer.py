@@ -410,5 +410,24 @@ class ViewMaintainer:
 
 
 def _tuples(rows: pa.Table) -> list[tuple]:
-    columns = [column.to_pylist() for column in rows.columns]
+    """Rows as tuples, hashable (the executor keys its state by rows): a nested column's value
+    frozen (``_frozen``), as Arrow takes it back for the column's type."""
+    columns = [
+        column.to_pylist() if _flat(column.type) else [_frozen(v) for v in column.to_pylist()]
+        for column in rows.columns
+    ]
     return list(zip(*columns)) if columns else []
+
+
+def _flat(kind: pa.DataType) -> bool:
+    return not (pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_map(kind))
+
+
+def _frozen(value: object) -> object:
+    """A nested value made hashable: a struct's dict as the tuple of its field values (in
+    field order), a list as a tuple, a map's (key, value) pairs as a tuple of pairs."""
+    if isinstance(value, dict):
+        return tuple(_frozen(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
