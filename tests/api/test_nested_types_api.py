@@ -23,7 +23,7 @@ LINE = {
     ],
 }
 TABLE = {
-    "name": "orders",
+    "name": "baskets",
     "schema": {
         "columns": [
             {"name": "id", "type": "long", "nullable": False},
@@ -52,7 +52,7 @@ def test_nested_columns_are_declared_checked_survive_the_wal_and_load_exactly(tm
     with Harness(data, fail=fail, intake={"max_schema_fields": 40}) as first:
         r = first.post("/v1/admin/tables", token=OPERATOR, json=TABLE)
         assert r.status_code == 201, r.text
-        shown = first.get("/v1/tables/orders", token=OPERATOR).json()
+        shown = first.get("/v1/tables/baskets", token=OPERATOR).json()
         assert TABLE["schema"]["columns"][1]["type"] in [c["type"] for c in shown["schema"]["columns"]], shown
         # Hostile declarations: 422, nothing registered.
         r = first.post("/v1/admin/tables", token=OPERATOR, json=deep(33))
@@ -66,13 +66,13 @@ def test_nested_columns_are_declared_checked_survive_the_wal_and_load_exactly(tm
         assert first.post("/v1/admin/tables", token=OPERATOR, json=deep(32)).status_code == 201
 
         body = (
-            b'{"updates": [{"table": "orders", "rows": [{"id": 1, "items": [{"sku": "a", "price": 12345.67}, '
+            b'{"updates": [{"table": "baskets", "rows": [{"id": 1, "items": [{"sku": "a", "price": 12345.67}, '
             b'{"sku": "b"}], "attrs": [{"key": -1, "value": null}, {"key": 7, "value": "x"}]}]}]}'
         )
         r = first.post("/v1/updates", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 202, r.text
         ndjson = b'{"id": 2, "items": [], "attrs": []}\n{"id": 3}\n'
-        r = first.post("/v1/tables/orders/updates", content=ndjson, headers={"Content-Type": "application/x-ndjson"})
+        r = first.post("/v1/tables/baskets/updates", content=ndjson, headers={"Content-Type": "application/x-ndjson"})
         assert r.status_code == 202, r.text
         for bad, path, fragment in [
             (
@@ -84,7 +84,7 @@ def test_nested_columns_are_declared_checked_survive_the_wal_and_load_exactly(tm
             (b'{"id": 4, "attrs": [{"key": null, "value": "x"}]}', "attrs[0]", "a map key is null"),
         ]:
             r = first.post(
-                "/v1/tables/orders/updates",
+                "/v1/tables/baskets/updates",
                 content=b'{"rows": [' + bad + b"]}",
                 headers={"Content-Type": "application/json"},
             )
@@ -92,8 +92,8 @@ def test_nested_columns_are_declared_checked_survive_the_wal_and_load_exactly(tm
             assert f"{path}: {fragment}" in r.json()["message"] and r.json()["path"] == path, r.text
         last = 2
     with Harness(data) as second:  # replayed from the WAL
-        second.wait_loaded("orders", last)
-        rows = sorted(second.rows("orders"), key=lambda row: row["id"])
+        second.wait_loaded("baskets", last)
+        rows = sorted(second.rows("baskets"), key=lambda row: row["id"])
     assert rows == [
         {
             "id": 1,

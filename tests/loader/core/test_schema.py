@@ -130,7 +130,10 @@ def test_types_know_their_arrow_spark_and_delta_forms() -> None:
         ({"type": "map", "keyType": "string", "valueType": {"type": "array"}}, "{value}: an array type needs"),
         ({"type": "map", "keyType": ORDER_LINE, "valueType": "string"}, "{key}: a map's keys are of a primitive"),
         ({"type": "struct", "fields": []}, "at least one field"),
-        ({"type": "struct", "fields": [{"name": "a", "type": "integer"}, {"name": "A", "type": "integer"}]}, "A: the struct"),
+        (
+            {"type": "struct", "fields": [{"name": "a", "type": "integer"}, {"name": "A", "type": "integer"}]},
+            "A: the struct",
+        ),
         ({"type": "struct", "fields": [{"name": "a b", "type": "long"}]}, "field name 'a b'"),
         ({"type": "array", "elementType": "long", "containsNull": "yes"}, "containsNull must be true or false"),
         ({"type": "array", "elementType": "long", "extra": 1}, "has no ['extra']"),

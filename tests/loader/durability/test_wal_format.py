@@ -91,7 +91,10 @@ def test_nested_rows_round_trip_through_a_row_body() -> None:
     )
     rows = pa.Table.from_pylist(
         [
-            {"id": 1, "s": {"a": decimal.Decimal("1.5"), "m": [("k", [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31)])]}},
+            {
+                "id": 1,
+                "s": {"a": decimal.Decimal("1.5"), "m": [("k", [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31)])]},
+            },
             {"id": 2, "s": None},
             {"id": 3, "s": {"a": decimal.Decimal("-0.0000000001"), "m": None}},
         ],
