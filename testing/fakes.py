@@ -87,7 +87,7 @@ class ArrowSink:
         chosen = pa.Table.from_pylist(list(newest.values()), schema=rows.schema).select(schema.names)
         delta = DeltaTable(str(self.table_path(batch.table)))
         metrics = commit_upsert(
-            delta, chosen.cast(schema.arrow()), schema, batch.table, batch.last_seq, batch.updates[-1].release
+            delta, conform_rows(chosen, schema), schema, batch.table, batch.last_seq, batch.updates[-1].release
         )
         self.loads += 1
         applied = metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from loader.core.errors import Conflict
 from loader.core.schema import Column, TableSchema
@@ -166,4 +167,39 @@ def conform_rows(rows: pa.Table, schema: TableSchema | pa.Schema) -> pa.Table:
     for field in target:
         if field.name not in rows.column_names:
             rows = rows.append_column(pa.field(field.name, field.type), pa.nulls(rows.num_rows, field.type))
-    return rows.select(target.names).cast(target)
+    rows = rows.select(target.names)
+    if not any(_nested(f.type) for f in target):
+        return rows.cast(target)
+    columns = [
+        pa.chunked_array([cast_nested(chunk, field.type) for chunk in column.chunks], field.type)
+        if _nested(field.type)
+        else column.cast(field.type)
+        for column, field in zip(rows.columns, target)
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _nested(kind: pa.DataType) -> bool:
+    return pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_map(kind)
+
+
+def cast_nested(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` as ``target``, level by level: pyarrow's cast refuses a NOT NULL field of a
+    struct that holds null where the struct itself is null (which is no value at all), as a
+    reader's rows have it (Spark reads every nested field as nullable)."""
+    if array.type == target:
+        return array
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_struct(target) and pa.types.is_struct(array.type):
+        names = [f.name for f in array.type]
+        children = [cast_nested(pc.struct_field(array, [names.index(f.name)]), f.type) for f in target]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    if pa.types.is_map(target) and pa.types.is_map(array.type):
+        entries = array.values
+        keys = cast_nested(pc.struct_field(entries, [0]), target.key_type)
+        items = cast_nested(pc.struct_field(entries, [1]), target.item_type)
+        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=mask)
+    if pa.types.is_list(target) and pa.types.is_list(array.type) and not pa.types.is_map(array.type):
+        values = cast_nested(array.values, target.value_type)
+        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=mask)
+    return pc.cast(array, target)

@@ -661,6 +661,23 @@ NESTED = TableSchema.model_validate(
                         {"name": "raw", "type": "binary", "nullable": True, "metadata": {}},
                         {"name": "n", "type": "byte", "nullable": False, "metadata": {}},
                         {"name": "day", "type": "date", "nullable": True, "metadata": {}},
+                        {
+                            "name": "codes",
+                            "type": {"type": "array", "elementType": "integer", "containsNull": False},
+                            "nullable": False,
+                            "metadata": {},
+                        },
+                        {
+                            "name": "kv",
+                            "type": {
+                                "type": "map",
+                                "keyType": "long",
+                                "valueType": "float",
+                                "valueContainsNull": False,
+                            },
+                            "nullable": False,
+                            "metadata": {},
+                        },
                     ],
                 },
                 "nullable": True,
@@ -685,7 +702,9 @@ def nested_rows(ids: range) -> pa.Table:
                 if i % 3
                 else ([] if i % 2 else None),
                 "attrs": [("k", [dt.datetime(1, 1, 1), None]), ("", None)] if i % 2 else [],
-                "meta": {"raw": b"\x00\xff", "n": -128, "day": dt.date(1, 1, 1)} if i % 4 else None,
+                "meta": {"raw": b"\x00\xff", "n": -128, "day": dt.date(1, 1, 1), "codes": [i, -1], "kv": [(i, 0.5)]}
+                if i % 4
+                else None,
             }
         )
     return pa.Table.from_pylist(rows, schema=NESTED.arrow())
