@@ -828,7 +828,13 @@ class LoaderService:
                     self.dispatcher.set_paused(table, entry.paused)
         if not change.empty:
             added = [c.name for c in change.added]
-            log.info("table %r: schema changed: columns %s added, %s made nullable", table, added, change.relaxed)
+            log.info(
+                "table %r: schema changed: columns %s added, %s made nullable, nested fields %s added",
+                table,
+                added,
+                change.relaxed,
+                change.fields_added,
+            )
         return change
 
     async def set_policy(self, name: str, params: dict[str, Any]) -> None:

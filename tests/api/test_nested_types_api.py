@@ -15,6 +15,7 @@ import pytest
 from testing.service_harness import OPERATOR, Harness
 
 D = decimal.Decimal
+AUTH = {"Authorization": f"Bearer {OPERATOR}"}
 LINE = {
     "type": "struct",
     "fields": [
@@ -102,4 +103,46 @@ def test_nested_columns_are_declared_checked_survive_the_wal_and_load_exactly(tm
         },
         {"id": 2, "items": [], "attrs": []},
         {"id": 3, "items": None, "attrs": None},
+    ]
+
+
+def test_a_nested_column_takes_a_new_nullable_field_while_the_table_runs(tmp_path: Path) -> None:
+    """PATCH of the schema adds a field inside a struct inside an array: the Delta table takes
+    it, rows before it read it as null; a NOT NULL new field is a 409 naming its path."""
+    line = {"type": "struct", "fields": [{"name": "sku", "type": "string", "nullable": False, "metadata": {}}]}
+    columns = [
+        {"name": "id", "type": "long", "nullable": False},
+        {"name": "items", "type": {"type": "array", "elementType": line, "containsNull": False}},
+    ]
+    with Harness(tmp_path / "data") as h:
+        assert (
+            h.post(
+                "/v1/admin/tables", token=OPERATOR, json={"name": "carts", "schema": {"columns": columns}}
+            ).status_code
+            == 201
+        )
+        r = h.post("/v1/tables/carts/updates", json={"rows": [{"id": 1, "items": [{"sku": "a"}]}]})
+        assert r.status_code == 202, r.text
+        h.wait_loaded("carts", 1)
+        grown = {
+            **line,
+            "fields": [*line["fields"], {"name": "note", "type": "string", "nullable": True, "metadata": {}}],
+        }
+        wider = [columns[0], {**columns[1], "type": {**columns[1]["type"], "elementType": grown}}]
+        strict = {**grown, "fields": [line["fields"][0], {"name": "note", "type": "string", "nullable": False}]}
+        refused = h.client.patch(
+            "/v1/admin/tables/carts/schema",
+            headers=AUTH,
+            json={"columns": [columns[0], {**columns[1], "type": {**columns[1]["type"], "elementType": strict}}]},
+        )
+        assert refused.status_code == 409 and "items[].note: a new field must be nullable" in refused.text, refused.text
+        r = h.client.patch("/v1/admin/tables/carts/schema", headers=AUTH, json={"columns": wider})
+        assert r.status_code == 200 and r.json()["fields_added"] == ["items[].note"], r.text
+        r = h.post("/v1/tables/carts/updates", json={"rows": [{"id": 2, "items": [{"sku": "b", "note": "x"}]}]})
+        assert r.status_code == 202, r.text
+        h.wait_loaded("carts", 2)
+        rows = sorted(h.rows("carts"), key=lambda row: row["id"])
+    assert rows == [
+        {"id": 1, "items": [{"sku": "a", "note": None}]},
+        {"id": 2, "items": [{"sku": "b", "note": "x"}]},
     ]

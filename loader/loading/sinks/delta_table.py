@@ -22,7 +22,8 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
 
 from loader.core.durable_files import fsync_directory
-from loader.core.schema import TableSchema
+from loader.core.evolution import nested_change
+from loader.core.schema import TableSchema, parse_type
 from loader.core.updates import Batch
 from loader.durability.transactions import app_id
 from loader.loading.sinks.view_join import ViewJob, run_view_job
@@ -115,6 +116,17 @@ def create_table(path: Path, schema: pa.Schema, partition_by: list[str] | None =
     fsync_directory(log_dir)
 
 
+def _grows(have: str, want: str) -> bool:
+    """Whether a column of Delta type ``have`` (JSON text) becomes ``want`` as the loader evolves
+    a column: the same type, or a nested type with new nullable fields (evolution.nested_change)."""
+    if have == want:
+        return True
+    if not (have.startswith("{") and want.startswith("{")):
+        return False
+    problems, _ = nested_change(parse_type(json.loads(have)), parse_type(json.loads(want)), "")
+    return not problems
+
+
 def _nullability(nullable: bool) -> str:
     return "nullable" if nullable else "NOT NULL"
 
@@ -194,7 +206,7 @@ class DeltaTables:
         want = _fields(DeltaSchema.from_arrow(schema.arrow()))
         behind = (
             list(want)[: len(have)] == list(have)
-            and all(have[n][0] == want[n][0] and (want[n][1] or not have[n][1]) for n in have)
+            and all(_grows(have[n][0], want[n][0]) and (want[n][1] or not have[n][1]) for n in have)
             and all(want[n][1] for n in list(want)[len(have) :])
             and list(existing.metadata().partition_columns) == list(schema.partition_by)
         )
@@ -206,7 +218,7 @@ class DeltaTables:
                 + "; ".join(schema_differences(existing, schema))
             )
         path = str(self.table_path(table))
-        if len(want) > len(have):
+        if len(want) > len(have) or any(have[n][0] != want[n][0] for n in have):  # (a nested column's new fields too)
             write_deltalake(path, schema.arrow().empty_table(), mode="append", schema_mode="merge")
         now = _fields(DeltaTable(path).schema())
         for name in [n for n in have if want[n][1] and not now[n][1]]:

@@ -743,6 +743,42 @@ def test_nested_columns_load_and_read_back_exactly_in_every_reader(sink: DeltaRs
     assert [f["type"] for f in logged] == [c.type.delta for c in NESTED.columns]
 
 
+def test_rows_acknowledged_before_a_struct_gained_a_field_load_with_it_null(sink: DeltaRsSink, tmp_path: Path) -> None:
+    """A whole spill segment (read in place by Spark) and memory rows, both written before a
+    struct column gained a nullable field, load into the evolved table with the field null."""
+    from loader.core.updates import SpilledRows
+
+    def schema(*extra: dict) -> TableSchema:
+        fields = [{"name": "a", "type": "integer", "nullable": False, "metadata": {}}, *extra]
+        return TableSchema.model_validate(
+            {
+                "columns": [
+                    {"name": "id", "type": "long", "nullable": False},
+                    {"name": "s", "type": {"type": "struct", "fields": fields}},
+                ]
+            }
+        )
+
+    old, new = schema(), schema({"name": "b", "type": "string", "nullable": True, "metadata": {}})
+    sink.ensure_table("grown", old)
+    assert sink.evolve_table("grown", new)
+    before = pa.Table.from_pylist([{"id": 1, "s": {"a": 1}}, {"id": 2, "s": None}], schema=old.arrow())
+    segment = tmp_path / "segment.parquet"
+    pq.write_table(before, segment)
+    spilled = Update(table="grown", seq=1, release=1.0, spilled=SpilledRows(str(segment), 0, 2, 2, 100))
+    memory = rows_update("grown", 2, before.set_column(0, "id", pa.array([3, 4], pa.int64())))
+    after = rows_update("grown", 3, pa.Table.from_pylist([{"id": 5, "s": {"a": 5, "b": "x"}}], schema=new.arrow()))
+    sink.load(Batch("grown", (spilled, memory, after)), new)
+    got = by_id(read_delta(sink.table_path("grown")))
+    assert got == [
+        {"id": 1, "s": {"a": 1, "b": None}},
+        {"id": 2, "s": None},
+        {"id": 3, "s": {"a": 1, "b": None}},
+        {"id": 4, "s": None},
+        {"id": 5, "s": {"a": 5, "b": "x"}},
+    ]
+
+
 def test_rows_chunked_differently_by_column_reach_spark_whole(spark) -> None:
     """pyspark's createDataFrame drops rows of an Arrow table whose columns are chunked
     differently (a column appended to concatenated tables, as the failed load's search and a
