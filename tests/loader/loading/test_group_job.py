@@ -79,6 +79,7 @@ def _batches(tmp_path: Path) -> tuple[list[Batch], list[TableSchema]]:
     landing = tmp_path / "landing"
     landing.mkdir()
     pq.write_table(order_rows(rng, range(100, 130)), landing / "orders.parquet")
+    pq.write_table(nested_rows(range(9, 14)), landing / "nested.parquet")  # (of the table's nested types)
     (landing / "orders.csv").write_text("id,name,amount\n200,ada,1.5\n201,,\n", encoding="utf-8")
     (landing / "events.json").write_text('{"id": 9, "kind": "x"}\n{"id": 10, "kind": "y", "score": 2.5}\n')
     types_rows = pa.table(
@@ -110,7 +111,11 @@ def _batches(tmp_path: Path) -> tuple[list[Batch], list[TableSchema]]:
         Batch("new_types", (rows_update("new_types", 1, _new_type_rows(NEW_TYPES)),)),
         Batch(
             "nested",
-            (rows_update("nested", 1, nested_rows(range(0, 5))), rows_update("nested", 2, nested_rows(range(5, 9)))),
+            (
+                rows_update("nested", 1, nested_rows(range(0, 5))),
+                rows_update("nested", 2, nested_rows(range(5, 9))),
+                file_update("nested", 3, landing / "nested.parquet", FileFormat.parquet),
+            ),
         ),
         Batch("regional", (rows_update("regional", 1, pa.table({"id": [1, 2], "region": ["eu", None]})),)),
     ]
