@@ -583,6 +583,15 @@ class TableSchema(BaseModel):
     key: tuple[str, ...] = ()
     order_by: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _delta_schema(cls, data: Any) -> Any:
+        """A table's schema as its Delta log writes it (``{"type": "struct", "fields": [...]}``,
+        the ``schemaString``), its fields the columns; partition_by and the rest may stand beside."""
+        if isinstance(data, dict) and data.get("type") == "struct" and "fields" in data and "columns" not in data:
+            return {"columns": data["fields"], **{k: v for k, v in data.items() if k not in ("type", "fields")}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> TableSchema:
         names = [c.name for c in self.columns]

@@ -85,6 +85,7 @@ def test_a_schema_pasted_from_a_delta_log_reads_as_the_same_types(tmp_path: Path
     logged = json.loads(DeltaTable(str(tmp_path / "t")).schema().to_json())
     pasted = TableSchema.model_validate({"columns": logged["fields"]})
     assert pasted == schema
+    assert TableSchema.model_validate(logged) == schema  # the whole schemaString, as the log has it
     assert pasted.arrow() == schema.arrow()
     assert json.loads(DeltaSchema.from_arrow(pasted.arrow()).to_json()) == logged
     for column, field in zip(pasted.columns, logged["fields"], strict=True):
