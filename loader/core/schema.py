@@ -385,6 +385,9 @@ def parse_type(value: Any) -> DataTypeValue:
 
 
 def _at(path: str) -> str:
+    """The path's prefix of a message (a long one cut in its middle)."""
+    if len(path) > 100:
+        path = f"{path[:60]}...{path[-30:]}"
     return f"{path}: " if path else ""
 
 
