@@ -274,9 +274,11 @@ def _zero(kind: DataTypeValue) -> str:
         return f"CAST(0BD AS DECIMAL({kind.precision},{kind.scale}))"
     if isinstance(kind, Struct):
         return "named_struct(" + ", ".join(f"'{f.name}', {_zero(f.type)}" for f in kind.fields) + ")"
+    # An empty array or map of non-null elements (so that the coalesce's type keeps the part's
+    # own containsNull, which Spark's DDL cannot say): one zero element, filtered away.
     if isinstance(kind, Array):
-        return f"CAST(array() AS {kind.spark})"
-    return f"CAST(map() AS {kind.spark})"
+        return f"filter(array({_zero(kind.element)}), z -> false)"
+    return f"map_filter(map({_zero(kind.key)}, {_zero(kind.value_type)}), (zk, zv) -> false)"
 
 
 def _strict_parts(kind: DataTypeValue) -> bool:

@@ -741,6 +741,9 @@ def test_nested_columns_load_and_read_back_exactly_in_every_reader(sink: DeltaRs
     assert by_id(read_spark(sink.spark, path, NESTED).select(NESTED.names).cast(loose)) == sent
     logged = json.loads(DeltaTable(str(path)).schema().to_json())["fields"]
     assert [f["type"] for f in logged] == [c.type.delta for c in NESTED.columns]
+    for uri in DeltaTable(str(path)).file_uris():  # Spark wrote the nested parts' nullability too
+        written = pq.read_schema(uri)
+        assert [written.field(n).type for n in NESTED.names] == [f.type for f in NESTED.arrow()]
 
 
 def test_rows_acknowledged_before_a_struct_gained_a_field_load_with_it_null(sink: DeltaRsSink, tmp_path: Path) -> None:
