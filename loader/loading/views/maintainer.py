@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from loader.core.evolution import conform_rows
 from loader.core.views import COUNT_COLUMN, ResolvedView
 from loader.loading.sinks.view_delta import ViewTable
 from loader.loading.sinks.view_join import JobInput, ViewJob
@@ -263,7 +264,9 @@ class ViewMaintainer:
         self.jobs += 1
         arrow = view.schema.arrow()
         names = [name for _, _, name in outputs]
-        typed = pa.table([answer.column(n).cast(arrow.field(n).type) for n in names], names=names)
+        # (conform_rows, not a cast: a nested NOT NULL field Spark read as nullable is null under
+        # a null struct, which pyarrow's cast refuses)
+        typed = conform_rows(answer.select(names), pa.schema([arrow.field(n) for n in names]))
         delta = dict(zip(_tuples(typed), answer.column(COUNT_COLUMN).to_pylist(), strict=True))
         joined = time.perf_counter()
         self.last_job_seconds = joined - started
