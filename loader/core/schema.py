@@ -190,9 +190,8 @@ class Primitive:
 # Declared in Delta's own schema JSON (the transaction log's ``schemaString``), each level with
 # its own nullability: a struct's fields (``nullable``), an array's elements (``containsNull``),
 # a map's values (``valueContainsNull``; a map's keys are never null). Arrow names an array's
-# element ``element`` and a map's entries ``key_value`` (``key``, ``value``), as Parquet's
-# LIST and MAP annotations and delta-rs do, so that a file written from the rows and the
-# table's schema agree field for field.
+# element ``element``, as Parquet's LIST annotation and delta-rs do (pyarrow compares list and
+# map types without the names of their element and entries).
 
 
 @dataclass(frozen=True, slots=True)
