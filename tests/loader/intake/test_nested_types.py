@@ -338,3 +338,19 @@ def test_random_nested_tables_hold_exactly_what_was_sent(
         back = reader(path).select(schema.names).cast(loosened_schema(schema.arrow()))
         got = sorted(back.to_pylist(), key=lambda r: r["id"])
         assert _equal(got, want), (reader.__name__, got, want)
+
+
+def test_csv_and_json_files_carry_no_nested_column_but_may_leave_it_out(tmp_path: Path) -> None:
+    schema = TableSchema.model_validate(
+        {"columns": [{"name": "id", "type": "long"}, {"name": "items", "type": {"type": "array", "elementType": LINE}}]}
+    )
+    landing, owned = tmp_path / "landing", tmp_path / "owned"
+    landing.mkdir()
+    (landing / "with.csv").write_text("id,items\n1,x\n", encoding="utf-8")
+    (landing / "with.json").write_text('{"id": 1, "items": [{"sku": "a"}]}\n', encoding="utf-8")
+    (landing / "without.csv").write_text("id\n1\n", encoding="utf-8")
+    for name in ("with.csv", "with.json"):
+        with pytest.raises(Invalid, match="which a CSV or JSON landing file does not carry"):
+            accept_files([name], landing, owned, schema, "t")
+    (ref,) = accept_files(["without.csv"], landing, owned, schema, "t")
+    assert pq.read_table(ref.path).to_pylist() == [{"id": 1, "items": None}]
