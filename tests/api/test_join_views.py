@@ -355,3 +355,14 @@ def test_a_view_carries_a_nested_payload_and_refuses_to_join_on_one(tmp_path: Pa
 
         want = [(10, {"aisle": 4, "bins": []}, [("c", "blue"), ("d", "x")], 1)]
         h.wait(lambda: rows() == want, 30)
+        # The input's struct gains a field: the view keeps the type it declared, and follows on.
+        grown = {**shelf, "fields": [*shelf["fields"], {"name": "note", "type": "string", "nullable": True}]}
+        columns = [{**c, "type": grown} if c["name"] == "shelf" else c for c in products["schema"]["columns"]]
+        answer = h.client.patch(
+            "/v1/admin/tables/products/schema",
+            json={"columns": columns},
+            headers={"Authorization": f"Bearer {OPERATOR}"},
+        )
+        assert answer.status_code == 200 and answer.json()["fields_added"] == ["shelf.note"], answer.text
+        send(h, "products", [{"pid": 1, "shelf": {"aisle": 5, "bins": None, "note": "new"}, "labels": {}}])
+        h.wait(lambda: rows() == [(10, {"aisle": 5, "bins": None}, [], 1)], 30)
