@@ -176,7 +176,9 @@ class TableStatusModel(BaseModel):
     last_sequence: int
     last_loaded_sequence: int
     delta_version: int | None
-    alpha: float = Field(description="Seconds of loading per second of data (per key: a latest table), the paper's alpha.")
+    alpha: float = Field(
+        description="Seconds of loading per second of data (per key: a latest table), the paper's alpha."
+    )
     overhead_seconds: float
     ms_per_1k_rows: float | None = Field(
         description="alpha in the unit people read: milliseconds of loading per 1,000 rows written, beside the "
@@ -283,6 +285,10 @@ class SchemaBody(BaseModel):
 class SchemaChangeModel(BaseModel):
     added: list[str] = Field(description="Columns added by this call (nullable, read as null in earlier rows).")
     made_nullable: list[str] = Field(description="Columns that were NOT NULL and are now nullable.")
+    fields_added: list[str] = Field(
+        default_factory=list,
+        description="Fields added inside nested columns, by path (`items[].note`; nullable, null in earlier rows).",
+    )
     schema_: dict[str, Any] = Field(alias="schema", description="The table's schema now.")
 
 

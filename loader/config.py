@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from loader.core.errors import StartError
+from loader.core.schema import HARD_MAX_DEPTH, MAX_NESTING_DEPTH, MAX_SCHEMA_FIELDS, check_limits
 from loader.core.tables import TableConfig
 from loader.core.views import ViewConfig
 from loader.durability.wal import Durability
@@ -57,6 +58,11 @@ class IntakeConfig(BaseModel):
     max_landing_file_bytes: int = Field(default=16 << 30, ge=1)
     #: Updates whose data_until lies further than this in the future are refused.
     max_clock_skew_seconds: float = Field(default=5.0, ge=0)
+    #: Deepest nesting of a column's struct, array and map types a table may declare (422 beyond).
+    max_nesting_depth: int = Field(default=MAX_NESTING_DEPTH, ge=1, le=HARD_MAX_DEPTH)
+    #: Most columns, struct fields, array elements and map keys and values a table's schema may
+    #: hold in all (422 beyond).
+    max_schema_fields: int = Field(default=MAX_SCHEMA_FIELDS, ge=1, le=1_000_000)
 
 
 class WalConfig(BaseModel):
@@ -313,6 +319,12 @@ class Settings(BaseSettings):
         tokens = [t.token for t in self.auth_tokens]
         if len(set(tokens)) != len(tokens):
             raise ValueError("auth_tokens holds the same token twice")
+        for table in self.tables:
+            if table.schema_.nested or len(table.schema_.columns) > self.intake.max_schema_fields:
+                try:
+                    check_limits(table.schema_, self.intake.max_nesting_depth, self.intake.max_schema_fields)
+                except ValueError as exc:
+                    raise ValueError(f"table {table.name!r}: {exc}") from None
         return self
 
     @model_validator(mode="after")

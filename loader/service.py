@@ -52,7 +52,7 @@ from loader.core import failpoints
 from loader.core.durable_files import remove_files
 from loader.core.errors import Conflict, Invalid, NotFound, StartError, Unavailable, caused_by, unknown_table
 from loader.core.evolution import SchemaChange, plan_change
-from loader.core.schema import Column, TableSchema, parse_type
+from loader.core.schema import Column, TableSchema, check_limits, parse_type
 from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
 from loader.core.updates import Batch, LoadResult, Update
 from loader.core.views import ViewConfig, resolve
@@ -164,6 +164,7 @@ class LoaderService:
             spill_retry_after=s.spill.retry_after_seconds,
         )
         self.intake.add_columns = self.add_columns_from_feed
+        self.intake.max_depth = s.intake.max_nesting_depth  # what an inferred value may nest
         self.quarantine = QuarantineDesk(quarantine, self.intake, metrics, pending)
         #: Join views (docs/join-views.md): scheduled beside the tables, loaded on the driver.
         self.views = JoinViews(catalog, self.dispatcher, s.warehouse_path)
@@ -616,6 +617,15 @@ class LoaderService:
             next_seq=start + 1, last_release=last_release, committed_seq=committed, next_to_release=start + 1
         )
 
+    def _within_limits(self, table: str, schema: TableSchema) -> None:
+        """A 422 when the schema nests deeper or holds more fields than the intake settings allow."""
+        if not schema.nested and len(schema.columns) <= self.settings.intake.max_schema_fields:
+            return
+        try:
+            check_limits(schema, self.settings.intake.max_nesting_depth, self.settings.intake.max_schema_fields)
+        except ValueError as exc:
+            raise Invalid(f"table {table!r}: {exc}", table=table) from None
+
     async def register_table(self, table: TableConfig) -> CatalogEntry:
         """Register a table (idempotent for the same schema); adopts WAL updates kept for it."""
         await self.register_tables([table])
@@ -632,6 +642,8 @@ class LoaderService:
         repeated = sorted(name for name, n in Counter(t.name for t in tables).items() if n > 1)
         if repeated:
             raise Invalid(f"tables declared more than once: {repeated[:NAMED_IN_MESSAGE]}; declare each once")
+        for table in tables:
+            self._within_limits(table.name, table.schema_)
         async with self._admin_lock:
             new, unchanged, rekeyed, conflicts, viewed = [], [], [], [], []
             for table in tables:
@@ -817,6 +829,7 @@ class LoaderService:
         rows while the Delta table is between the two. Updates acknowledged under the old
         schema load into the new one, new columns null (``conform_rows``).
         """
+        self._within_limits(table, schema)
         async with self._admin_lock:
             entry = self.catalog.entry(table)
             views = {v: self.catalog.views[v].config.join_columns(table) for v in self.views.over(table)}
@@ -853,7 +866,13 @@ class LoaderService:
                     self.dispatcher.set_paused(table, entry.paused)
         if not change.empty:
             added = [c.name for c in change.added]
-            log.info("table %r: schema changed: columns %s added, %s made nullable", table, added, change.relaxed)
+            log.info(
+                "table %r: schema changed: columns %s added, %s made nullable, nested fields %s added",
+                table,
+                added,
+                change.relaxed,
+                change.fields_added,
+            )
         return change
 
     async def set_policy(self, name: str, params: dict[str, Any]) -> None:

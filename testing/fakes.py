@@ -18,7 +18,7 @@ from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id, load_commit
 from loader.intake.landing import read_landing_file
 from loader.loading.sinks.base import load_each
-from loader.loading.sinks.delta_table import schema_differences, unloaded_part
+from loader.loading.sinks.delta_table import create_table, schema_differences, unloaded_part
 from loader.loading.sinks.upsert import ORDER_COLUMN, commit_upsert, ordered_rows
 
 
@@ -36,7 +36,7 @@ class ArrowSink:
     def ensure_table(self, table: str, schema: TableSchema) -> None:
         path = self.table_path(table)
         if not (path / "_delta_log").is_dir():  # (not asking deltalake: 1.5 ms to fail)
-            DeltaTable.create(str(path), schema=schema.arrow(), partition_by=list(schema.partition_by) or None)
+            create_table(path, schema.arrow(), list(schema.partition_by))
             return
         differences = schema_differences(DeltaTable(str(path)), schema)
         if differences:
@@ -87,7 +87,7 @@ class ArrowSink:
         chosen = pa.Table.from_pylist(list(newest.values()), schema=rows.schema).select(schema.names)
         delta = DeltaTable(str(self.table_path(batch.table)))
         metrics = commit_upsert(
-            delta, chosen.cast(schema.arrow()), schema, batch.table, batch.last_seq, batch.updates[-1].release
+            delta, conform_rows(chosen, schema), schema, batch.table, batch.last_seq, batch.updates[-1].release
         )
         self.loads += 1
         applied = metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0)

@@ -122,3 +122,20 @@ def canonical(table: pa.Table | list[dict[str, Any]], columns: list[str] | None 
     rows = table.to_pylist() if isinstance(table, pa.Table) else table
     keep = columns or sorted({k for r in rows for k in r})
     return sorted(json.dumps({k: r.get(k) for k in keep}, sort_keys=True, default=str) for r in rows)
+
+
+def loosened(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every nested field nullable: what a reader's nested values are cast to for
+    comparing them (pyarrow's cast refuses a NOT NULL field's null child under a null parent,
+    which is no value at all)."""
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(f.name, loosened(f.type)) for f in kind])
+    if pa.types.is_map(kind):
+        return pa.map_(pa.field("key", loosened(kind.key_type), nullable=False), loosened(kind.item_type))
+    if pa.types.is_list(kind):
+        return pa.list_(pa.field("element", loosened(kind.value_type)))
+    return kind
+
+
+def loosened_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, loosened(f.type)) for f in schema])

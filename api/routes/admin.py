@@ -138,6 +138,7 @@ async def change_schema(table: str, body: SchemaBody, service: Service, operator
     return {
         "added": [c.name for c in change.added],
         "made_nullable": list(change.relaxed),
+        "fields_added": list(change.fields_added),
         "schema": change.new.model_dump(mode="json"),
     }
 

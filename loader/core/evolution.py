@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from loader.core.errors import Conflict
-from loader.core.schema import Column, TableSchema
+from loader.core.schema import Array, Column, DataTypeValue, Map, Struct, TableSchema
 
 #: Type changes Delta's ``typeWidening`` feature allows (the type names of loader/core/schema.py);
 #: the relation is transitive (int8 -> int64 through int16 and int32). And a decimal's
@@ -49,10 +50,12 @@ class SchemaChange:
     relaxed: tuple[str, ...] = ()
     #: (column, old type, new type) of each widened column.
     widened: tuple[tuple[str, str, str], ...] = ()
+    #: Fields added inside nested columns, by their path (``items[].note``; nullable each).
+    fields_added: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.relaxed or self.widened)
+        return not (self.added or self.relaxed or self.widened or self.fields_added)
 
 
 def type_name(column: Column) -> str:
@@ -89,7 +92,7 @@ def plan_change(
             f"new columns {required} must be nullable (files written before them read them as null): "
             'declare them "nullable": true'
         )
-    relaxed, widened = [], []
+    relaxed, widened, fields_added = [], [], []
     for name, was in before.items():
         now = after.get(name)
         if now is None:
@@ -99,7 +102,17 @@ def plan_change(
         elif not was.nullable and now.nullable:
             relaxed.append(name)
         if type_name(was) != type_name(now):
-            if not _widens(type_name(was), type_name(now)):
+            if not (was.type.primitive and now.type.primitive):
+                problems, grown = nested_change(was.type, now.type, name)
+                if problems:
+                    refusals.append(
+                        f"column {name!r} cannot change from {type_name(was)[:200]} to {type_name(now)[:200]}: "
+                        + "; ".join(problems[:5])
+                        + " (a nested column takes new nullable fields at the end of its structs, nothing else; "
+                        "add a new column instead)"
+                    )
+                fields_added.extend(grown)
+            elif not _widens(type_name(was), type_name(now)):
                 refusals.append(
                     f"column {name!r} cannot change from {type_name(was)} to {type_name(now)}: only widening "
                     f"changes are allowed ({', '.join(f'{a} -> {b}' for a, b in sorted(WIDENINGS))}, a decimal's "
@@ -128,7 +141,42 @@ def plan_change(
             )
     if refusals:
         raise Conflict(f"table {table!r}: " + "; ".join(refusals), table=table, refusals=refusals)
-    return SchemaChange(old, new, added, tuple(relaxed), tuple(widened))
+    return SchemaChange(old, new, added, tuple(relaxed), tuple(widened), tuple(fields_added))
+
+
+def nested_change(old: DataTypeValue, new: DataTypeValue, path: str) -> tuple[list[str], list[str]]:
+    """What cannot change from nested type ``old`` to ``new`` (each named by its path), and the
+    paths of the fields added. A struct may take new fields after its own, each nullable (a
+    reader reads them as null from the files before them, as Delta's readers do); every other
+    part keeps its type and nullability."""
+    if isinstance(old, Struct) and isinstance(new, Struct):
+        problems, added = [], []
+        names = [f.name for f in old.fields]
+        if [f.name for f in new.fields[: len(names)]] != names:
+            return [f"{path}: the fields {names[:20]} stay, in their order, before any new one"], []
+        for was, now in zip(old.fields, new.fields):
+            where = f"{path}.{was.name}"
+            if was.nullable != now.nullable:
+                problems.append(f"{where}: a nested field keeps its nullability")
+            found, grown = nested_change(was.type, now.type, where)
+            problems += found
+            added += grown
+        for extra in new.fields[len(names) :]:
+            if not extra.nullable:
+                problems.append(f"{path}.{extra.name}: a new field must be nullable")
+            added.append(f"{path}.{extra.name}")
+        return problems, added
+    if isinstance(old, Array) and isinstance(new, Array):
+        if old.contains_null != new.contains_null:
+            return [f"{path}: an array keeps its containsNull"], []
+        return nested_change(old.element, new.element, f"{path}[]")
+    if isinstance(old, Map) and isinstance(new, Map):
+        if old.key != new.key or old.value_contains_null != new.value_contains_null:
+            return [f"{path}: a map keeps its key type and its valueContainsNull"], []
+        return nested_change(old.value_type, new.value_type, f"{path}{{value}}")
+    if old != new:
+        return [f"{path}: {str(old)[:80]} cannot become {str(new)[:80]}"], []
+    return [], []
 
 
 def _widens(old: str, new: str) -> bool:
@@ -155,9 +203,67 @@ def conform_rows(rows: pa.Table, schema: TableSchema | pa.Schema) -> pa.Table:
     store, spill segments and quarantine keep the schema they were written with; every load
     path brings them to the table's schema here, once, rather than each in its own way."""
     target = schema if isinstance(schema, pa.Schema) else schema.arrow()
-    if rows.schema.equals(target):
+    nested = any(_nested(f.type) for f in target)
+    if rows.schema.equals(target) and not nested:
         return rows
     for field in target:
         if field.name not in rows.column_names:
             rows = rows.append_column(pa.field(field.name, field.type), pa.nulls(rows.num_rows, field.type))
-    return rows.select(target.names).cast(target)
+    rows = rows.select(target.names)
+    if not nested:
+        return rows.cast(target)
+    columns = [
+        pa.chunked_array([cast_nested(chunk, field.type) for chunk in column.chunks], field.type)
+        if _nested(field.type)
+        else column.cast(field.type)
+        for column, field in zip(rows.columns, target)
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _nested(kind: pa.DataType) -> bool:
+    return pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_map(kind)
+
+
+def cast_nested(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` as ``target``, level by level. pyarrow's cast (pyspark's too, on its way into
+    Spark) refuses a NOT NULL part that holds null where its parent is null, though that null is
+    no value at all (a reader of a Parquet file, Spark's among them, reads every nested field as
+    nullable and leaves such nulls): those are given a value here (``_valid``), never seen."""
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_struct(target) and pa.types.is_struct(array.type):
+        names = [f.name for f in array.type]
+        children = []
+        for field in target:
+            if field.name not in names:  # a field added since the rows were acknowledged: null
+                children.append(pa.nulls(len(array), field.type))
+                continue
+            child = cast_nested(array.field(names.index(field.name)), field.type)
+            children.append(child if field.nullable or not child.null_count else _valid(child))
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    if pa.types.is_map(target) and pa.types.is_map(array.type):
+        entries = array.values
+        keys = cast_nested(entries.field(0), target.key_type)
+        items = cast_nested(entries.field(1), target.item_type)
+        if not target.item_field.nullable and items.null_count:
+            items = _valid(items)
+        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=mask)
+    if pa.types.is_list(target) and pa.types.is_list(array.type) and not pa.types.is_map(array.type):
+        values = cast_nested(array.values, target.value_type)
+        if not target.value_field.nullable and values.null_count:
+            values = _valid(values)
+        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=mask)
+    return array if array.type == target else pc.cast(array, target)
+
+
+def _valid(array: pa.Array) -> pa.Array:
+    """``array`` with no null: each null slot keeps whatever its buffers hold (it lies under a null
+    parent, where no reader looks)."""
+    kind = array.type
+    if pa.types.is_struct(kind):
+        return pa.StructArray.from_arrays([array.field(i) for i in range(kind.num_fields)], fields=list(kind))
+    if pa.types.is_map(kind):
+        return pa.MapArray.from_arrays(array.offsets, array.values.field(0), array.values.field(1), type=kind)
+    if pa.types.is_list(kind):
+        return pa.ListArray.from_arrays(array.offsets, array.values, type=kind)
+    return pa.Array.from_buffers(kind, len(array), [None, *array.buffers()[1:]], offset=array.offset)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any
@@ -131,10 +132,10 @@ _DECIMAL = re.compile(r"^decimal\(\s*(\d{1,3})\s*,\s*(\d{1,3})\s*\)$")
 
 @dataclass(frozen=True, slots=True)
 class Primitive:
-    """A column's type. One class of a small family so that nested types fit beside it: a
-    struct, array or map type will be another frozen class with the same members (``value``,
-    ``arrow``, ``spark``, ``delta``), holding its fields' or elements' types, and
-    ``parse_type`` will read Delta's JSON objects (``{"type": "struct", ...}``) into them."""
+    """A primitive column type. One class of a small family: ``Struct``, ``Array`` and ``Map``
+    (below) are frozen classes with the same members (``value``, ``arrow``, ``spark``,
+    ``delta``) holding their fields' or elements' types, and ``parse_type`` reads Delta's
+    JSON objects (``{"type": "struct", ...}``) into them."""
 
     kind: ColumnType
     precision: int | None = None  # decimal only
@@ -167,6 +168,198 @@ class Primitive:
         """The type as Delta's schema JSON names it."""
         return self.value if self.kind is ColumnType.decimal else DELTA_NAMES[self.kind]
 
+    @property
+    def primitive(self) -> bool:
+        return True
+
+    @property
+    def depth(self) -> int:
+        """Levels of nesting: 0 for a primitive, 1 for a struct of primitives, and so on."""
+        return 0
+
+    @property
+    def field_count(self) -> int:
+        """Struct fields, array elements and map keys and values inside (none here)."""
+        return 0
+
+    def leaves(self) -> Iterator[Primitive]:
+        yield self
+
+
+# -- nested types ------------------------------------------------------------------------------
+# Declared in Delta's own schema JSON (the transaction log's ``schemaString``), each level with
+# its own nullability: a struct's fields (``nullable``), an array's elements (``containsNull``),
+# a map's values (``valueContainsNull``; a map's keys are never null). Arrow names an array's
+# element ``element``, as Parquet's LIST annotation and delta-rs do (pyarrow compares list and
+# map types without the names of their element and entries).
+
+
+@dataclass(frozen=True, slots=True)
+class StructField:
+    """One field of a struct type (metadata, which Delta's JSON may carry, is not kept)."""
+
+    name: str
+    type: DataTypeValue
+    nullable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Struct:
+    fields: tuple[StructField, ...]
+
+    @property
+    def value(self) -> str:
+        """A readable canonical name, nullability included: ``struct<a:int64 not null,b:string>``."""
+        return (
+            "struct<"
+            + ",".join(f"{f.name}:{f.type.value}{'' if f.nullable else ' not null'}" for f in self.fields)
+            + ">"
+        )
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def arrow(self) -> pa.DataType:
+        return pa.struct([pa.field(f.name, f.type.arrow, nullable=f.nullable) for f in self.fields])
+
+    @property
+    def spark(self) -> str:
+        return (
+            "STRUCT<"
+            + ", ".join(f"`{f.name}`: {f.type.spark}{'' if f.nullable else ' NOT NULL'}" for f in self.fields)
+            + ">"
+        )
+
+    @property
+    def delta(self) -> dict[str, Any]:
+        return {
+            "type": "struct",
+            "fields": [
+                {"name": f.name, "type": f.type.delta, "nullable": f.nullable, "metadata": {}} for f in self.fields
+            ],
+        }
+
+    @property
+    def primitive(self) -> bool:
+        return False
+
+    @property
+    def depth(self) -> int:
+        return 1 + max((f.type.depth for f in self.fields), default=0)
+
+    @property
+    def field_count(self) -> int:
+        return sum(1 + f.type.field_count for f in self.fields)
+
+    def leaves(self) -> Iterator[Primitive]:
+        for f in self.fields:
+            yield from f.type.leaves()
+
+
+@dataclass(frozen=True, slots=True)
+class Array:
+    element: DataTypeValue
+    contains_null: bool = True
+
+    @property
+    def value(self) -> str:
+        return f"array<{self.element.value}{'' if self.contains_null else ' not null'}>"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def arrow(self) -> pa.DataType:
+        return pa.list_(pa.field("element", self.element.arrow, nullable=self.contains_null))
+
+    @property
+    def spark(self) -> str:
+        """Spark's DDL has no NOT NULL for elements: ``containsNull`` is kept by the Arrow and
+        Delta schemas, and intake refuses a null element where it is false."""
+        return f"ARRAY<{self.element.spark}>"
+
+    @property
+    def delta(self) -> dict[str, Any]:
+        return {"type": "array", "elementType": self.element.delta, "containsNull": self.contains_null}
+
+    @property
+    def primitive(self) -> bool:
+        return False
+
+    @property
+    def depth(self) -> int:
+        return 1 + self.element.depth
+
+    @property
+    def field_count(self) -> int:
+        return 1 + self.element.field_count
+
+    def leaves(self) -> Iterator[Primitive]:
+        yield from self.element.leaves()
+
+
+@dataclass(frozen=True, slots=True)
+class Map:
+    key: DataTypeValue
+    value_type: DataTypeValue
+    value_contains_null: bool = True
+
+    @property
+    def value(self) -> str:
+        return f"map<{self.key.value},{self.value_type.value}{'' if self.value_contains_null else ' not null'}>"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def arrow(self) -> pa.DataType:
+        return pa.map_(
+            pa.field("key", self.key.arrow, nullable=False),
+            pa.field("value", self.value_type.arrow, nullable=self.value_contains_null),
+        )
+
+    @property
+    def spark(self) -> str:
+        return f"MAP<{self.key.spark}, {self.value_type.spark}>"
+
+    @property
+    def delta(self) -> dict[str, Any]:
+        return {
+            "type": "map",
+            "keyType": self.key.delta,
+            "valueType": self.value_type.delta,
+            "valueContainsNull": self.value_contains_null,
+        }
+
+    @property
+    def primitive(self) -> bool:
+        return False
+
+    @property
+    def depth(self) -> int:
+        return 1 + max(self.key.depth, self.value_type.depth)
+
+    @property
+    def field_count(self) -> int:
+        return 2 + self.key.field_count + self.value_type.field_count
+
+    def leaves(self) -> Iterator[Primitive]:
+        yield from self.key.leaves()
+        yield from self.value_type.leaves()
+
+
+#: Any column type.
+DataTypeValue = Primitive | Struct | Array | Map
+
+#: Defaults of the limits on a declared type (the settings ``intake.max_nesting_depth`` and
+#: ``intake.max_schema_fields`` apply them at registration, ``check_limits``). ``parse_type``
+#: itself stops at HARD_MAX_DEPTH, whatever the settings, so that no declaration makes it recurse
+#: without bound.
+MAX_NESTING_DEPTH = 32
+MAX_SCHEMA_FIELDS = 10_000
+HARD_MAX_DEPTH = 128
+
 
 def decimal(precision: int, scale: int) -> Primitive:
     if not 1 <= precision <= DECIMAL_MAX_PRECISION:
@@ -176,10 +369,29 @@ def decimal(precision: int, scale: int) -> Primitive:
     return Primitive(ColumnType.decimal, precision, scale)
 
 
-def parse_type(value: Any) -> Primitive:
-    """A declared type: a Primitive, or a name (short or Delta's, case-insensitive as Delta's
-    are), ValueError naming the accepted forms otherwise."""
-    if isinstance(value, Primitive):
+_NESTED_FORMS = (
+    '{"type": "struct", "fields": [{"name": ..., "type": ..., "nullable": ..., "metadata": {}}]}, '
+    '{"type": "array", "elementType": ..., "containsNull": ...} or '
+    '{"type": "map", "keyType": ..., "valueType": ..., "valueContainsNull": ...}'
+)
+
+
+def parse_type(value: Any) -> DataTypeValue:
+    """A declared type: a type object, a name (short or Delta's, case-insensitive as Delta's
+    are), or Delta's JSON object of a struct, array or map type (to any depth up to
+    HARD_MAX_DEPTH); ValueError naming the path to the bad part and the accepted forms otherwise."""
+    return _parse(value, "", 0)
+
+
+def _at(path: str) -> str:
+    """The path's prefix of a message (a long one cut in its middle)."""
+    if len(path) > 100:
+        path = f"{path[:60]}...{path[-30:]}"
+    return f"{path}: " if path else ""
+
+
+def _parse(value: Any, path: str, depth: int) -> DataTypeValue:
+    if isinstance(value, (Primitive, Struct, Array, Map)):
         return value
     if isinstance(value, str):
         name = value.strip().lower()
@@ -188,25 +400,137 @@ def parse_type(value: Any) -> Primitive:
             return Primitive(kind)
         match = _DECIMAL.match(name)
         if match:
-            return decimal(int(match.group(1)), int(match.group(2)))
+            try:
+                return decimal(int(match.group(1)), int(match.group(2)))
+            except ValueError as exc:
+                raise ValueError(f"{_at(path)}{exc}") from None
         if name == "decimal":
-            raise ValueError("a decimal type needs its precision and scale, e.g. decimal(10,2)")
+            raise ValueError(f"{_at(path)}a decimal type needs its precision and scale, e.g. decimal(10,2)")
     if isinstance(value, dict) and value.get("type") in ("struct", "array", "map"):
-        raise ValueError(f"{value['type']} types are not supported yet; declare primitive columns")
+        if depth >= HARD_MAX_DEPTH:
+            raise ValueError(f"{_at(path)}types nest deeper than {HARD_MAX_DEPTH} levels")
+        return _nested(value, path, depth + 1)
     names = sorted(n for n in _KIND_NAMES if n != "decimal")
-    raise ValueError(f"unknown column type {str(value)[:60]!r}; types are {names} and decimal(precision,scale)")
+    raise ValueError(
+        f"{_at(path)}unknown column type {_excerpt(value)}; types are {names}, decimal(precision,scale) and "
+        f"Delta's nested types: {_NESTED_FORMS}"
+    )
 
 
-#: A column's declared type as pydantic reads, writes (its canonical name) and documents it.
+def _excerpt(value: Any) -> str:
+    text = repr(value) if not isinstance(value, dict) else "{" + ", ".join(repr(k) for k in list(value)[:5]) + ", ...}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _keys(value: dict[str, Any], path: str, required: set[str], optional: set[str]) -> None:
+    missing = sorted(required - set(value))
+    unknown = sorted(set(value) - required - optional)
+    what = {"struct": "a struct", "array": "an array", "map": "a map"}[value["type"]]
+    if missing:
+        raise ValueError(f"{_at(path)}{what} type needs {missing}")
+    if unknown:
+        raise ValueError(f"{_at(path)}{what} type has no {[str(k)[:60] for k in unknown[:5]]}")
+
+
+def _flag(value: Any, name: str, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{_at(path)}{name} must be true or false, not {_excerpt(value)}")
+    return value
+
+
+def _nested(value: dict[str, Any], path: str, depth: int) -> DataTypeValue:
+    kind = value["type"]
+    if kind == "array":
+        _keys(value, path, {"type", "elementType"}, {"containsNull"})
+        element = _parse(value["elementType"], f"{path}[]", depth)
+        return Array(element, _flag(value.get("containsNull", True), "containsNull", path))
+    if kind == "map":
+        _keys(value, path, {"type", "keyType", "valueType"}, {"valueContainsNull"})
+        key = _parse(value["keyType"], f"{path}{{key}}", depth)
+        if not key.primitive:
+            raise ValueError(
+                f"{path}{{key}}: a map's keys are of a primitive type here (a string, number, date...), not "
+                f"{key.value[:80]} (an array of structs holds entries of any key)"
+            )
+        item = _parse(value["valueType"], f"{path}{{value}}", depth)
+        return Map(key, item, _flag(value.get("valueContainsNull", True), "valueContainsNull", path))
+    _keys(value, path, {"type", "fields"}, set())
+    fields = value["fields"]
+    if not isinstance(fields, list) or not fields:
+        raise ValueError(f"{_at(path)}a struct type's fields must be a list of at least one field")
+    out, seen = [], set()
+    for index, item in enumerate(fields):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ValueError(f"{_at(path)}field {index} must be an object with a name, type and nullable")
+        name = item["name"]
+        where = f"{path}.{name}" if path else name
+        unknown = sorted(set(item) - {"name", "type", "nullable", "metadata"})
+        if unknown or "type" not in item:
+            raise ValueError(f"{where}: a field has a name, type, nullable and metadata only")
+        if "metadata" in item and not isinstance(item["metadata"], dict):
+            raise ValueError(f"{where}: metadata must be an object")
+        check_name(name, "field name")
+        if name.lower() in seen:
+            raise ValueError(f"{where}: the struct has another field of this name (case-insensitive)")
+        seen.add(name.lower())
+        out.append(
+            StructField(name, _parse(item["type"], where, depth), _flag(item.get("nullable", True), "nullable", where))
+        )
+    return Struct(tuple(out))
+
+
+def check_limits(schema: TableSchema, max_depth: int, max_fields: int) -> None:
+    """ValueError when a column's type nests deeper than ``max_depth`` or the schema holds
+    more than ``max_fields`` columns, struct fields, array elements and map keys and values
+    in all (each a column a reader must plan)."""
+    deep = [c.name for c in schema.columns if c.type.depth > max_depth]
+    if deep:
+        raise ValueError(f"columns {deep[:5]} nest types deeper than {max_depth} levels (intake.max_nesting_depth)")
+    total = sum(1 + c.type.field_count for c in schema.columns)
+    if total > max_fields:
+        raise ValueError(
+            f"the schema has {total} columns and nested fields in all, more than {max_fields} "
+            "(intake.max_schema_fields)"
+        )
+
+
+def _serialize(value: DataTypeValue) -> str | dict[str, Any]:
+    return value.value if isinstance(value, Primitive) else value.delta
+
+
+#: A column's declared type as pydantic reads, writes (a primitive's canonical name, a nested
+#: type's Delta JSON) and documents it.
 DataType = Annotated[
-    Primitive,
+    DataTypeValue,
     PlainValidator(parse_type),
-    PlainSerializer(lambda t: t.value, return_type=str),
+    PlainSerializer(_serialize),
     WithJsonSchema(
         {
-            "type": "string",
-            "description": "A short name (int64, float64, ...), Delta's name (long, double, ...) or decimal(p,s).",
-            "examples": ["int64", "long", "decimal(10,2)", "timestamp_ntz"],
+            "anyOf": [
+                {
+                    "type": "string",
+                    "description": "A short name (int64, float64, ...), Delta's name (long, double, ...) or "
+                    "decimal(p,s).",
+                },
+                {
+                    "type": "object",
+                    "description": "A nested type as Delta's schema JSON writes it, to any depth (each level "
+                    "with its own nullability): " + _NESTED_FORMS,
+                    "properties": {"type": {"enum": ["struct", "array", "map"]}},
+                    "required": ["type"],
+                },
+            ],
+            "examples": [
+                "int64",
+                "long",
+                "decimal(10,2)",
+                "timestamp_ntz",
+                {"type": "array", "elementType": "string", "containsNull": False},
+                {
+                    "type": "struct",
+                    "fields": [{"name": "sku", "type": "string", "nullable": False, "metadata": {}}],
+                },
+            ],
         }
     ),
 ]
@@ -227,6 +551,16 @@ class Column(BaseModel):
     name: str
     type: DataType
     nullable: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _delta_field(cls, data: Any) -> Any:
+        """A field of Delta's schema JSON is a column as it is: its ``metadata`` (not kept) may come along."""
+        if isinstance(data, dict) and "metadata" in data:
+            if not isinstance(data["metadata"], dict):
+                raise ValueError("metadata must be an object")
+            data = {k: v for k, v in data.items() if k != "metadata"}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -251,6 +585,15 @@ class TableSchema(BaseModel):
     key: tuple[str, ...] = ()
     order_by: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _delta_schema(cls, data: Any) -> Any:
+        """A table's schema as its Delta log writes it (``{"type": "struct", "fields": [...]}``,
+        the ``schemaString``), its fields the columns; partition_by and the rest may stand beside."""
+        if isinstance(data, dict) and data.get("type") == "struct" and "fields" in data and "columns" not in data:
+            return {"columns": data["fields"], **{k: v for k, v in data.items() if k not in ("type", "fields")}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> TableSchema:
         names = [c.name for c in self.columns]
@@ -266,6 +609,17 @@ class TableSchema(BaseModel):
         if len(self.partition_by) == len(names):
             raise ValueError("at least one column must not be a partition column")
         by_name = {c.name: c for c in self.columns}
+        for what, chosen in (
+            ("partition columns", self.partition_by),
+            ("key columns", self.key),
+            ("order_by column", (self.order_by,) if self.order_by in by_name else ()),
+        ):
+            nested = [n for n in chosen if n in by_name and not by_name[n].type.primitive]
+            if nested:
+                raise ValueError(
+                    f"{what} {nested} are of nested types ({', '.join(str(by_name[n].type)[:80] for n in nested)}); "
+                    f"{what} must be of a primitive type"
+                )
         binary = [p for p in self.partition_by if by_name[p].type.kind is ColumnType.binary]
         if binary:
             raise ValueError(
@@ -317,7 +671,17 @@ class TableSchema(BaseModel):
     @property
     def exact_numbers(self) -> bool:
         """Whether JSON numbers must be parsed from their text (a decimal column takes them exactly)."""
-        return any(c.type.kind is ColumnType.decimal for c in self.columns)
+        return any(
+            c.type.kind is ColumnType.decimal
+            if isinstance(c.type, Primitive)
+            else any(leaf.kind is ColumnType.decimal for leaf in c.type.leaves())
+            for c in self.columns
+        )
+
+    @property
+    def nested(self) -> bool:
+        """Whether a column is of a struct, array or map type."""
+        return not all(c.type.primitive for c in self.columns)
 
     def arrow(self) -> pa.Schema:
         return _arrow_schema(self)

@@ -165,6 +165,19 @@ class ResolvedView:
             raise Invalid(f"view {config.name!r}: a table has that name; choose another name for the view")
         kinds = {name: ("latest" if schema.latest else "append") for name, schema in schemas.items()}
         typed = {name: {c.name: c.type.value for c in schema.columns} for name, schema in schemas.items()}
+        nested = [
+            f"{item.table}.{column}"
+            for item in config.inputs
+            if item.table in schemas
+            for column in config.join_columns(item.table)
+            for c in schemas[item.table].columns
+            if c.name == column and not c.type.primitive
+        ]
+        if nested:
+            raise Invalid(
+                f"view {config.name!r} joins on {sorted(set(nested))}, of nested (struct, array or map) types; a "
+                "view joins on columns of primitive types (nested columns may be among its outputs)"
+            )
         try:
             self.spec: ViewSpec = config.spec(kinds)
             self.graph: JoinGraph = check(self.spec, typed)

@@ -33,6 +33,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -118,6 +119,10 @@ def loads_as_is(file_schema: pa.Schema, table: pa.Schema) -> bool:
         kind = file_schema.field(field.name).type
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
+        if is_nested(field.type):
+            if kind != field.type:  # (a file of the very type, nullability and names included)
+                return False
+            continue
         if not AS_IS[column_kind(field.type)](kind):
             return False
         if pa.types.is_decimal(field.type) and kind != field.type:  # Spark does not rescale a file's decimals
@@ -132,6 +137,10 @@ def text_schema(table: pa.Schema, json: bool) -> pa.Schema:
     row's date is "YYYY-MM-DD"), and binary columns as text: base64, as in a JSON row."""
     fields = []
     for field in table:
+        if is_nested(field.type):  # refused unless absent or null (``_nested_column``): read as pyarrow can
+            keep = json and not any(pa.types.is_map(t) for t in _types_in(field.type))
+            fields.append(field.with_nullable(True) if keep else pa.field(field.name, pa.string()))
+            continue
         kind = column_kind(field.type)
         if kind is ColumnType.float32:
             field = field.with_type(pa.float64())
@@ -168,13 +177,15 @@ def conform(chunk: pa.RecordBatch | pa.Table, table: pa.Schema, text: bool, firs
 
 
 def _convert(values: pa.ChunkedArray, name: str, target: pa.DataType, text: bool, first_row: int) -> pa.ChunkedArray:
-    kind = column_kind(target)
     source = values.type
     if pa.types.is_dictionary(source):
         source = source.value_type
         values = pc.cast(values, source)
     if pa.types.is_null(source):  # a column of nulls only (pandas writes one for an empty object column)
         return pc.cast(values, target)
+    if is_nested(target):
+        return _nested_column(values, name, target, text, first_row)
+    kind = column_kind(target)
     converted = _RULES[kind](_Column(values, source, name, kind, text, first_row, target))
     if converted is None:
         raise Unloadable(_refusal(name, source, kind, target), name)
@@ -484,6 +495,156 @@ def _check_domain(values: pa.ChunkedArray, name: str, kind: ColumnType, first: i
             name,
             first + index,
         )
+
+
+# -- nested columns (struct, array, map) ---------------------------------------------------------
+# Taken from Parquet (and Arrow) files only when the file's column has the table's shape: the same
+# struct fields in the same order, lists and maps where the table has them, and at each leaf the
+# table's very type (no conversion inside a nested value). Nullability is checked value by value
+# (a file's schema may call a field nullable that holds no null), and so is every leaf's domain:
+# dates and timestamps in years 1 to 9999, decimals within their precision.
+
+
+def is_nested(kind: pa.DataType) -> bool:
+    return pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_map(kind)
+
+
+def _types_in(kind: pa.DataType) -> list[pa.DataType]:
+    """``kind`` and every type nested in it."""
+    if pa.types.is_struct(kind):
+        return [kind, *(t for f in kind for t in _types_in(f.type))]
+    if pa.types.is_map(kind):
+        return [kind, *_types_in(kind.key_type), *_types_in(kind.item_type)]
+    if pa.types.is_list(kind):
+        return [kind, *_types_in(kind.value_type)]
+    return [kind]
+
+
+def _shape_difference(source: pa.DataType, target: pa.DataType, path: str) -> str | None:
+    """Where ``source`` differs from ``target`` other than in nullability and in the names of a
+    list's element and a map's entries, as ``path: why``; None when it does not."""
+    if pa.types.is_map(target):
+        if not pa.types.is_map(source):
+            return f"{path}: {source} in the file, a map in the table"
+        return _shape_difference(source.key_type, target.key_type, f"{path}{{key}}") or _shape_difference(
+            source.item_type, target.item_type, f"{path}{{value}}"
+        )
+    if pa.types.is_list(target):
+        if not pa.types.is_list(source) or pa.types.is_map(source):
+            return f"{path}: {source} in the file, a list (array) in the table"
+        return _shape_difference(source.value_type, target.value_type, f"{path}[]")
+    if pa.types.is_struct(target):
+        if not pa.types.is_struct(source):
+            return f"{path}: {source} in the file, a struct in the table"
+        have, want = [f.name for f in source], [f.name for f in target]
+        if have != want:
+            return f"{path}: a struct of fields {have[:20]} in the file, {want[:20]} in the table"
+        for index, field in enumerate(target):
+            found = _shape_difference(source.field(index).type, field.type, f"{path}.{field.name}")
+            if found:
+                return found
+        return None
+    if source != target:
+        return f"{path}: {source} in the file, {target} in the table (inside a nested column, types are not converted)"
+    return None
+
+
+def _nested_column(
+    values: pa.ChunkedArray, name: str, target: pa.DataType, text: bool, first_row: int
+) -> pa.ChunkedArray:
+    if text:
+        if values.null_count == len(values):
+            return pa.chunked_array([pa.nulls(len(values), target)])
+        raise Unloadable(
+            f"column {name!r} is of a nested type ({target}), which a CSV or JSON landing file does not carry; "
+            "send its rows as JSON rows, or the file as Parquet",
+            name,
+        )
+    difference = _shape_difference(values.type, target, name)
+    if difference is not None:
+        raise Unloadable(
+            f"column {name!r} does not have the table's nested type: {difference}; write it as {target}", name
+        )
+    # Checked as the file holds it (the leaves are of the table's types, the nullability is the
+    # table's), then cast: the cast refuses a null where the table holds none, without a row.
+    whole = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    _check_nested(whole, target, None, name, name, first_row)
+    return values.cast(target) if values.type != target else values
+
+
+def _row(rows: pa.Array | None, index: int) -> int:
+    return index if rows is None else rows[index].as_py()
+
+
+def _check_nested(
+    array: pa.Array, target: pa.DataType, rows: pa.Array | None, path: str, name: str, first: int
+) -> None:
+    """Every value of ``array`` (of type ``target``; ``rows``: each value's row in the chunk, None
+    when the n-th value is row n) within its type: no null where the type holds none, leaves
+    within their domain; Unloadable naming the row and the path otherwise."""
+
+    def refuse(index: int, where: str, why: str) -> Unloadable:
+        row = first + _row(rows, index)
+        return Unloadable(f"row {row}: column {name!r}: {where}: {why}", name, row)
+
+    if pa.types.is_struct(target):
+        valid = array.is_valid()
+        for index, field in enumerate(target):
+            child = pc.struct_field(array, [index])
+            where = f"{path}.{field.name}"
+            if not field.nullable:
+                found = _first(pc.and_(valid, child.is_null()))
+                if found is not None:
+                    raise refuse(found, where, "null, but the field is not nullable")
+            _check_nested(child, field.type, rows, where, name, first)
+        return
+    if pa.types.is_list(target) or pa.types.is_map(target):
+        if len(array) == 0 or array.null_count == len(array):
+            return
+        if pa.types.is_map(target):  # as the list of its entries (key, value) it is
+            array = pa.ListArray.from_arrays(array.offsets, array.values, mask=array.is_null())
+        lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
+        parents = pa.array(np.repeat(np.arange(len(array)), lengths))  # each element's list
+        inner_rows = parents if rows is None else pc.take(rows, parents)
+        flat = pc.list_flatten(array)  # (a null list holds no element, whatever its offsets say)
+        if pa.types.is_map(target):
+            keys, items = pc.struct_field(flat, [0]), pc.struct_field(flat, [1])
+            found = _first(keys.is_null())
+            if found is not None:
+                raise refuse(found, f"{path}{{key}}", "a null map key, which no map key may be")
+            _check_nested(keys, target.key_type, inner_rows, f"{path}{{key}}", name, first)
+            if not target.item_field.nullable:
+                found = _first(items.is_null())
+                if found is not None:
+                    raise refuse(found, f"{path}{{value}}", "a null value, but valueContainsNull is false")
+            _check_nested(items, target.item_type, inner_rows, f"{path}{{value}}", name, first)
+            return
+        element = target.value_field
+        if not element.nullable:
+            found = _first(flat.is_null())
+            if found is not None:
+                position = found - _first(pc.equal(parents, parents[found]))  # type: ignore[operator]
+                raise refuse(found, f"{path}[{position}]", "a null element, but containsNull is false")
+        _check_nested(flat, element.type, inner_rows, f"{path}[]", name, first)
+        return
+    if array.null_count == len(array):
+        return
+    kind = column_kind(target)
+    if kind is ColumnType.decimal:
+        top = _DIGITS.subtract(
+            _DIGITS.power(10, target.precision - target.scale), decimal.Decimal(1).scaleb(-target.scale)
+        )
+        found = _first(pc.greater(pc.abs(array), pa.scalar(top, target)))
+        if found is not None:
+            raise refuse(found, path, f"a value of more than {target.precision} digits, outside {_shown(target)}")
+    elif kind is ColumnType.date or kind in (ColumnType.timestamp, ColumnType.timestamp_ntz):
+        raw = pc.cast(array, pa.int32() if kind is ColumnType.date else pa.int64())
+        low, high = _DAYS if kind is ColumnType.date else _MICROS
+        found = _first(pc.or_(pc.less(raw, low), pc.greater(raw, high)))
+        if found is not None:
+            value = raw[found].as_py()
+            text = _day(value) if kind is ColumnType.date else _instant(value)
+            raise refuse(found, path, f"{text}, outside the {kind.value} range of years 1 to 9999")
 
 
 def _civil(days: int) -> tuple[int, int, int]:

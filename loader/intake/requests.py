@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from loader.core.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
-from loader.core.schema import ColumnType, TableSchema, check_name
+from loader.core.schema import Array, ColumnType, DataTypeValue, Primitive, Struct, TableSchema, check_name
 from loader.core.updates import MAX_RECORD_BYTES
 from loader.intake.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
 
@@ -263,6 +263,39 @@ _WIDTH = {
     ColumnType.date: 4,
     ColumnType.timestamp: 8,
 }
+
+
+def _width(kind: DataTypeValue) -> int:
+    """Bytes of a value of ``kind`` (a null one too: a struct's fields take their room),
+    not counting an array's or map's elements (``_elements``)."""
+    if isinstance(kind, Primitive):
+        return _WIDTH[kind.kind]
+    if isinstance(kind, Struct):
+        return 1 + sum(_width(f.type) for f in kind.fields)
+    return 4  # an array's or map's offset
+
+
+def _elements(kind: DataTypeValue, value: Any) -> int:
+    """Bytes of the elements of the arrays and maps inside ``value`` (a JSON value, unchecked)."""
+    if isinstance(kind, Primitive) or value is None:
+        return 0
+    if isinstance(kind, Struct):
+        if type(value) is not dict:
+            return 0
+        return sum(_elements(f.type, value.get(f.name)) for f in kind.fields if not f.type.primitive)
+    if type(value) not in (list, dict):
+        return 0
+    if isinstance(kind, Array):
+        inner = kind.element
+        total = len(value) * _width(inner)
+        return total if inner.primitive else total + sum(_elements(inner, v) for v in value)
+    entries = len(value) * (_width(kind.key) + _width(kind.value_type))
+    if kind.value_type.primitive:
+        return entries
+    items = value.values() if type(value) is dict else [e.get("value") for e in value if type(e) is dict]
+    return entries + sum(_elements(kind.value_type, v) for v in items)
+
+
 #: A request's rows may take this many times ``max_body_bytes`` as columns. JSON rows are
 #: usually larger than their columns; a row such as ``{}`` of a wide table of nullable
 #: columns is not (3 bytes of JSON, 8 bytes per column), so without a cap a body within
@@ -277,8 +310,17 @@ def check_expansion(requests: list[UpdateRequest], schemas: dict[str, TableSchem
     for request in requests:
         if request.rows is None:
             continue
-        width = sum(_WIDTH[c.type.kind] for c in schemas[request.table].columns)
+        schema = schemas[request.table]
+        width = sum(_width(c.type) for c in schema.columns)
         total += len(request.rows) * width
+        if schema.nested:  # an array's or map's elements cost as many values again each
+            total += sum(
+                _elements(c.type, row.get(c.name))
+                for row in request.rows
+                if type(row) is dict
+                for c in schema.columns
+                if not c.type.primitive
+            )
         if total > limit:
             raise TooLarge(
                 f"the rows of this request would take about {total:,} bytes of memory as columns "

@@ -23,7 +23,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loader.core.errors import Invalid
-from loader.core.schema import FLOAT32_MAX, INT_RANGES, ColumnType, Primitive, TableSchema
+from loader.core.schema import (
+    FLOAT32_MAX,
+    INT_RANGES,
+    Array,
+    ColumnType,
+    DataTypeValue,
+    Map,
+    Primitive,
+    Struct,
+    TableSchema,
+)
 
 _INT_RANGE = INT_RANGES
 _F32 = struct.Struct("<f")
@@ -47,7 +57,12 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 class _Bad(ValueError):
-    pass
+    """A value outside its type's domain; ``path`` is where inside a nested value (``[3].sku``),
+    empty for a column's value itself."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def quote(value: Any) -> str:
@@ -307,8 +322,121 @@ _COLUMN_CHECKS: dict[ColumnType, Callable[[list[Any]], bool]] = {
     ColumnType.boolean: lambda values: all(type(v) is bool for v in values),
 }
 
-def _converter(kind: Primitive) -> Callable[[Any], Any]:
-    return _decimal(kind) if kind.kind is ColumnType.decimal else _CONVERTERS[kind.kind]
+def _converter(kind: DataTypeValue) -> Callable[[Any], Any]:
+    if isinstance(kind, Primitive):
+        return _decimal(kind) if kind.kind is ColumnType.decimal else _CONVERTERS[kind.kind]
+    if isinstance(kind, Struct):
+        return _struct(kind)
+    if isinstance(kind, Array):
+        return _array(kind)
+    return _map(kind)
+
+
+def _null(path: str, nullable: bool, present: bool, what: str) -> None:
+    if not nullable:
+        raise _Bad(f"{what} is required (not nullable) but {'null' if present else 'missing'}", path)
+
+
+def _struct(kind: Struct) -> Callable[[Any], dict[str, Any]]:
+    """A JSON object of the struct's fields (a missing field is null), as a dict of every field."""
+    fields = tuple((f.name, f.nullable, _converter(f.type)) for f in kind.fields)
+    names = frozenset(f.name for f in kind.fields)
+
+    def convert(value: Any) -> dict[str, Any]:
+        if type(value) is not dict:
+            raise _Bad(f"expected a JSON object of fields {sorted(names)[:10]}, got {quote(value)}")
+        if not names.issuperset(value):
+            unknown = sorted(str(k) for k in set(value) - names)[0]
+            raise _Bad(f"unknown field {quote(unknown)}; fields are {sorted(names)[:20]}")
+        out = {}
+        for name, nullable, inner in fields:
+            item = value.get(name)
+            if item is None:
+                _null(f".{name}", nullable, name in value, "the field")
+                out[name] = None
+                continue
+            try:
+                out[name] = inner(item)
+            except _Bad as exc:
+                raise _Bad(str(exc), f".{name}{exc.path}") from None
+        return out
+
+    return convert
+
+
+def _array(kind: Array) -> Callable[[Any], list[Any]]:
+    inner, contains_null = _converter(kind.element), kind.contains_null
+
+    def convert(value: Any) -> list[Any]:
+        if type(value) is not list:
+            raise _Bad(f"expected a JSON array, got {quote(value)}")
+        out = []
+        for index, item in enumerate(value):
+            if item is None:
+                _null(f"[{index}]", contains_null, True, "an element (containsNull is false)")
+                out.append(None)
+                continue
+            try:
+                out.append(inner(item))
+            except _Bad as exc:
+                raise _Bad(str(exc), f"[{index}]{exc.path}") from None
+        return out
+
+    return convert
+
+
+def _map(kind: Map) -> Callable[[Any], list[tuple[Any, Any]]]:
+    """A JSON object (for string keys), or a JSON array of ``{"key": ..., "value": ...}``
+    entries (keys of any type); a key is never null and never repeats."""
+    keys, values, contains_null = _converter(kind.key), _converter(kind.value_type), kind.value_contains_null
+    text_keys = isinstance(kind.key, Primitive) and kind.key.kind is ColumnType.string
+
+    def entry(key: Any, item: Any, where: str, out: list[tuple[Any, Any]], seen: set[Any]) -> None:
+        if key is None:
+            raise _Bad("a map key is null, which no map key may be", where)
+        try:
+            converted = keys(key)
+        except _Bad as exc:
+            raise _Bad(f"key: {exc}", where) from None
+        if converted in seen:
+            raise _Bad(f"key {quote(key)} repeats; a map holds each key once", where)
+        seen.add(converted)
+        if item is None:
+            _null(where, contains_null, True, "a value (valueContainsNull is false)")
+            out.append((converted, None))
+            return
+        try:
+            out.append((converted, values(item)))
+        except _Bad as exc:
+            raise _Bad(str(exc), f"{where}{exc.path}") from None
+
+    def convert(value: Any) -> list[tuple[Any, Any]]:
+        out: list[tuple[Any, Any]] = []
+        seen: set[Any] = set()
+        if type(value) is dict:
+            if not text_keys:
+                raise _Bad(
+                    f"a map of {kind.key} keys is a JSON array of {{\"key\": ..., \"value\": ...}} entries "
+                    f"(a JSON object's keys are strings), got {quote(value)}"
+                )
+            for key, item in value.items():
+                entry(key, item, f"[{quote(key)}]", out, seen)
+            return out
+        if type(value) is not list:
+            raise _Bad(
+                f'expected a JSON object or an array of {{"key": ..., "value": ...}} entries, got {quote(value)}'
+            )
+        for index, item in enumerate(value):
+            if type(item) is not dict or "key" not in item or not {"key", "value"}.issuperset(item):
+                raise _Bad(f'expected an entry {{"key": ..., "value": ...}}, got {quote(item)}', f"[{index}]")
+            entry(item["key"], item.get("value"), f"[{index}]", out, seen)
+        return out
+
+    return convert
+
+
+def _column_check(kind: DataTypeValue) -> Callable[[list[Any]], bool] | None:
+    return _COLUMN_CHECKS.get(kind.kind) if isinstance(kind, Primitive) else None
 
 
 _PLANS: dict[int, _RowPlan] = {}
@@ -328,8 +456,8 @@ def _plan(schema: TableSchema) -> _RowPlan:
             tuple((c.name, c.nullable, _converter(c.type)) for c in schema.columns),
             arrow,
             tuple(f.type for f in arrow),
-            tuple((c.name, c.nullable, _COLUMN_CHECKS[c.type.kind]) for c in schema.columns)
-            if all(c.type.kind in _COLUMN_CHECKS for c in schema.columns)
+            tuple((c.name, c.nullable, _column_check(c.type)) for c in schema.columns)  # type: ignore[misc]
+            if all(_column_check(c.type) is not None for c in schema.columns)
             else None,
         )
         _PLANS[id(schema)] = plan
@@ -413,6 +541,15 @@ def _converted_columns(rows: Sequence[Any], rowplan: _RowPlan, table: str) -> li
             try:
                 column.append(convert(value))
             except _Bad as exc:
+                if exc.path:
+                    where = f"{name}{exc.path}"
+                    raise Invalid(
+                        f"row {index} of table {table!r}: column {name!r}: {where}: {exc}; {RESEND}",
+                        table=table,
+                        row=index,
+                        column=name,
+                        path=where,
+                    ) from None
                 raise Invalid(
                     f"row {index} of table {table!r}: column {name!r}: {exc}; {RESEND}",
                     table=table,

@@ -304,3 +304,65 @@ def test_a_view_joined_on_a_decimal_carries_new_types_exactly(tmp_path: Path) ->
         b"\x00\xff",
         -128,
     )
+
+
+def test_a_view_carries_a_nested_payload_and_refuses_to_join_on_one(tmp_path: Path) -> None:
+    """A payload of nested columns (a struct holding an array, a map) reaches the view exactly,
+    updated when its latest input's value changes; joining on a nested column is a 422."""
+    shelf = {
+        "type": "struct",
+        "fields": [
+            {"name": "aisle", "type": "short", "nullable": False, "metadata": {}},
+            {"name": "bins", "type": {"type": "array", "elementType": "string", "containsNull": True},
+             "nullable": True, "metadata": {}},
+        ],
+    }
+    products = {
+        "name": "products",
+        "schema": {
+            "columns": [
+                {"name": "pid", "type": "long", "nullable": False},
+                {"name": "shelf", "type": shelf},
+                {"name": "labels", "type": {"type": "map", "keyType": "string", "valueType": "string"}},
+            ]
+        },
+        "mode": "latest",
+        "key": ["pid"],
+    }
+    picks = {"name": "picks", "schema": {"columns": [{"name": "kid", "type": "long"}, {"name": "pid", "type": "long"},
+                                                     {"name": "shelf", "type": shelf}]}}
+    view = {
+        "name": "picked",
+        "inputs": [{"table": "picks", "alias": "k"}, {"table": "products", "alias": "p"}],
+        "on": ["k.pid = p.pid"],
+        "select": ["k.kid", "p.shelf", "p.labels"],
+    }
+    with Harness(tmp_path / "data") as h:
+        for table in (products, picks):
+            assert h.post("/v1/admin/tables", token=OPERATOR, json=table).status_code == 201
+        on_nested = {**view, "name": "bad", "on": ["k.shelf = p.shelf"]}
+        refused = h.post("/v1/admin/views", token=OPERATOR, json=on_nested)
+        assert refused.status_code == 422 and "nested" in refused.text, refused.text
+        assert h.post("/v1/admin/views", token=OPERATOR, json=view).status_code == 201
+        send(h, "products", [{"pid": 1, "shelf": {"aisle": 3, "bins": ["a", None]}, "labels": {"c": "red"}}])
+        send(h, "picks", [{"kid": 10, "pid": 1}, {"kid": 11, "pid": 2}])
+        send(h, "products", [{"pid": 1, "shelf": {"aisle": 4, "bins": []}, "labels": {"c": "blue", "d": "x"}}])
+
+        def rows() -> list[tuple]:
+            if not (h.settings.warehouse_path / "picked").exists():
+                return []
+            return [(r["kid"], r["shelf"], r["labels"], r["__loader_count"]) for r in h.rows("picked")]
+
+        want = [(10, {"aisle": 4, "bins": []}, [("c", "blue"), ("d", "x")], 1)]
+        h.wait(lambda: rows() == want, 30)
+        # The input's struct gains a field: the view keeps the type it declared, and follows on.
+        grown = {**shelf, "fields": [*shelf["fields"], {"name": "note", "type": "string", "nullable": True}]}
+        columns = [{**c, "type": grown} if c["name"] == "shelf" else c for c in products["schema"]["columns"]]
+        answer = h.client.patch(
+            "/v1/admin/tables/products/schema",
+            json={"columns": columns},
+            headers={"Authorization": f"Bearer {OPERATOR}"},
+        )
+        assert answer.status_code == 200 and answer.json()["fields_added"] == ["shelf.note"], answer.text
+        send(h, "products", [{"pid": 1, "shelf": {"aisle": 5, "bins": None, "note": "new"}, "labels": {}}])
+        h.wait(lambda: rows() == [(10, {"aisle": 5, "bins": None}, [], 1)], 30)

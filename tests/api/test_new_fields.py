@@ -122,3 +122,46 @@ def test_an_unknown_policy_is_refused(tmp_path: Path, policy: str) -> None:
     with Harness(tmp_path / "data") as h:
         r = register(h, policy)
         assert r.status_code == 422 and "on_new_fields" in r.text, r.text
+
+
+NESTED = [
+    {"name": "id", "type": "int64", "nullable": False},
+    {
+        "name": "user",
+        "type": {"type": "struct", "fields": [{"name": "name", "type": "string", "nullable": True, "metadata": {}}]},
+    },
+]
+
+
+def test_add_infers_objects_and_lists_and_grows_a_struct_by_its_new_fields(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as h:
+        body = {"name": "events", "schema": {"columns": NESTED}, "on_new_fields": "add"}
+        assert h.post("/v1/admin/tables", token=OPERATOR, json=body).status_code == 201
+        rows = [
+            {"id": 1, "user": {"name": "ann", "age": 31}, "tags": ["a", "b"], "geo": {"lat": 1.5, "lon": 2}},
+            {"id": 2, "user": {"name": "bo", "address": {"city": "Oslo"}}, "tags": [], "geo": {"lat": -1}},
+        ]
+        r = send(h, rows)
+        assert r.status_code == 202, r.text
+        fields = {f.name: f for f in DeltaTable(str(h.settings.warehouse_path / "events")).schema().fields}
+        user = [(f.name, f.nullable) for f in fields["user"].type.fields]
+        assert user == [("name", True), ("age", True), ("address", True)]
+        assert [(f.name, str(f.type.type)) for f in fields["geo"].type.fields] == [("lat", "double"), ("lon", "long")]
+        assert str(fields["tags"].type.element_type.type) == "string"
+        h.wait_loaded("events", r.json()["updates"][0]["sequence"])
+        got = sorted(h.rows("events"), key=lambda row: row["id"])
+        assert got[0]["user"] == {"name": "ann", "age": 31, "address": None}
+        assert got[1]["user"] == {"name": "bo", "age": None, "address": {"city": "Oslo"}}
+        assert got[0]["geo"] == {"lat": 1.5, "lon": 2} and got[1]["tags"] == []
+        r = send(h, [{"id": 3, "user": {"age": "old"}}])  # the field has a type now
+        assert r.status_code == 422 and "user.age" in r.json()["message"], r.text
+
+
+def test_ignore_drops_new_fields_inside_structs_too(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as h:
+        body = {"name": "events", "schema": {"columns": NESTED}, "on_new_fields": "ignore"}
+        assert h.post("/v1/admin/tables", token=OPERATOR, json=body).status_code == 201
+        r = send(h, [{"id": 1, "user": {"name": "ann", "age": 31}, "extra": 1}])
+        assert r.status_code == 202, r.text
+        h.wait_loaded("events", r.json()["updates"][0]["sequence"])
+        assert h.rows("events") == [{"id": 1, "user": {"name": "ann"}}]

@@ -151,6 +151,16 @@ def test_old_names_as_keyword_arguments_keep_the_precedence(monkeypatch: pytest.
         ('[spark]\nmode = "remote"\n', "spark.mode"),
         ('[spark]\nmode = "connect"\nremote = "localhost:15002"\n', "spark.remote"),
         ('[spark]\nmode = "classic"\nremote = "sc://spark:15002"\n', 'set mode = "connect"'),
+        (
+            '[intake]\nmax_nesting_depth = 1\n[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = '
+            '{ type = "array", elementType = { type = "array", elementType = "long" } } }]\n',
+            "table 'a': columns ['x'] nest types deeper than 1 levels (intake.max_nesting_depth)",
+        ),
+        (
+            '[intake]\nmax_schema_fields = 2\n[[tables]]\nname = "a"\nschema.columns = [{ name = "x", type = '
+            '{ type = "map", keyType = "string", valueType = "long" } }]\n',
+            "more than 2 (intake.max_schema_fields)",
+        ),
     ],
 )
 def test_mistakes_are_named(tmp_path: Path, text: str, fragment: str) -> None:

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
-from loader.core.schema import ColumnType, TableSchema
+from loader.core.schema import ColumnType, Primitive, TableSchema
 
 #: Spark's directory name for a null (or empty-string) partition value.
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -135,7 +135,8 @@ def file_stats(path: str, schema: TableSchema) -> FileStats:
             stats = chunk.statistics if chunk.is_stats_set else None
             bounds.setdefault(chunk.path_in_schema, _Bounds()).add(stats, group.num_rows)
     out = FileStats(num_records=meta.num_rows)
-    kinds = {c.name: c.type.kind for c in schema.columns}
+    # (nested columns' leaves are named by their path, ``s.a``: no statistics, which costs skipping only)
+    kinds = {c.name: c.type.kind for c in schema.columns if isinstance(c.type, Primitive)}
     for name, b in bounds.items():
         kind = kinds.get(name)
         if kind is None:
@@ -173,7 +174,7 @@ def _partition_value(raw: str, kind: ColumnType) -> str | None:
 
 def partition_values(relative: PurePosixPath, schema: TableSchema) -> dict[str, str | None]:
     """Partition values of a file from its hive-style directories (``col=value/...``)."""
-    kinds = {c.name: c.type.kind for c in schema.columns}
+    kinds = {c.name: c.type.kind for c in schema.columns if isinstance(c.type, Primitive)}
     values: dict[str, str | None] = {}
     for part in relative.parent.parts:
         name, sep, raw = part.partition("=")

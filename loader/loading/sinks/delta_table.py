@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import time
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +21,9 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
 
-from loader.core.schema import TableSchema
+from loader.core.durable_files import fsync_directory
+from loader.core.evolution import nested_change
+from loader.core.schema import TableSchema, parse_type
 from loader.core.updates import Batch
 from loader.durability.transactions import app_id
 from loader.loading.sinks.view_join import ViewJob, run_view_job
@@ -43,6 +48,83 @@ def _fields(schema: DeltaSchema) -> dict[str, tuple[str, bool]]:
         )
         for f in fields
     }
+
+
+def _has_nested_ntz(kind: pa.DataType, nested: bool = False) -> bool:
+    if pa.types.is_struct(kind):
+        return any(_has_nested_ntz(f.type, True) for f in kind)
+    if pa.types.is_map(kind):
+        return _has_nested_ntz(kind.key_type, True) or _has_nested_ntz(kind.item_type, True)
+    if pa.types.is_list(kind):
+        return _has_nested_ntz(kind.value_type, True)
+    return nested and pa.types.is_timestamp(kind) and kind.tz is None
+
+
+def create_table(path: Path, schema: pa.Schema, partition_by: list[str] | None = None, name: str | None = None) -> None:
+    """A new Delta table at ``path`` (``DeltaTable.create``, mode "error").
+
+    deltalake 1.6 asks for Delta's ``timestampNtz`` feature only for a top-level timestamp_ntz
+    column, then refuses its own new table when one is nested in a struct, array or map
+    ("Table contains TIMESTAMP_NTZ columns but does not have the required 'timestampNtz'
+    feature"). For such a schema the same first commit is written here: the protocol with the
+    feature in reader and writer features (3/7, as deltalake writes it for a flat column), the
+    table's metadata, created exclusively (a hard link that fails if the commit exists)."""
+    if not any(_has_nested_ntz(f.type) for f in schema):
+        DeltaTable.create(str(path), schema, mode="error", partition_by=partition_by or None, name=name)
+        return
+    log_dir = path / "_delta_log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    now = int(time.time() * 1000)
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["timestampNtz"],
+        "writerFeatures": ["timestampNtz"],
+    }
+    metadata = {
+        "id": str(uuid.uuid4()),
+        "name": name,
+        "description": None,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": DeltaSchema.from_arrow(schema).to_json(),
+        "partitionColumns": list(partition_by or []),
+        "createdTime": now,
+        "configuration": {},
+    }
+    info = {
+        "timestamp": now,
+        "operation": "CREATE TABLE",
+        "operationParameters": {
+            "mode": "ErrorIfExists",
+            "location": path.resolve().as_uri(),
+            "protocol": json.dumps(protocol),
+            "metadata": json.dumps(metadata),
+        },
+        "engineInfo": "loader",
+    }
+    text = "".join(json.dumps(a) + "\n" for a in ({"commitInfo": info}, {"protocol": protocol}, {"metaData": metadata}))
+    first = log_dir / f"{0:020d}.json"
+    tmp = log_dir / f".{first.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(text.encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, first)  # FileExistsError: the table exists
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_directory(log_dir)
+
+
+def _grows(have: str, want: str) -> bool:
+    """Whether a column of Delta type ``have`` (JSON text) becomes ``want`` as the loader evolves
+    a column: the same type, or a nested type with new nullable fields (evolution.nested_change)."""
+    if have == want:
+        return True
+    if not (have.startswith("{") and want.startswith("{")):
+        return False
+    problems, _ = nested_change(parse_type(json.loads(have)), parse_type(json.loads(want)), "")
+    return not problems
 
 
 def _nullability(nullable: bool) -> str:
@@ -99,13 +181,7 @@ class DeltaTables:
         if existing is None:
             path = self.table_path(table)
             path.mkdir(parents=True, exist_ok=True)
-            DeltaTable.create(
-                str(path),
-                schema.arrow(),
-                mode="error",
-                partition_by=list(schema.partition_by) or None,
-                name=table,
-            )
+            create_table(path, schema.arrow(), list(schema.partition_by), name=table)
             return
         differences = schema_differences(existing, schema)
         if differences:
@@ -130,7 +206,7 @@ class DeltaTables:
         want = _fields(DeltaSchema.from_arrow(schema.arrow()))
         behind = (
             list(want)[: len(have)] == list(have)
-            and all(have[n][0] == want[n][0] and (want[n][1] or not have[n][1]) for n in have)
+            and all(_grows(have[n][0], want[n][0]) and (want[n][1] or not have[n][1]) for n in have)
             and all(want[n][1] for n in list(want)[len(have) :])
             and list(existing.metadata().partition_columns) == list(schema.partition_by)
         )
@@ -142,7 +218,7 @@ class DeltaTables:
                 + "; ".join(schema_differences(existing, schema))
             )
         path = str(self.table_path(table))
-        if len(want) > len(have):
+        if len(want) > len(have) or any(have[n][0] != want[n][0] for n in have):  # (a nested column's new fields too)
             write_deltalake(path, schema.arrow().empty_table(), mode="append", schema_mode="merge")
         now = _fields(DeltaTable(path).schema())
         for name in [n for n in have if want[n][1] and not now[n][1]]:

@@ -22,7 +22,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from loader.core.evolution import conform_rows
-from loader.core.schema import TableSchema
+from loader.core.schema import Array, ColumnType, DataTypeValue, Map, Primitive, Struct, TableSchema
+from loader.core.schema import Column as Column_
 from loader.core.updates import Batch, FileFormat, FileRef, SpilledRows
 from loader.loading.spark import DEFAULT_LEAN, sql_functions
 
@@ -237,6 +238,88 @@ def _files_frames(spark: SparkSession, files: Sequence[FileRef], schema: TableSc
     return frames
 
 
+# -- nested nullability ---------------------------------------------------------------------------
+# Spark reads every nested field of a file as nullable, and writes its files as its frame's
+# schema says: a NOT NULL struct field, a containsNull=false array or a valueContainsNull=false
+# map would be written as nullable, and deltalake's reader (pyarrow) then refuses to cast such a
+# file's struct field to the table's NOT NULL one where the struct is null. So a nested column
+# is rebuilt in SQL with the table's nullability at every level: each NOT NULL part as
+# ``coalesce(part, <a literal of its type>)`` (the literal stands only where the part's parent is
+# null, which intake checked: a NOT NULL part of a present parent is never null).
+
+_ZERO: dict[ColumnType, str] = {
+    ColumnType.string: "''",
+    ColumnType.binary: "X''",
+    ColumnType.int8: "0Y",
+    ColumnType.int16: "0S",
+    ColumnType.int32: "0",
+    ColumnType.int64: "0L",
+    ColumnType.float32: "CAST(0 AS FLOAT)",
+    ColumnType.float64: "CAST(0 AS DOUBLE)",
+    ColumnType.boolean: "false",
+    ColumnType.date: "DATE '1970-01-01'",
+    ColumnType.timestamp: "TIMESTAMP_LTZ '1970-01-01 00:00:00Z'",
+    ColumnType.timestamp_ntz: "TIMESTAMP_NTZ '1970-01-01 00:00:00'",
+}
+
+
+def _zero(kind: DataTypeValue) -> str:
+    """A non-null literal expression of exactly ``kind`` (Spark's nullability of a cast that
+    cannot fail is its operand's)."""
+    if isinstance(kind, Primitive):
+        if kind.kind is not ColumnType.decimal:
+            return _ZERO[kind.kind]
+        if kind.precision == kind.scale:  # 0.000 is decimal(3,3) as it is
+            return "0." + "0" * (kind.scale or 0)
+        return f"CAST(0BD AS DECIMAL({kind.precision},{kind.scale}))"
+    if isinstance(kind, Struct):
+        return "named_struct(" + ", ".join(f"'{f.name}', {_zero(f.type)}" for f in kind.fields) + ")"
+    # An empty array or map of non-null elements (so that the coalesce's type keeps the part's
+    # own containsNull, which Spark's DDL cannot say): one zero element, filtered away.
+    if isinstance(kind, Array):
+        return f"filter(array({_zero(kind.element)}), z -> false)"
+    return f"map_filter(map({_zero(kind.key)}, {_zero(kind.value_type)}), (zk, zv) -> false)"
+
+
+def _strict_parts(kind: DataTypeValue) -> bool:
+    """Whether ``kind`` holds a NOT NULL part (a field, elements, values)."""
+    if isinstance(kind, Struct):
+        return any(not f.nullable or _strict_parts(f.type) for f in kind.fields)
+    if isinstance(kind, Array):
+        return not kind.contains_null or _strict_parts(kind.element)
+    if isinstance(kind, Map):
+        return not kind.value_contains_null or _strict_parts(kind.value_type)
+    return False
+
+
+def strict_sql(expr: str, kind: DataTypeValue, nullable: bool, depth: int = 0) -> str:
+    """``expr`` (a value of ``kind``) with ``kind``'s nullability at every level."""
+    if isinstance(kind, Struct):
+        fields = ", ".join(
+            f"'{f.name}', {strict_sql(f'{expr}.`{f.name}`', f.type, f.nullable, depth + 1)}" for f in kind.fields
+        )
+        built = f"named_struct({fields})"  # (never null itself)
+        return f"CASE WHEN {expr} IS NULL THEN NULL ELSE {built} END" if nullable else built
+    if isinstance(kind, Array):
+        x = f"x{depth}"
+        built = f"transform({expr}, {x} -> {strict_sql(x, kind.element, kind.contains_null, depth + 1)})"
+    elif isinstance(kind, Map):
+        k, v = f"k{depth}", f"v{depth}"
+        inner = strict_sql(v, kind.value_type, kind.value_contains_null, depth + 1)
+        built = f"transform_values({expr}, ({k}, {v}) -> {inner})"
+    else:
+        built = expr
+    return built if nullable else f"coalesce({built}, {_zero(kind)})"
+
+
+def _column_sql(column: Column_) -> str:
+    """A column as the batch's frame selects it: a nested one with the table's nullability."""
+    name = f"`{column.name}`"
+    if column.type.primitive or not _strict_parts(column.type):
+        return name
+    return f"{strict_sql(name, column.type, nullable=True)} AS {name}"
+
+
 def _checked_sql(schema: TableSchema) -> list[str]:
     """``_checked`` as SQL expressions, for one ``selectExpr`` call (a Column per column
     costs py4j round trips per function call)."""
@@ -244,10 +327,11 @@ def _checked_sql(schema: TableSchema) -> list[str]:
     for column in schema.columns:
         name = f"`{column.name}`"
         if column.nullable:
-            out.append(name)
+            out.append(_column_sql(column))
             continue
         message = _sql_string(f"column {column.name!r} is NOT NULL but a row of this batch holds null")
-        out.append(f"CASE WHEN {name} IS NULL THEN raise_error({message}) ELSE {name} END AS {name}")
+        value = _column_sql(column).rpartition(" AS ")[0] or name
+        out.append(f"CASE WHEN {name} IS NULL THEN raise_error({message}) ELSE {value} END AS {name}")
     return out
 
 
@@ -256,7 +340,8 @@ def _checked(F: ModuleType, schema: TableSchema) -> list[Column]:  # noqa: N803
 
     out = []
     for column in schema.columns:
-        col = F.col(column.name)
+        strict = _column_sql(column)
+        col = F.col(column.name) if strict.startswith("`") else F.expr(strict.rpartition(" AS ")[0])
         if not column.nullable:
             message = F.lit(f"column {column.name!r} is NOT NULL but a row of this batch holds null")
             col = F.when(col.isNull(), F.raise_error(message)).otherwise(col)

@@ -163,7 +163,7 @@ def upsert_with_deltalake(
         newest_frame = newest_per_key(spark, rows, schema, scratch, keep_order=True)
         frame = checks.applied(newest_frame, rules, schema, ORDER_COLUMN)
         try:
-            newest = frame.toArrow().select(schema.names).cast(schema.arrow())
+            newest = conform_rows(frame.toArrow().select(schema.names), schema)  # (a nested NOT NULL too)
         except Exception as exc:
             located = newest_frame.withColumnRenamed(ORDER_COLUMN, LOCATOR)
             violation = checks.explain(exc, rules, schema, batch, scratch, located=located)

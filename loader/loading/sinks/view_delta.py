@@ -34,7 +34,7 @@ from loader.core import failpoints
 from loader.core.schema import TableSchema
 from loader.core.views import COUNT_COLUMN, ROW_COLUMN
 from loader.durability.transactions import view_app_id
-from loader.loading.sinks.delta_table import schema_differences
+from loader.loading.sinks.delta_table import create_table, schema_differences
 from loader.loading.sinks.table_rules import TableRules, committing, opening
 
 
@@ -55,7 +55,7 @@ class ViewTable:
         try:
             existing = DeltaTable(str(self.path))
         except TableNotFoundError:
-            DeltaTable.create(str(self.path), schema=self.schema.arrow())
+            create_table(self.path, self.schema.arrow())
             return
         differences = schema_differences(existing, self.schema)
         if differences:

@@ -27,6 +27,7 @@ import pyarrow.dataset as pads
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from loader.core.evolution import conform_rows
 from loader.core.schema import TableSchema
 from loader.durability.transactions import DATA_UNTIL_KEY
 
@@ -110,7 +111,7 @@ def read_commit(path: Path, version: int, schema: TableSchema) -> Commit:
                 "[maintenance] vacuum_retention_hours above how far a view may lag behind its inputs"
             ) from None
     arrow = schema.arrow()
-    rows = pa.concat_tables(parts).select(arrow.names).cast(arrow) if parts else arrow.empty_table()
+    rows = conform_rows(pa.concat_tables(parts), arrow) if parts else arrow.empty_table()
     return Commit(version, rows, data_until)
 
 
@@ -120,7 +121,9 @@ def snapshot(path: Path, version: int, schema: TableSchema) -> pa.Table:
         return schema.arrow().empty_table()
     dataset: pads.Dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
     arrow = schema.arrow()
-    return dataset.to_table().select(arrow.names).cast(arrow)
+    # (conform_rows: the view's own types, also of a nested column that gained fields since the view
+    # was declared, and a NOT NULL field under a null struct, which pyarrow's cast refuses)
+    return conform_rows(dataset.to_table(), arrow)
 
 
 def state_files(path: Path, version: int) -> list[str]:

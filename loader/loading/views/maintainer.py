@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from loader.core.evolution import conform_rows
 from loader.core.views import COUNT_COLUMN, ResolvedView
 from loader.loading.sinks.view_delta import ViewTable
 from loader.loading.sinks.view_join import JobInput, ViewJob
@@ -263,7 +264,9 @@ class ViewMaintainer:
         self.jobs += 1
         arrow = view.schema.arrow()
         names = [name for _, _, name in outputs]
-        typed = pa.table([answer.column(n).cast(arrow.field(n).type) for n in names], names=names)
+        # (conform_rows, not a cast: a nested NOT NULL field Spark read as nullable is null under
+        # a null struct, which pyarrow's cast refuses)
+        typed = conform_rows(answer.select(names), pa.schema([arrow.field(n) for n in names]))
         delta = dict(zip(_tuples(typed), answer.column(COUNT_COLUMN).to_pylist(), strict=True))
         joined = time.perf_counter()
         self.last_job_seconds = joined - started
@@ -410,5 +413,24 @@ class ViewMaintainer:
 
 
 def _tuples(rows: pa.Table) -> list[tuple]:
-    columns = [column.to_pylist() for column in rows.columns]
+    """Rows as tuples, hashable (the executor keys its state by rows): a nested column's value
+    frozen (``_frozen``), as Arrow takes it back for the column's type."""
+    columns = [
+        column.to_pylist() if _flat(column.type) else [_frozen(v) for v in column.to_pylist()]
+        for column in rows.columns
+    ]
     return list(zip(*columns)) if columns else []
+
+
+def _flat(kind: pa.DataType) -> bool:
+    return not (pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_map(kind))
+
+
+def _frozen(value: object) -> object:
+    """A nested value made hashable: a struct's dict as the tuple of its field values (in
+    field order), a list as a tuple, a map's (key, value) pairs as a tuple of pairs."""
+    if isinstance(value, dict):
+        return tuple(_frozen(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value

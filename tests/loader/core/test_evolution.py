@@ -143,3 +143,57 @@ def test_the_widenings_of_the_types_delta_widens(old: str, new: str, widens: boo
         assert "typeWidening" in refusal(after, before)
     else:
         assert "only widening" in refusal(after, before, widening=True)
+
+
+def _items(*fields: dict, contains_null: bool = False) -> TableSchema:
+    line = {"type": "struct", "fields": list(fields)}
+    return TableSchema.model_validate(
+        {
+            "columns": [
+                {"name": "id", "type": "long", "nullable": False},
+                {"name": "items", "type": {"type": "array", "elementType": line, "containsNull": contains_null}},
+            ]
+        }
+    )
+
+
+SKU = {"name": "sku", "type": "string", "nullable": False}
+
+
+def test_a_struct_takes_new_nullable_fields_at_its_end_and_nothing_else_changes() -> None:
+    """Inside a nested column, a struct may gain nullable fields after its own (earlier rows
+    read them as null); any other change of a nested column is refused, naming the path."""
+    old = _items(SKU)
+    new = _items(SKU, {"name": "note", "type": "string"})
+    change = plan_change("orders", old, new, widening=True)
+    assert change.fields_added == ("items[].note",) and not change.empty
+    earlier = pa.Table.from_pylist([{"id": 1, "items": [{"sku": "a"}]}, {"id": 2, "items": None}], old.arrow())
+    assert conform_rows(earlier, new).to_pylist() == [
+        {"id": 1, "items": [{"sku": "a", "note": None}]},
+        {"id": 2, "items": None},
+    ]
+    for changed, fragment in [
+        (_items(SKU, {"name": "note", "type": "string", "nullable": False}), "items[].note: a new field must be"),
+        (_items({**SKU, "nullable": True}), "items[].sku: a nested field keeps its nullability"),
+        (_items({**SKU, "type": "binary"}), "items[].sku: string cannot become binary"),
+        (_items({"name": "note", "type": "string"}, SKU), "stay, in their order"),
+        (_items(SKU, contains_null=True), "items: an array keeps its containsNull"),
+    ]:
+        message = refusal(changed, old, widening=True)
+        assert "column 'items' cannot change" in message and fragment in message, message
+
+
+def test_a_not_null_field_under_a_null_struct_holds_no_null_that_a_cast_refuses() -> None:
+    """As a Parquet reader gives them (a NOT NULL field null where its struct is null), rows come
+    out of conform_rows with a value there, which pyarrow's cast (and pyspark's) then takes."""
+    new = _items(SKU, contains_null=True)
+    inner = new.arrow().field("items").type.value_type
+    loose = pa.struct([pa.field("sku", pa.string())])
+    read = pa.StructArray.from_arrays([pa.array(["a", None])], fields=list(loose), mask=pa.array([False, True]))
+    items = pa.ListArray.from_arrays(pa.array([0, 2], pa.int32()), read)
+    rows = pa.table({"id": pa.array([1], pa.int64()), "items": items})
+    with pytest.raises(pa.ArrowInvalid):
+        rows.cast(new.arrow())
+    conformed = conform_rows(rows, new)
+    assert conformed.cast(new.arrow()).to_pylist() == [{"id": 1, "items": [{"sku": "a"}, None]}]
+    assert conformed.schema.field("items").type.value_type == inner

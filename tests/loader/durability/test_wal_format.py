@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -51,3 +52,54 @@ def test_row_bodies_are_byte_for_byte_what_the_ipc_stream_writer_writes(rows: li
         body = _rows_to_ipc(variant)
         assert body == _stream_writer(variant)
         assert pa.ipc.open_stream(body).read_all().equals(variant)
+
+
+def test_nested_rows_round_trip_through_a_row_body() -> None:
+    """Struct, array and map columns, each level with its own nullability, come back from a
+    row body with their very types (the table's Arrow schema, loader/core/schema.py)."""
+    from loader.core.schema import TableSchema
+
+    schema = TableSchema.model_validate(
+        {
+            "columns": [
+                {"name": "id", "type": "long", "nullable": False},
+                {
+                    "name": "s",
+                    "type": {
+                        "type": "struct",
+                        "fields": [
+                            {"name": "a", "type": "decimal(38,10)", "nullable": False, "metadata": {}},
+                            {
+                                "name": "m",
+                                "type": {
+                                    "type": "map",
+                                    "keyType": "string",
+                                    "valueType": {
+                                        "type": "array",
+                                        "elementType": "timestamp_ntz",
+                                        "containsNull": False,
+                                    },
+                                },
+                                "nullable": True,
+                                "metadata": {},
+                            },
+                        ],
+                    },
+                },
+            ]
+        }
+    )
+    rows = pa.Table.from_pylist(
+        [
+            {
+                "id": 1,
+                "s": {"a": decimal.Decimal("1.5"), "m": [("k", [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31)])]},
+            },
+            {"id": 2, "s": None},
+            {"id": 3, "s": {"a": decimal.Decimal("-0.0000000001"), "m": None}},
+        ],
+        schema=schema.arrow(),
+    )
+    body = _rows_to_ipc(rows)
+    back = pa.ipc.open_stream(body).read_all()
+    assert back.schema == schema.arrow() and back.equals(rows)

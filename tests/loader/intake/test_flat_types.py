@@ -87,7 +87,7 @@ def test_a_delta_schema_string_declares_its_primitive_types():
         ("decimal(5,6)", "scale 6 must be 0 to the precision"),
         ("decimal", "needs its precision and scale"),
         ("int128", "unknown column type 'int128'"),
-        ({"type": "struct", "fields": []}, "struct types are not supported yet"),
+        ({"type": "struct", "fields": []}, "a struct type.s fields must be a list of at least one field"),
     ],
 )
 def test_a_type_outside_the_vocabulary_is_refused_naming_it(declared: object, message: str):

@@ -26,11 +26,13 @@ from loader.loading.sinks.group_job import GroupMember, describe
 from testing.tables import read_delta, read_duckdb
 from tests.loader.loading.test_sinks import (
     ALL_TYPES,
+    NESTED,
     NEW_TYPES,
     ORDERS,
     _new_type_rows,
     by_id,
     file_update,
+    nested_rows,
     order_rows,
     rows_update,
 )
@@ -77,6 +79,7 @@ def _batches(tmp_path: Path) -> tuple[list[Batch], list[TableSchema]]:
     landing = tmp_path / "landing"
     landing.mkdir()
     pq.write_table(order_rows(rng, range(100, 130)), landing / "orders.parquet")
+    pq.write_table(nested_rows(range(9, 14)), landing / "nested.parquet")  # (of the table's nested types)
     (landing / "orders.csv").write_text("id,name,amount\n200,ada,1.5\n201,,\n", encoding="utf-8")
     (landing / "events.json").write_text('{"id": 9, "kind": "x"}\n{"id": 10, "kind": "y", "score": 2.5}\n')
     types_rows = pa.table(
@@ -106,9 +109,17 @@ def _batches(tmp_path: Path) -> tuple[list[Batch], list[TableSchema]]:
         Batch("events2", (file_update("events2", 4, landing / "events.json", FileFormat.json),)),
         Batch("types", (rows_update("types", 3, types_rows),)),
         Batch("new_types", (rows_update("new_types", 1, _new_type_rows(NEW_TYPES)),)),
+        Batch(
+            "nested",
+            (
+                rows_update("nested", 1, nested_rows(range(0, 5))),
+                rows_update("nested", 2, nested_rows(range(5, 9))),
+                file_update("nested", 3, landing / "nested.parquet", FileFormat.parquet),
+            ),
+        ),
         Batch("regional", (rows_update("regional", 1, pa.table({"id": [1, 2], "region": ["eu", None]})),)),
     ]
-    schemas = [ORDERS, EVENTS, EVENTS, ALL_TYPES, NEW_TYPES, REGIONAL]
+    schemas = [ORDERS, EVENTS, EVENTS, ALL_TYPES, NEW_TYPES, NESTED, REGIONAL]
     return batches, schemas
 
 

@@ -37,7 +37,7 @@ from loader.loading.sinks.delta_table import DeltaTables
 from loader.loading.sinks.frame import arrow_frame
 from loader.loading.sinks.probe import DeltaJarsMissing
 from loader.loading.spark import delta_jvm_available, use_pool
-from testing.tables import read_delta, read_duckdb, read_spark
+from testing.tables import loosened_schema, read_delta, read_duckdb, read_spark
 
 # The session-scoped `spark` fixture (one JVM for the whole run).
 pytestmark = pytest.mark.slow
@@ -623,6 +623,163 @@ def test_new_types_in_spill_segments_load_exactly(sink: DeltaRsSink, tmp_path: P
     path = sink.table_path("spilled")
     assert by_id(read_delta(path).select(NEW_TYPES.names)) == by_id(pa.concat_tables(parts))
     store.loaded("spilled")
+
+
+NESTED = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "long", "nullable": False},
+            {
+                "name": "items",
+                "type": {
+                    "type": "array",
+                    "elementType": {
+                        "type": "struct",
+                        "fields": [
+                            {"name": "sku", "type": "string", "nullable": False, "metadata": {}},
+                            {"name": "price", "type": "decimal(38,9)", "nullable": True, "metadata": {}},
+                            {"name": "at", "type": "timestamp", "nullable": True, "metadata": {}},
+                        ],
+                    },
+                    "containsNull": False,
+                },
+            },
+            {
+                "name": "attrs",
+                "type": {
+                    "type": "map",
+                    "keyType": "string",
+                    "valueType": {"type": "array", "elementType": "timestamp_ntz", "containsNull": True},
+                    "valueContainsNull": True,
+                },
+            },
+            {
+                "name": "meta",
+                "type": {
+                    "type": "struct",
+                    "fields": [
+                        {"name": "raw", "type": "binary", "nullable": True, "metadata": {}},
+                        {"name": "n", "type": "byte", "nullable": False, "metadata": {}},
+                        {"name": "day", "type": "date", "nullable": True, "metadata": {}},
+                        {
+                            "name": "codes",
+                            "type": {"type": "array", "elementType": "integer", "containsNull": False},
+                            "nullable": False,
+                            "metadata": {},
+                        },
+                        {
+                            "name": "kv",
+                            "type": {
+                                "type": "map",
+                                "keyType": "long",
+                                "valueType": "float",
+                                "valueContainsNull": False,
+                            },
+                            "nullable": False,
+                            "metadata": {},
+                        },
+                    ],
+                },
+                "nullable": True,
+            },
+        ]
+    }
+)
+
+
+def nested_rows(ids: range) -> pa.Table:
+    D = decimal.Decimal
+    at = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    rows = []
+    for i in ids:
+        rows.append(
+            {
+                "id": i,
+                "items": [
+                    {"sku": f"s{i}", "price": D("-99999999999999999999999999999.999999999"), "at": at},
+                    {"sku": "", "price": None, "at": None},
+                ]
+                if i % 3
+                else ([] if i % 2 else None),
+                "attrs": [("k", [dt.datetime(1, 1, 1), None]), ("", None)] if i % 2 else [],
+                "meta": {"raw": b"\x00\xff", "n": -128, "day": dt.date(1, 1, 1), "codes": [i, -1], "kv": [(i, 0.5)]}
+                if i % 4
+                else None,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=NESTED.arrow())
+
+
+def test_nested_columns_load_and_read_back_exactly_in_every_reader(sink: DeltaRsSink, tmp_path: Path) -> None:
+    """Struct, array and map columns, to depth 3, from memory rows and whole spill segments
+    (Parquet, read in place by Spark): deltalake, DuckDB and Spark read back what was sent,
+    with the table's Delta schema."""
+    from loader.pending.spill.registry import make_spill_policy
+    from loader.pending.spill.segments import SegmentFiles
+    from loader.pending.store import PendingStore
+
+    sink.ensure_table("nested", NESTED)
+    parts = [nested_rows(range(k * 6, k * 6 + 6)) for k in range(4)]
+    budget = 2 * parts[0].get_total_buffer_size()
+    store = PendingStore(
+        make_spill_policy("half", budget), budget, SegmentFiles(tmp_path / "spill", lambda _: NESTED.arrow())
+    )
+    store.add_table("nested")
+    for seq, rows in enumerate(parts, start=1):
+        store.append(rows_update("nested", seq, rows))
+    updates = store.take("nested")
+    assert any(u.spilled for u in updates) and any(u.rows is not None for u in updates)
+    sink.load(Batch("nested", updates), NESTED)
+    store.loaded("nested")
+    path = sink.table_path("nested")
+    sent = by_id(pa.concat_tables(parts))
+    back = read_delta(path).select(NESTED.names)
+    assert back.schema == NESTED.arrow()
+    assert by_id(back) == sent
+    loose = loosened_schema(NESTED.arrow())
+    assert by_id(read_duckdb(path).select(NESTED.names).cast(loose)) == sent
+    assert by_id(read_spark(sink.spark, path, NESTED).select(NESTED.names).cast(loose)) == sent
+    logged = json.loads(DeltaTable(str(path)).schema().to_json())["fields"]
+    assert [f["type"] for f in logged] == [c.type.delta for c in NESTED.columns]
+    for uri in DeltaTable(str(path)).file_uris():  # Spark wrote the nested parts' nullability too
+        written = pq.read_schema(uri)
+        assert [written.field(n).type for n in NESTED.names] == [f.type for f in NESTED.arrow()]
+
+
+def test_rows_acknowledged_before_a_struct_gained_a_field_load_with_it_null(sink: DeltaRsSink, tmp_path: Path) -> None:
+    """A whole spill segment (read in place by Spark) and memory rows, both written before a
+    struct column gained a nullable field, load into the evolved table with the field null."""
+    from loader.core.updates import SpilledRows
+
+    def schema(*extra: dict) -> TableSchema:
+        fields = [{"name": "a", "type": "integer", "nullable": False, "metadata": {}}, *extra]
+        return TableSchema.model_validate(
+            {
+                "columns": [
+                    {"name": "id", "type": "long", "nullable": False},
+                    {"name": "s", "type": {"type": "struct", "fields": fields}},
+                ]
+            }
+        )
+
+    old, new = schema(), schema({"name": "b", "type": "string", "nullable": True, "metadata": {}})
+    sink.ensure_table("grown", old)
+    assert sink.evolve_table("grown", new)
+    before = pa.Table.from_pylist([{"id": 1, "s": {"a": 1}}, {"id": 2, "s": None}], schema=old.arrow())
+    segment = tmp_path / "segment.parquet"
+    pq.write_table(before, segment)
+    spilled = Update(table="grown", seq=1, release=1.0, spilled=SpilledRows(str(segment), 0, 2, 2, 100))
+    memory = rows_update("grown", 2, before.set_column(0, "id", pa.array([3, 4], pa.int64())))
+    after = rows_update("grown", 3, pa.Table.from_pylist([{"id": 5, "s": {"a": 5, "b": "x"}}], schema=new.arrow()))
+    sink.load(Batch("grown", (spilled, memory, after)), new)
+    got = by_id(read_delta(sink.table_path("grown")))
+    assert got == [
+        {"id": 1, "s": {"a": 1, "b": None}},
+        {"id": 2, "s": None},
+        {"id": 3, "s": {"a": 1, "b": None}},
+        {"id": 4, "s": None},
+        {"id": 5, "s": {"a": 5, "b": "x"}},
+    ]
 
 
 def test_rows_chunked_differently_by_column_reach_spark_whole(spark) -> None:

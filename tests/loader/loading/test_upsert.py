@@ -25,7 +25,7 @@ from loader.durability.transactions import app_id
 from loader.loading.sinks import make_sink
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.sinks.upsert import LatestFilesUnsupported
-from testing.tables import read_delta, read_duckdb, read_spark
+from testing.tables import loosened_schema, read_delta, read_duckdb, read_spark
 
 COLUMNS = [
     {"name": "sym", "type": "string", "nullable": False},
@@ -233,3 +233,59 @@ def test_a_latest_table_keyed_by_new_types_keeps_their_values_exact(sink: DeltaR
     assert (
         sorted(tuple(r.values()) for r in read_spark(sink.spark, path, schema).select(schema.names).to_pylist()) == want
     )
+
+
+def test_a_latest_table_of_nested_values_keeps_each_keys_newest_value(sink: DeltaRsSink) -> None:
+    """Primitive key and order_by, nested values (a struct of an array and a map): the newest
+    value per key, exactly as sent, in deltalake and Spark; a nested key is refused."""
+    payload = {
+        "type": "struct",
+        "fields": [
+            {
+                "name": "tags",
+                "type": {"type": "array", "elementType": "string", "containsNull": False},
+                "nullable": True,
+                "metadata": {},
+            },
+            {
+                "name": "px",
+                "type": {"type": "map", "keyType": "string", "valueType": "decimal(10,4)"},
+                "nullable": True,
+                "metadata": {},
+            },
+        ],
+    }
+    declared = {
+        "name": "books",
+        "schema": {
+            "columns": [
+                {"name": "sym", "type": "string", "nullable": False},
+                {"name": "v", "type": "long", "nullable": False},
+                {"name": "book", "type": payload},
+            ]
+        },
+        "mode": "latest",
+        "key": ["sym"],
+        "order_by": "v",
+    }
+    schema = TableConfig.model_validate(declared).schema_
+    with pytest.raises(ValueError, match="key columns \\['book'\\] are of nested types"):
+        TableConfig.model_validate({**declared, "key": ["sym", "book"]})
+    D = decimal.Decimal
+
+    def rows(seq: int, *values: tuple) -> Update:
+        data = pa.Table.from_pylist([dict(zip(schema.names, v)) for v in values], schema=schema.arrow())
+        return Update(table="books", seq=seq, release=float(seq), rows=data)
+
+    newest = {"tags": ["a", ""], "px": [("bid", D("1.2500")), ("ask", None)]}
+    sink.ensure_table("books", schema)
+    sink.load(Batch("books", (rows(1, ("x", 2, newest), ("x", 1, {"tags": None, "px": []}), ("y", 1, None)),)), schema)
+    sink.load(
+        Batch("books", (rows(2, ("x", 0, {"tags": ["old"], "px": None}), ("y", 3, {"tags": [], "px": None})),)), schema
+    )
+    want = [("x", 2, newest), ("y", 3, {"tags": [], "px": None})]
+    path = sink.table_path("books")
+    assert sorted(tuple(r.values()) for r in read_delta(path).select(schema.names).to_pylist()) == want
+    spark_rows = read_spark(sink.spark, path, schema).select(schema.names).cast(loosened_schema(schema.arrow()))
+    spark_rows = spark_rows.to_pylist()
+    assert sorted(tuple(r.values()) for r in spark_rows) == want

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -213,3 +214,30 @@ def test_a_take_stops_at_a_sequence_number_a_bisection_caps_it_at(tmp_path: Path
     assert [u.seq for u in s.take("t", through=1)] == list(range(3, 11))  # past: no cap
     s.loaded("t")
     assert s.count("t") == 0
+
+
+def test_nested_rows_come_back_from_a_spill_segment_with_their_types(tmp_path: Path) -> None:
+    """A segment is Parquet: struct, array and map columns (each level's nullability, a map's
+    entries, an array's elements) read back as the table's very Arrow types and values."""
+    from loader.core.schema import TableSchema
+
+    schema = TableSchema.model_validate(
+        {
+            "columns": [
+                {"name": "id", "type": "long", "nullable": False},
+                {"name": "tags", "type": {"type": "array", "elementType": "string", "containsNull": False}},
+                {"name": "m", "type": {"type": "map", "keyType": "integer", "valueType": {
+                    "type": "struct", "fields": [{"name": "x", "type": "binary", "nullable": False}]}}},
+            ]
+        }
+    ).arrow()
+    rows = pa.Table.from_pylist(
+        [{"id": 1, "tags": ["a", ""], "m": [(1, {"x": b"\x00"}), (2, None)]}, {"id": 2, "tags": None, "m": []}],
+        schema=schema,
+    )
+    segments = SegmentFiles(tmp_path / "spill", lambda _: schema)
+    item = SimpleNamespace(value=Update("t", 1, 1.0, rows=rows))
+    segments.write("t", 0, [item])  # type: ignore[list-item]
+    assert item.value.rows is None and item.value.spilled is not None
+    segments.read("t", 0, [item])  # type: ignore[list-item]
+    assert item.value.rows.schema == schema and item.value.rows.equals(rows)

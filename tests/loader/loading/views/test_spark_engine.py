@@ -6,11 +6,14 @@ the view table equals the join recomputed from scratch, as the driver engine's d
 
 from __future__ import annotations
 
+import decimal
 import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from loader.core.errors import Invalid
@@ -93,3 +96,59 @@ def test_what_the_spark_engine_does_not_keep_is_refused() -> None:
         declare({"rows": 3})
     with pytest.raises(Invalid, match="caching"):
         declare(None, caching={"mode": "mjoin"})
+
+
+def test_a_spark_view_carries_nested_columns_exactly(spark: SparkSession, tmp_path: Path) -> None:
+    """A payload of nested columns (a struct with a NOT NULL field, null in a row; a map) comes
+    out of the spark engine's job exactly, grouped on as any output is."""
+    from deltalake import write_deltalake
+
+    from loader.core.schema import TableSchema
+    from loader.durability.transactions import load_commit
+    from loader.loading.sinks.delta_table import create_table
+
+    shelf = {"type": "struct", "fields": [{"name": "aisle", "type": "short", "nullable": False, "metadata": {}}]}
+    labels = {"type": "map", "keyType": "string", "valueType": "decimal(5,2)", "valueContainsNull": False}
+    schemas = {
+        "products": TableSchema.model_validate(
+            {
+                "columns": [
+                    {"name": "pid", "type": "long", "nullable": False},
+                    {"name": "shelf", "type": shelf},
+                    {"name": "labels", "type": labels},
+                ]
+            }
+        ),
+        "picks": TableSchema.model_validate(
+            {"columns": [{"name": "kid", "type": "long"}, {"name": "pid", "type": "long"}]}
+        ),
+    }
+    rows = {
+        "products": [
+            {"pid": 1, "shelf": {"aisle": 3}, "labels": [("a", decimal.Decimal("1.50"))]},
+            {"pid": 2, "shelf": None, "labels": None},
+        ],
+        "picks": [{"kid": 10, "pid": 1}, {"kid": 11, "pid": 2}, {"kid": 12, "pid": 1}],
+    }
+    for table, schema in schemas.items():
+        create_table(tmp_path / table, schema.arrow())
+        data = pa.Table.from_pylist(rows[table], schema=schema.arrow())
+        write_deltalake(str(tmp_path / table), data, mode="append", commit_properties=load_commit(table, 1, 1.0))
+    config = ViewConfig.model_validate(
+        {
+            "name": "v",
+            "engine": "spark",
+            "inputs": [{"table": "picks", "alias": "k"}, {"table": "products", "alias": "p"}],
+            "on": ["k.pid = p.pid"],
+            "select": ["k.kid", "p.shelf", "p.labels"],
+        }
+    )
+    maintainer = ViewMaintainer(resolve(config, schemas), tmp_path)
+    maintainer.open()
+    maintainer.load([InputChange(t, None) for t in schemas], lambda job: run_view_job(spark, job))
+    held = DeltaTable(str(tmp_path / "v")).to_pyarrow_table().select(["kid", "shelf", "labels"]).to_pylist()
+    assert sorted(held, key=lambda r: r["kid"]) == [
+        {"kid": 10, "shelf": {"aisle": 3}, "labels": [("a", decimal.Decimal("1.50"))]},
+        {"kid": 11, "shelf": None, "labels": None},
+        {"kid": 12, "shelf": {"aisle": 3}, "labels": [("a", decimal.Decimal("1.50"))]},
+    ]
