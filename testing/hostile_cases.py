@@ -14,16 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 from testing.hostile_runner import (
+    FEED,
     MAX_BODY_BYTES,
     MULTI,
     NDJSON,
+    NES,
     ORD,
     TYP,
     WIDE,
     Case,
     Env,
 )
-from testing.service_harness import ORDERS_ONLY
+from testing.service_harness import OPERATOR, ORDERS_ONLY
 
 # ----------------------------------------------------------------------------- the cases
 
@@ -68,6 +70,14 @@ def _files(*names: Any) -> dict[str, Any]:
 
 def _multi(*updates: dict[str, Any]) -> dict[str, Any]:
     return {"updates": list(updates)}
+
+
+def _deep(levels: int) -> Any:
+    """A struct type ``levels`` deep (Delta's schema JSON)."""
+    kind: Any = "long"
+    for _ in range(levels):
+        kind = {"type": "struct", "fields": [{"name": "f", "type": kind, "nullable": True, "metadata": {}}]}
+    return kind
 
 
 GOOD_ORDERS = {"table": "orders", "rows": [ROW]}
@@ -279,6 +289,108 @@ CASES: list[Case] = [
         json=_typed(at="0001-01-01T00:00:00+01:00"),
     ),
     Case("types", "Unix time 1e20", 422, "out of range", RESEND, path=TYP, json=_typed(at=1e20)),
+    # -- nested values ----------------------------------------------------------------------------------
+    Case(
+        "nested",
+        "a struct field of another type in a list",
+        422,
+        "items[1].sku: expected a string, got 7",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "items": [{"sku": "a"}, {"sku": 7}]}]},
+    ),
+    Case(
+        "nested",
+        "decimal overflow inside a struct",
+        422,
+        "items[0].price",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "items": [{"price": "12345.67"}]}]},
+    ),
+    Case(
+        "nested",
+        "NaN for a decimal inside a struct",
+        422,
+        "items[0].price",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "items": [{"price": "NaN"}]}]},
+    ),
+    Case(
+        "nested",
+        "invalid base64 inside a struct",
+        422,
+        "expected base64",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "items": [{"blob": "not base64!"}]}]},
+    ),
+    Case(
+        "nested",
+        "a map with a null key",
+        422,
+        "a map key is null",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "codes": [{"key": None, "value": "x"}]}]},
+    ),
+    Case(
+        "nested",
+        "a map key twice",
+        422,
+        "repeats",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "codes": [{"key": 1, "value": "x"}, {"key": 1, "value": "y"}]}]},
+    ),
+    Case(
+        "nested",
+        "a value nested deeper than its type",
+        422,
+        "expected an integer",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "attrs": {"a": {"b": 1}}}]},
+    ),
+    Case(
+        "nested",
+        "an unknown field inside a struct",
+        422,
+        "unknown field",
+        RESEND,
+        path=NES,
+        json={"rows": [{"id": 1, "items": [{"sku": "a", "colour": "red"}]}]},
+    ),
+    Case(
+        "nested",
+        "mixed types in a new field's list",
+        422,
+        "a list of mixed types",
+        RESEND,
+        path=FEED,
+        json={"rows": [{"id": 1, "tags": ["a", 1]}]},
+        note="the table adds new fields (on_new_fields = add), from values of one type only",
+    ),
+    Case(
+        "nested",
+        "a new field with a string and a number",
+        422,
+        "new field v: a string and an integer",
+        RESEND,
+        path=FEED,
+        json={"rows": [{"id": 1, "v": "a"}, {"id": 2, "v": 3}]},
+    ),
+    Case(
+        "nested",
+        "a declared type nested 40 deep",
+        422,
+        "deep",
+        "",
+        path="/v1/admin/tables",
+        token=OPERATOR,
+        json={"name": "deep", "schema": {"columns": [{"name": "x", "type": _deep(40)}]}},
+    ),
     # -- columns -------------------------------------------------------------------------------------
     Case(
         "columns",

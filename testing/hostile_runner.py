@@ -57,6 +57,43 @@ TYPED = {
         ]
     },
 }
+NES = "/v1/tables/nested/updates"
+FEED = "/v1/tables/feed/updates"
+
+
+def _field(name: str, kind: Any) -> dict[str, Any]:
+    return {"name": name, "type": kind, "nullable": True, "metadata": {}}
+
+
+def _map(key: str, value: str) -> dict[str, Any]:
+    return {"type": "map", "keyType": key, "valueType": value, "valueContainsNull": True}
+
+
+#: Nested columns in Delta's schema JSON: a list of structs (a decimal and a binary inside),
+#: a map of string keys and one of integer keys (an array of {"key", "value"} entries in JSON).
+NESTED_TABLE = {
+    "name": "nested",
+    "schema": {
+        "columns": [
+            {"name": "id", "type": "int64"},
+            {
+                "name": "items",
+                "type": {
+                    "type": "array",
+                    "elementType": {
+                        "type": "struct",
+                        "fields": [_field("sku", "string"), _field("price", "decimal(6,2)"), _field("blob", "binary")],
+                    },
+                    "containsNull": True,
+                },
+            },
+            {"name": "attrs", "type": _map("string", "long")},
+            {"name": "codes", "type": _map("long", "string")},
+        ]
+    },
+}
+#: A table that takes new fields from its rows (docs/tables.md, "From the feed").
+FEED_TABLE = {"name": "feed", "schema": {"columns": [{"name": "id", "type": "int64"}]}, "on_new_fields": "add"}
 #: 64 nullable int64 columns: a 3-byte ``{}`` row takes 512 bytes as columns.
 WIDE_TABLE = {"name": "wide", "schema": {"columns": [{"name": f"c{k}", "type": "int64"} for k in range(64)]}}
 
@@ -155,7 +192,7 @@ def _make_files(landing: Path, outside: Path) -> None:
 
 
 def _seed(h: Harness) -> None:
-    for table in (TYPED, WIDE_TABLE):
+    for table in (TYPED, WIDE_TABLE, NESTED_TABLE, FEED_TABLE):
         r = h.post("/v1/admin/tables", token=OPERATOR, json=table)
         assert r.status_code == 201, r.text
     for path, rows in ((ORD, [{"order_id": 1, "country": "DE"}]), (CLK, [{"url": "/seed", "n": 1}])):
