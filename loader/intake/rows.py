@@ -436,7 +436,53 @@ def _map(kind: Map) -> Callable[[Any], list[tuple[Any, Any]]]:
 
 
 def _column_check(kind: DataTypeValue) -> Callable[[list[Any]], bool] | None:
-    return _COLUMN_CHECKS.get(kind.kind) if isinstance(kind, Primitive) else None
+    """A whole-column check of (non-null) values of ``kind``, nested types included: a struct's
+    fields, a list's elements and a map's values are checked as columns of their own (a few
+    list passes per level instead of a call per value; pyarrow then builds the nested array
+    from the Python values in C++). None when some part of the type has no check."""
+    if isinstance(kind, Primitive):
+        return _COLUMN_CHECKS.get(kind.kind)
+    if isinstance(kind, Struct):
+        return _struct_check(kind)
+    if isinstance(kind, Array):
+        return _items_check(_column_check(kind.element), kind.contains_null, list, lambda v: v)
+    if isinstance(kind, Map) and isinstance(kind.key, Primitive) and kind.key.kind is ColumnType.string:
+        # A JSON object's keys are strings, never null and never repeated: only its values to check.
+        return _items_check(_column_check(kind.value_type), kind.value_contains_null, dict, dict.values)
+    return None
+
+
+def _present_ok(column: list[Any], nullable: bool, check: Callable[[list[Any]], bool]) -> bool:
+    present = [v for v in column if v is not None] if None in column else column
+    return (present is column or nullable) and (not present or check(present))
+
+
+def _struct_check(kind: Struct) -> Callable[[list[Any]], bool] | None:
+    fields = [(f.name, f.nullable, _column_check(f.type)) for f in kind.fields]
+    if any(check is None for _, _, check in fields):
+        return None
+    names = frozenset(f.name for f in kind.fields)
+
+    def check(values: list[Any]) -> bool:
+        if not all(type(v) is dict and names.issuperset(v) for v in values):
+            return False
+        return all(_present_ok([v.get(name) for v in values], nullable, sub) for name, nullable, sub in fields)  # type: ignore[arg-type]
+
+    return check
+
+
+def _items_check(
+    sub: Callable[[list[Any]], bool] | None, contains_null: bool, container: type, items: Callable[[Any], Any]
+) -> Callable[[list[Any]], bool] | None:
+    if sub is None:
+        return None
+
+    def check(values: list[Any]) -> bool:
+        if not all(type(v) is container for v in values):
+            return False
+        return _present_ok([x for v in values for x in items(v)], contains_null, sub)
+
+    return check
 
 
 _PLANS: dict[int, _RowPlan] = {}

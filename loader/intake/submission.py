@@ -209,7 +209,7 @@ class Intake:
         body = await request.read_body()
         parsed = parse_single(body, request.content_type, table, request.data_until, schema.exact_numbers)
         (parsed,) = await self.fields_from_feed([parsed])
-        check_expansion([parsed], {table: self.schema(table)}, self.max_body_bytes)
+        check_expansion([parsed], {table: self.schema(table)}, self.max_body_bytes, len(body))
         digest = request_hash("POST", request.path, request.query, body)
         return await self.submit_once(key, digest, lambda: self.validate([parsed]))
 
@@ -226,7 +226,7 @@ class Intake:
         if any(schema.exact_numbers for schema in schemas.values()):
             parsed = parse_multi(body, request.content_type, exact=True)
         parsed = await self.fields_from_feed(parsed)
-        check_expansion(parsed, {t: self.schema(t) for t in schemas}, self.max_body_bytes)
+        check_expansion(parsed, {t: self.schema(t) for t in schemas}, self.max_body_bytes, len(body))
         digest = request_hash("POST", request.path, body)
         return await self.submit_once(key, digest, lambda: self.validate(parsed))
 

@@ -165,9 +165,53 @@ def test_the_memory_estimate_counts_every_element() -> None:
     wide = {"type": "struct", "fields": [{"name": f"f{i}", "type": "decimal(38,0)"} for i in range(200)]}
     schema = TableSchema.model_validate({"columns": [{"name": "a", "type": {"type": "array", "elementType": wide}}]})
     request = parse_single(json.dumps({"rows": [{"a": [{}] * 2000}]}).encode(), "application/json", "t", None)
-    with pytest.raises(Exception, match="rows of this request would take about"):
-        check_expansion([request], {"t": schema}, max_body_bytes=1 << 16)
-    check_expansion([request], {"t": schema}, max_body_bytes=16 << 20)
+    body = len(json.dumps({"rows": [{"a": [{}] * 2000}]}))
+    for given in (None, body):  # the bound by the body's length never lets it through
+        with pytest.raises(Exception, match="rows of this request would take about"):
+            check_expansion([request], {"t": schema}, max_body_bytes=1 << 16, body_bytes=given)
+        check_expansion([request], {"t": schema}, max_body_bytes=16 << 20, body_bytes=given)
+
+
+SIMPLE = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "long", "nullable": False},
+            {
+                "name": "user",
+                "type": {
+                    "type": "struct",
+                    "fields": [
+                        {"name": "name", "type": "string", "nullable": False, "metadata": {}},
+                        {"name": "tags", "type": {"type": "array", "elementType": "string", "containsNull": False}},
+                    ],
+                },
+            },
+            {"name": "scores", "type": {"type": "map", "keyType": "string", "valueType": "double"}},
+        ]
+    }
+)
+
+
+def test_many_rows_of_checkable_nested_types_take_the_column_checks_and_still_name_a_bad_value() -> None:
+    """From FAST_MIN_ROWS rows on, nested columns of checkable types are checked column by
+    column and built by pyarrow: the same table as value by value, and any bad value sends
+    the rows value by value, which names it."""
+    rows = [
+        {"id": k, "user": {"name": f"u{k}", "tags": ["a", "b"][: k % 3]}, "scores": {"x": k * 0.5}} for k in range(12)
+    ]
+    rows[3]["user"] = None
+    fast = rows_to_arrow(rows, SIMPLE, "t")
+    assert fast.to_pylist()[0] == {"id": 0, "user": {"name": "u0", "tags": []}, "scores": [("x", 0.0)]}
+    one_by_one = [rows_to_arrow([r], SIMPLE, "t").to_pylist()[0] for r in rows]  # (value by value)
+    assert fast.equals(pa.Table.from_pylist(one_by_one, SIMPLE.arrow()))
+    for bad, path in (
+        ({"name": "u", "tags": ["a", None]}, "user.tags[1]"),
+        ({"tags": []}, "user.name"),
+        ({"name": "u", "tags": [], "extra": 1}, "user"),
+    ):
+        broken = [*rows[:9], {"id": 9, "user": bad}, *rows[10:]]
+        with pytest.raises(Invalid, match=r"row 9 .*" + path.replace("[", r"\[").replace(".", r"\.")):
+            rows_to_arrow(broken, SIMPLE, "t")
 
 
 # -- landing files -------------------------------------------------------------------------------
