@@ -166,10 +166,10 @@ def test_the_memory_estimate_counts_every_element() -> None:
     schema = TableSchema.model_validate({"columns": [{"name": "a", "type": {"type": "array", "elementType": wide}}]})
     request = parse_single(json.dumps({"rows": [{"a": [{}] * 2000}]}).encode(), "application/json", "t", None)
     body = len(json.dumps({"rows": [{"a": [{}] * 2000}]}))
-    for given in (None, body):  # the bound by the body's length never lets it through
+    for length in (None, body):  # the bound by the body's length never lets it through
         with pytest.raises(Exception, match="rows of this request would take about"):
-            check_expansion([request], {"t": schema}, max_body_bytes=1 << 16, body_bytes=given)
-        check_expansion([request], {"t": schema}, max_body_bytes=16 << 20, body_bytes=given)
+            check_expansion([request], {"t": schema}, max_body_bytes=1 << 16, body_bytes=length)
+        check_expansion([request], {"t": schema}, max_body_bytes=16 << 20, body_bytes=length)
 
 
 SIMPLE = TableSchema.model_validate(
