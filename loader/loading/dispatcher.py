@@ -469,6 +469,8 @@ class Dispatcher:
     ) -> None:
         """A batch loaded without its named updates ended: those set aside are told, then the
         load ends as any single-table job (all of it set aside: as a quarantine)."""
+        if future.cancelled():  # queued when shutdown() cancelled it (cancel_futures): it never ran
+            return
         job = self._running[worker]
         member = job.members[0]
         tid, table = member.tid, member.batch.table
@@ -526,6 +528,8 @@ class Dispatcher:
         """A single-table job ended: the paper's batch; after repeated failures of its own,
         bisected, and an update that fails alone quarantined (the module docstring).
         ``loaded``: what of the batch was loaded, when its named updates were set aside."""
+        if future.cancelled():  # queued when shutdown() cancelled it (cancel_futures): it never ran
+            return
         now = self._clock()
         job = self._running.pop(worker)
         member = job.members[0]
@@ -590,6 +594,8 @@ class Dispatcher:
         A table that failed is retried alone after its back-off; attempts toward quarantine
         count only in single-table jobs, where the failure is surely the table's own.
         """
+        if future.cancelled():  # queued when shutdown() cancelled it (cancel_futures): it never ran
+            return
         now = self._clock()
         job = self._running.pop(worker)
         heapq.heappush(self._free, worker)
