@@ -242,18 +242,31 @@ def cast_nested(array: pa.Array, target: pa.DataType) -> pa.Array:
             children.append(child if field.nullable or not child.null_count else _valid(child))
         return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
     if pa.types.is_map(target) and pa.types.is_map(array.type):
-        entries = array.values
+        offsets, entries = _from_zero(array)
         keys = cast_nested(entries.field(0), target.key_type)
         items = cast_nested(entries.field(1), target.item_type)
         if not target.item_field.nullable and items.null_count:
             items = _valid(items)
-        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=mask)
+        return pa.MapArray.from_arrays(offsets, keys, items, type=target, mask=mask)
     if pa.types.is_list(target) and pa.types.is_list(array.type) and not pa.types.is_map(array.type):
-        values = cast_nested(array.values, target.value_type)
+        offsets, values = _from_zero(array)
+        values = cast_nested(values, target.value_type)
         if not target.value_field.nullable and values.null_count:
             values = _valid(values)
-        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=mask)
+        return pa.ListArray.from_arrays(offsets, values, type=target, mask=mask)
     return array if array.type == target else pc.cast(array, target)
+
+
+def _from_zero(array: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """A list's (or map's) offsets counted from 0 and the values they index. A slice of a list
+    array (a chunk of a table cut into batches) has offsets that start past 0 into all of its
+    parent's values, and pyarrow builds no list from such offsets with a null mask ("Null
+    bitmap with offsets slice not supported")."""
+    offsets = array.offsets
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    if start == 0:
+        return offsets, array.values.slice(0, end)
+    return pc.subtract(offsets, pa.scalar(start, offsets.type)), array.values.slice(start, end - start)
 
 
 def _valid(array: pa.Array) -> pa.Array:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from loader.core.errors import Conflict
-from loader.core.evolution import conform_rows, plan_change
+from loader.core.evolution import cast_nested, conform_rows, plan_change
 from loader.core.schema import TableSchema
 
 
@@ -197,3 +197,18 @@ def test_a_not_null_field_under_a_null_struct_holds_no_null_that_a_cast_refuses(
     conformed = conform_rows(rows, new)
     assert conformed.cast(new.arrow()).to_pylist() == [{"id": 1, "items": [{"sku": "a"}, None]}]
     assert conformed.schema.field("items").type.value_type == inner
+
+
+def test_a_slice_of_nested_rows_with_nulls_casts_as_its_rows() -> None:
+    """A chunk of a table cut into batches is a slice: its lists' offsets start past 0, and
+    pyarrow builds no list from those and a null mask; the cast counts them from 0."""
+    lists = pa.list_(pa.struct([pa.field("a", pa.int64())]))
+    maps = pa.map_(pa.string(), pa.list_(pa.int64()))
+    for kind, values in (
+        (lists, [[{"a": 1}], None, [{"a": 2}, {"a": 3}], [], None, [{"a": 4}]]),
+        (maps, [{"x": [1]}, None, {"y": [2], "z": None}, None, {"w": []}]),
+    ):
+        whole = pa.array(values, type=kind)
+        for start, length in ((1, 3), (2, 3), (0, len(values))):
+            part = whole.slice(start, length)
+            assert cast_nested(part, kind).to_pylist() == part.to_pylist()
