@@ -43,6 +43,8 @@ class _Records(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if _py4j_release(record):
+            return
         try:
             text = record.getMessage()
         except Exception:  # a record whose arguments do not format is still an error line
@@ -50,6 +52,22 @@ class _Records(logging.Handler):
         if record.exc_info and record.exc_info[1] is not None:
             text += f" [{type(record.exc_info[1]).__name__}: {record.exc_info[1]}]"
         self.lines.append(f"{record.levelname} {record.name}: {text}")
+
+
+def _py4j_release(record: logging.LogRecord) -> bool:
+    """py4j's own ERROR record of a command whose answer never came (the test process's Spark
+    session, tests/spark_fixtures.py): py4j logs it and then raises the same error to the
+    caller, so a test's own call that meets it fails the test anyway. What this leaves out is
+    only the record of a caller that ignored the error, such as a finalizer's release of a JVM
+    object: met once in ten suites (every test passed), right after a test that held a classic
+    and a Connect session of one JVM."""
+    error = record.exc_info[1] if record.exc_info else None
+    return (
+        record.name == "root"
+        and record.getMessage() == "Exception while sending command."
+        and type(error).__name__ == "Py4JNetworkError"
+        and str(error) == "Error while sending or receiving"
+    )
 
 
 class LogGuard:

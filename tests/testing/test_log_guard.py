@@ -62,3 +62,28 @@ def test_a_traceback_counts_as_its_exception_and_joins_the_error_record_it_belon
         "2026-01-01 10:00:00,000 ERROR a: could not start loading [ValueError: bad]",
         "Traceback: KeyError: 'k'",
     ]
+
+
+@pytest.mark.allow_errors(r"ERROR root: (Exception while sending command\. \[RuntimeError|something else)")
+def test_py4j_logging_a_command_it_then_raises_is_left_to_the_caller() -> None:
+    class Py4JNetworkError(Exception):  # (py4j's class, by name: py4j's record is matched by it)
+        pass
+
+    guard = LogGuard()
+    guard.start()
+    try:
+        for message, error in (
+            ("Exception while sending command.", Py4JNetworkError("Error while sending or receiving")),
+            ("Exception while sending command.", RuntimeError("Error while sending or receiving")),
+            ("something else", Py4JNetworkError("Error while sending or receiving")),
+        ):
+            try:
+                raise error
+            except Exception:
+                logging.getLogger().exception(message)
+    finally:
+        guard.stop()
+    assert [line.split(" [")[0] for line in guard.unexpected()] == [
+        "ERROR root: Exception while sending command.",
+        "ERROR root: something else",
+    ]
