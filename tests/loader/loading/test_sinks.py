@@ -603,26 +603,33 @@ def test_spilled_segments_are_read_in_place_whole_or_in_part_after_a_partial_com
 def test_new_types_in_spill_segments_load_exactly(sink: DeltaRsSink, tmp_path: Path) -> None:
     """Spill segments (Parquet written by the pending store) carry the new flat types: whole
     segments read by Spark, memory rows inline, both exact."""
+    sink.ensure_table("spilled", NEW_TYPES)
+    base = _new_type_rows(NEW_TYPES)
+    parts = [base.set_column(0, "id", pa.array([k * 10 + i for i in range(4)], pa.int64())) for k in range(8)]
+    _load_half_spilled(sink, tmp_path, "spilled", NEW_TYPES, parts, budget=3 * parts[0].get_total_buffer_size())
+    path = sink.table_path("spilled")
+    assert by_id(read_delta(path).select(NEW_TYPES.names)) == by_id(pa.concat_tables(parts))
+
+
+def _load_half_spilled(
+    sink: DeltaRsSink, tmp_path: Path, table: str, schema: TableSchema, parts: list[pa.Table], budget: int
+) -> None:
+    """``parts`` as updates of a pending store whose ``budget`` spills some of them (whole
+    segments, which Spark reads in place) and keeps the rest in memory, loaded as one batch."""
     from loader.pending.spill.registry import make_spill_policy
     from loader.pending.spill.segments import SegmentFiles
     from loader.pending.store import PendingStore
 
-    sink.ensure_table("spilled", NEW_TYPES)
-    base = _new_type_rows(NEW_TYPES)
-    parts = [base.set_column(0, "id", pa.array([k * 10 + i for i in range(4)], pa.int64())) for k in range(8)]
-    budget = 3 * parts[0].get_total_buffer_size()
     store = PendingStore(
-        make_spill_policy("half", budget), budget, SegmentFiles(tmp_path / "spill", lambda _: NEW_TYPES.arrow())
+        make_spill_policy("half", budget), budget, SegmentFiles(tmp_path / "spill", lambda _: schema.arrow())
     )
-    store.add_table("spilled")
+    store.add_table(table)
     for seq, rows in enumerate(parts, start=1):
-        store.append(rows_update("spilled", seq, rows))
-    updates = store.take("spilled")
+        store.append(rows_update(table, seq, rows))
+    updates = store.take(table)
     assert any(u.spilled for u in updates) and any(u.rows is not None for u in updates)
-    sink.load(Batch("spilled", updates), NEW_TYPES)
-    path = sink.table_path("spilled")
-    assert by_id(read_delta(path).select(NEW_TYPES.names)) == by_id(pa.concat_tables(parts))
-    store.loaded("spilled")
+    sink.load(Batch(table, updates), schema)
+    store.loaded(table)
 
 
 NESTED = TableSchema.model_validate(
@@ -714,23 +721,9 @@ def test_nested_columns_load_and_read_back_exactly_in_every_reader(sink: DeltaRs
     """Struct, array and map columns, to depth 3, from memory rows and whole spill segments
     (Parquet, read in place by Spark): deltalake, DuckDB and Spark read back what was sent,
     with the table's Delta schema."""
-    from loader.pending.spill.registry import make_spill_policy
-    from loader.pending.spill.segments import SegmentFiles
-    from loader.pending.store import PendingStore
-
     sink.ensure_table("nested", NESTED)
     parts = [nested_rows(range(k * 6, k * 6 + 6)) for k in range(4)]
-    budget = 2 * parts[0].get_total_buffer_size()
-    store = PendingStore(
-        make_spill_policy("half", budget), budget, SegmentFiles(tmp_path / "spill", lambda _: NESTED.arrow())
-    )
-    store.add_table("nested")
-    for seq, rows in enumerate(parts, start=1):
-        store.append(rows_update("nested", seq, rows))
-    updates = store.take("nested")
-    assert any(u.spilled for u in updates) and any(u.rows is not None for u in updates)
-    sink.load(Batch("nested", updates), NESTED)
-    store.loaded("nested")
+    _load_half_spilled(sink, tmp_path, "nested", NESTED, parts, budget=2 * parts[0].get_total_buffer_size())
     path = sink.table_path("nested")
     sent = by_id(pa.concat_tables(parts))
     back = read_delta(path).select(NESTED.names)
