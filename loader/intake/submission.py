@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from loader.abc import Admission, BeyondCapacity, IntakeMetrics, ReleaseQueue, SpillFull, UpdateLog
 from loader.core import failpoints
 from loader.core.durable_files import remove_files
@@ -51,7 +53,7 @@ from loader.intake.requests import (
     parse_multi,
     parse_single,
 )
-from loader.intake.rows import rows_to_arrow
+from loader.intake.rows import RESEND, rows_to_arrow
 from loader.intake.sequencing import TableSequence, iso, plan_updates
 
 log = logging.getLogger(__name__)
@@ -252,6 +254,11 @@ class Intake:
                 if columns:
                     if self.add_columns is None:
                         raise Unavailable(f"table {request.table!r} cannot add columns now; retry later")
+                    # The rows must be valid under the schema they ask for before it is the
+                    # table's: a refused request changes nothing, its new fields included.
+                    wanted = _with_columns(schema, columns, request.table)
+                    kept = frozenset(wanted.names), nested_columns(wanted)
+                    rows_to_arrow([_known(row, *kept) for row in request.rows], wanted, request.table)
                     await self.add_columns(request.table, columns)
                     schema = self.schema(request.table)
                     nested = nested_columns(schema)
@@ -505,3 +512,14 @@ def _known(row: Any, names: frozenset[str], nested: list[Column]) -> Any:
         if kept.get(column.name) is not None:
             kept[column.name] = strip_unknown(column.type.delta, kept[column.name])
     return kept
+
+
+def _with_columns(schema: TableSchema, columns: list[Column], table: str) -> TableSchema:
+    """``schema`` with ``columns`` in place of its columns of the same name, the others appended."""
+    given = {c.name: c for c in columns}
+    merged = [given.pop(c.name, c) for c in schema.columns] + list(given.values())
+    try:
+        return TableSchema.model_validate({**schema.model_dump(), "columns": merged})
+    except ValidationError as exc:
+        problems = "; ".join(e["msg"] for e in exc.errors())
+        raise Invalid(f"table {table!r}: its new fields do not make a valid schema: {problems}; {RESEND}") from None

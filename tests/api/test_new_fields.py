@@ -209,3 +209,14 @@ def test_tables_evolving_from_feeds_and_an_operator_while_loads_run_lose_nothing
             for row, back in zip(want, got):
                 assert {k: v for k, v in back.items() if v is not None} == {k: v for k, v in row.items()}, back
         assert "op" in [c[0] for c in delta_columns(h, "t0")]
+
+
+def test_a_request_refused_for_another_value_adds_none_of_its_fields(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as h:
+        assert register(h, "add").status_code == 201
+        r = send(h, [{"id": "not a number", "fresh": 1}])
+        assert r.status_code == 422 and "'id'" in r.json()["message"], r.text
+        r = send(h, [{"id": 1, "ID": 2}])  # a name the table has, in other letters
+        assert r.status_code == 422 and "duplicate column names" in r.json()["message"], r.text
+        assert [c[0] for c in delta_columns(h)] == ["id", "note"]
+        assert [c.name for c in h.service.catalog.entries["events"].schema.columns] == ["id", "note"]
