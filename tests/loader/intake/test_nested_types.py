@@ -386,7 +386,7 @@ def test_random_nested_tables_hold_exactly_what_was_sent(
     landing = tmp_path_factory.mktemp("landing")
     pq.write_table(data, landing / "rows.parquet")
     (ref,) = accept_files(["rows.parquet"], landing, landing / "owned", schema, "t")
-    assert pq.read_table(ref.path).cast(schema.arrow()).equals(data), "landing file"
+    assert _equal(pq.read_table(ref.path).to_pylist(), data.to_pylist()), "landing file"
     path = tmp_path_factory.mktemp("nested") / "t"
     create_table(path, schema.arrow())
     write_deltalake(str(path), data, mode="append")
