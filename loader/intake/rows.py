@@ -566,7 +566,8 @@ def _converted_columns(rows: Sequence[Any], rowplan: _RowPlan, table: str) -> li
             if unknown:
                 raise Invalid(
                     f"row {index} of table {table!r} has unknown column {quote(unknown[0])}; columns are "
-                    f"{sorted(names)}; {RESEND}",
+                    f"{sorted(names)[:50]} (a table declared with on_new_fields = \"add\" takes new fields as "
+                    f"columns, one with \"ignore\" drops them); {RESEND}",
                     table=table,
                     row=index,
                     column=unknown[0] if len(unknown[0]) <= QUOTE_CHARS else unknown[0][:QUOTE_CHARS] + "...",
