@@ -52,7 +52,7 @@ from loader.core import failpoints
 from loader.core.durable_files import remove_files
 from loader.core.errors import Conflict, Invalid, NotFound, StartError, Unavailable, caused_by, unknown_table
 from loader.core.evolution import SchemaChange, plan_change
-from loader.core.schema import Column, TableSchema, check_limits, parse_type
+from loader.core.schema import Column, TableSchema, check_limits
 from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
 from loader.core.updates import Batch, LoadResult, Update
 from loader.core.views import ViewConfig, resolve
@@ -63,7 +63,7 @@ from loader.durability.recovery import RecoveryPlan
 from loader.durability.transactions import committed_seqs
 from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
-from loader.intake.inference import union_type
+from loader.intake.inference import grown_columns
 from loader.intake.landing import sweep_copies
 from loader.intake.sequencing import TableSequence
 from loader.intake.submission import Intake
@@ -797,22 +797,9 @@ class LoaderService:
             entry = self.catalog.entries.get(table)
             if entry is None:
                 return None
-            now = list(entry.schema.columns)
-            at = {c.name.lower(): k for k, c in enumerate(now)}
-            grown = []
-            for column in columns:
-                k = at.get(column.name.lower())
-                if k is None:
-                    now.append(column)
-                elif isinstance(now[k].type.delta, dict):  # a nested column: its structs' new fields
-                    wider = union_type(now[k].type.delta, column.type.delta)
-                    if wider != now[k].type.delta:
-                        now[k] = Column(name=now[k].name, type=parse_type(wider), nullable=now[k].nullable)
-                    else:
-                        continue
-                else:
-                    continue
-                grown.append(column.name)
+            before = list(entry.schema.columns)
+            now = grown_columns(before, columns)
+            grown = [c.name for c in now if c not in before]
             if not grown:
                 return None
             change = await self.change_columns(table, now)

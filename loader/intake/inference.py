@@ -175,6 +175,37 @@ def union_type(current: Any, wanted: Any) -> Any:
     return current
 
 
+def grown_columns(columns: Sequence[Column], wanted: Sequence[Column]) -> list[Column]:
+    """``columns`` grown by ``wanted``: a column of a new name appended; a nested column of a
+    name they have, widened by the struct fields it lacks (``union_type``: a field either has
+    keeps the type ``columns`` give it); every other column as it is. Names match exactly: a
+    name in other letters is appended, and the schema refuses it as a duplicate."""
+    out = list(columns)
+    at = {c.name: k for k, c in enumerate(out)}
+    for column in wanted:
+        k = at.get(column.name)
+        if k is None:
+            at[column.name] = len(out)
+            out.append(column)
+        elif isinstance(out[k].type.delta, dict):
+            wider = union_type(out[k].type.delta, column.type.delta)
+            if wider != out[k].type.delta:
+                out[k] = Column(name=out[k].name, type=parse_type(wider), nullable=out[k].nullable)
+    return out
+
+
+def known_fields(row: Any, names: frozenset[str], nested: list[Column]) -> Any:
+    """``row`` without the fields its table lacks, at any depth (a row that is no object is
+    left to validation, which names it)."""
+    if not isinstance(row, dict):
+        return row
+    kept = {k: v for k, v in row.items() if k in names}
+    for column in nested:
+        if kept.get(column.name) is not None:
+            kept[column.name] = strip_unknown(column.type.delta, kept[column.name])
+    return kept
+
+
 def strip_unknown(declared: Any, value: Any) -> Any:
     """``value`` without the struct fields its type (Delta JSON) lacks, at any depth (``ignore``)."""
     if value is None or not isinstance(declared, dict):

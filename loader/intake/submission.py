@@ -43,7 +43,14 @@ from loader.core.schema import Column, TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
 from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
-from loader.intake.inference import MAX_INFERRED_DEPTH, infer_columns, nested_columns, strip_unknown, unknown_fields
+from loader.intake.inference import (
+    MAX_INFERRED_DEPTH,
+    grown_columns,
+    infer_columns,
+    known_fields,
+    nested_columns,
+    unknown_fields,
+)
 from loader.intake.landing import accept_files
 from loader.intake.requests import (
     UpdateRequest,
@@ -258,14 +265,14 @@ class Intake:
                     # table's: a refused request changes nothing, its new fields included.
                     wanted = _with_columns(schema, columns, request.table)
                     kept = frozenset(wanted.names), nested_columns(wanted)
-                    rows_to_arrow([_known(row, *kept) for row in request.rows], wanted, request.table)
+                    rows_to_arrow([known_fields(row, *kept) for row in request.rows], wanted, request.table)
                     await self.add_columns(request.table, columns)
                     schema = self.schema(request.table)
                     nested = nested_columns(schema)
             # Dropped: with "ignore", every new field; with "add", those only ever null (or an
             # empty list or object) so far, which say nothing of a type and read back as null.
             names = frozenset(schema.names)
-            rows = [_known(row, names, nested) for row in request.rows]
+            rows = [known_fields(row, names, nested) for row in request.rows]
             out.append(dataclasses.replace(request, rows=rows))
         return out
 
@@ -502,24 +509,10 @@ class Intake:
             log.warning("intake reopened: the write-ahead log can be written again")
 
 
-def _known(row: Any, names: frozenset[str], nested: list[Column]) -> Any:
-    """``row`` without the fields its table lacks, at any depth (a row that is no object is
-    left to validation, which names it)."""
-    if not isinstance(row, dict):
-        return row
-    kept = {k: v for k, v in row.items() if k in names}
-    for column in nested:
-        if kept.get(column.name) is not None:
-            kept[column.name] = strip_unknown(column.type.delta, kept[column.name])
-    return kept
-
-
 def _with_columns(schema: TableSchema, columns: list[Column], table: str) -> TableSchema:
-    """``schema`` with ``columns`` in place of its columns of the same name, the others appended."""
-    given = {c.name: c for c in columns}
-    merged = [given.pop(c.name, c) for c in schema.columns] + list(given.values())
+    """``schema`` grown by ``columns`` (``grown_columns``), or Invalid naming why it is no schema."""
     try:
-        return TableSchema.model_validate({**schema.model_dump(), "columns": merged})
+        return TableSchema.model_validate({**schema.model_dump(), "columns": grown_columns(schema.columns, columns)})
     except ValidationError as exc:
         problems = "; ".join(e["msg"] for e in exc.errors())
         raise Invalid(f"table {table!r}: its new fields do not make a valid schema: {problems}; {RESEND}") from None
