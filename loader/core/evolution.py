@@ -31,10 +31,16 @@ WIDENINGS: frozenset[tuple[str, str]] = frozenset(
     {("int8", "int16"), ("int16", "int32"), ("int32", "int64"), ("float32", "float64"), ("date", "timestamp_ntz")}
 )
 _DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
-#: What a writer without ``typeWidening`` tells the operator to do instead.
+#: What the operator is told to do instead of a widening. Neither writer widens: the schema
+#: change is committed by ``deltalake``, which cannot record ``typeWidening`` (its
+#: ``TableAlterer.add_feature`` offers no such feature), and a table that has it is one
+#: deltalake 1.6.6 cannot read ("reader features {'typeWidening'} ... not yet supported"):
+#: the loader's own reads of the log (the exactly-once txn, the table's rules) and every
+#: deltalake reader would fail on it, whichever writer committed the change.
 WITHOUT_WIDENING = (
-    "the Delta writer in use cannot widen a column's type (Delta's typeWidening feature): add a new "
-    "column of the wider type, or load into a new table, or run with the native delta-spark writer"
+    "the loader cannot widen a column's type: a table with Delta's typeWidening feature is one its "
+    "deltalake reader (and the deltalake readers of the warehouse) cannot read; add a new column of the "
+    "wider type, or load into a new table"
 )
 
 

@@ -137,7 +137,8 @@ def text_schema(table: pa.Schema, json: bool) -> pa.Schema:
     row's date is "YYYY-MM-DD"), and binary columns as text: base64, as in a JSON row."""
     fields = []
     for field in table:
-        if is_nested(field.type):  # refused unless absent or null (``_nested_column``): read as pyarrow can
+        if is_nested(field.type):  # CSV: refused unless absent or null (``_nested_column``); JSON lines
+            # with a nested column are read row by row (loader/intake/landing.py, json_rows_chunks)
             keep = json and not any(pa.types.is_map(t) for t in _types_in(field.type))
             fields.append(field.with_nullable(True) if keep else pa.field(field.name, pa.string()))
             continue
@@ -556,8 +557,8 @@ def _nested_column(
         if values.null_count == len(values):
             return pa.chunked_array([pa.nulls(len(values), target)])
         raise Unloadable(
-            f"column {name!r} is of a nested type ({target}), which a CSV or JSON landing file does not carry; "
-            "send its rows as JSON rows, or the file as Parquet",
+            f"column {name!r} is of a nested type ({target}), which a CSV landing file does not carry; "
+            "send the file as JSON lines or Parquet, or its rows as JSON rows",
             name,
         )
     difference = _shape_difference(values.type, target, name)

@@ -36,14 +36,17 @@ from loader.core.durable_files import ENVIRONMENTAL_ERRNOS, fsync_directory
 from loader.core.errors import BadRequest, Conflict, Invalid, ServiceError, TooLarge, Unavailable
 from loader.core.schema import TableSchema
 from loader.core.updates import FileFormat, FileRef
-from loader.intake.file_types import Unloadable, conform, loads_as_is, text_schema
-from loader.intake.rows import check_partition_values, quote
+from loader.intake.file_types import Unloadable, conform, is_nested, loads_as_is, text_schema
+from loader.intake.requests import loads_json
+from loader.intake.rows import check_partition_values, quote, rows_to_arrow
 
 #: Largest landing file taken by default (``max_landing_file_bytes`` in the configuration).
 DEFAULT_MAX_FILE_BYTES = 16 << 30
 
 #: Rows per chunk when a landing file is checked (bounded memory whatever the file's size).
 CHUNK_ROWS = 65_536
+#: Bytes of JSON text parsed into Python rows at a time (``json_rows_chunks``).
+CHUNK_BYTES = 16 << 20
 
 _EXTENSIONS = {
     ".parquet": FileFormat.parquet,
@@ -101,6 +104,35 @@ def _raw_chunks(path: Path, fmt: FileFormat, schema: pa.Schema) -> Iterator[tupl
         reader = pa_json.open_json(path, parse_options=parse)
     for batch in reader:
         yield batch, True
+
+
+def json_rows_chunks(path: Path, schema: TableSchema, table: str, shown: str) -> Iterator[pa.Table]:
+    """A JSON-lines file of a table with nested columns, a chunk at a time, each line checked
+    and converted as an NDJSON body's row is (loader/intake/rows.py: the same rules, the
+    same paths in its errors, ``items[3].sku``). pyarrow's JSON reader cannot: it reads no
+    map from a JSON object, and converts nothing inside a struct or a list (a decimal, a
+    date, base64). Text files are converted to Parquet at intake, so loads never read one."""
+    exact = schema.exact_numbers
+    rows: list[Any] = []
+    first_row = size = 0
+    try:
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(loads_json(line, f"line {number}", exact))
+                except BadRequest as exc:  # the file's content, as a JSON file pyarrow cannot parse is
+                    raise Invalid(exc.message, table=table, row=first_row + len(rows)) from None
+                size += len(line)
+                if len(rows) >= CHUNK_ROWS or size >= CHUNK_BYTES:
+                    yield rows_to_arrow(rows, schema, table, first_row)
+                    first_row += len(rows)
+                    rows, size = [], 0
+        if rows:
+            yield rows_to_arrow(rows, schema, table, first_row)
+    except Invalid as exc:  # named by the row; the request may name several files
+        raise Invalid(f"file {shown}: {exc.message}", **exc.details) from None
 
 
 def read_landing_file(path: Path, fmt: FileFormat, schema: pa.Schema) -> pa.Table:
@@ -412,7 +444,9 @@ def _check_copy(
             file_schema = pq.ParquetFile(path, coerce_int96_timestamp_unit="us").schema_arrow
             rewrite = not loads_as_is(file_schema, arrow)
         first_row = 0
-        for chunk in iter_landing_file(path, fmt, arrow):
+        by_rows = fmt is FileFormat.json and any(is_nested(field.type) for field in arrow)
+        chunks = json_rows_chunks(path, schema, table, quote(raw)) if by_rows else iter_landing_file(path, fmt, arrow)
+        for chunk in chunks:
             _check_nulls(chunk, schema, quote(raw), first_row)
             check_partition_values(chunk, schema, f"file {quote(raw)}", first_row)
             if rewrite:

@@ -120,7 +120,7 @@ def _lone_surrogate(document: Any) -> str | None:
     return None
 
 
-def _loads(text: bytes, what: str, exact: bool = False) -> Any:
+def loads_json(text: bytes, what: str, exact: bool = False) -> Any:
     """Strict JSON: UTF-8 (or UTF-16/32 with its BOM, as RFC 8259 readers accept), no NaN or
     Infinity, no unpaired surrogate escapes; BadRequest naming the problem otherwise."""
     try:
@@ -219,12 +219,12 @@ def parse_single(
         rows = []
         for number, line in enumerate(body.splitlines(), start=1):
             if line.strip():
-                rows.append(_loads(line, f"NDJSON line {number}", exact))
+                rows.append(loads_json(line, f"NDJSON line {number}", exact))
         until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
         return UpdateRequest(table=table, rows=rows, files=None, data_until=until)
     if media != "application/json":
         raise Unsupported(f"content type {media!r} is not supported; use application/json or application/x-ndjson")
-    request = _update_from_object(_loads(body, "request body", exact), table, "request body")
+    request = _update_from_object(loads_json(body, "request body", exact), table, "request body")
     if data_until_param is not None:
         if request.data_until is not None:
             raise Invalid("data_until given both as a query parameter and in the body; give it once")
@@ -239,7 +239,7 @@ def parse_multi(body: bytes, content_type: str | None, exact: bool = False) -> l
     media = _media_type(content_type)
     if media != "application/json":
         raise Unsupported(f"content type {media!r} is not supported; POST /v1/updates takes application/json")
-    obj = _loads(body, "request body", exact)
+    obj = loads_json(body, "request body", exact)
     if not isinstance(obj, dict) or set(obj) != {"updates"} or not isinstance(obj["updates"], list):
         raise Invalid(f'request body must be {{"updates": [ {{"table": ..., "rows": [...]}}, ... ]}}, not {quote(obj)}')
     if not obj["updates"]:

@@ -510,13 +510,14 @@ def _plan(schema: TableSchema) -> _RowPlan:
     return plan
 
 
-def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Table:
-    """All rows valid, or Invalid naming the first bad row (0-based) and column."""
+def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str, first_row: int = 0) -> pa.Table:
+    """All rows valid, or Invalid naming the first bad row (0-based, counted from ``first_row``:
+    a landing file's rows are checked a chunk at a time) and column."""
     if not rows:
         raise Invalid(f"update for table {table!r} has no rows; send at least one row", table=table)
     rowplan = _plan(schema)
     checked = _checked_columns(rows, rowplan)
-    out = checked if checked is not None else _converted_columns(rows, rowplan, table)
+    out = checked if checked is not None else _converted_columns(rows, rowplan, table, first_row)
     try:
         data = pa.Table.from_arrays(
             [pa.array(values, type=kind) for values, kind in zip(out, rowplan.types)], schema=rowplan.arrow
@@ -524,7 +525,7 @@ def rows_to_arrow(rows: Sequence[Any], schema: TableSchema, table: str) -> pa.Ta
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise Invalid(f"rows of table {table!r} do not fit the schema: {exc}; {RESEND}", table=table) from None
     if schema.partition_by:
-        check_partition_values(data, schema, f"table {table!r}")
+        check_partition_values(data, schema, f"table {table!r}", first_row)
     return data
 
 
@@ -548,12 +549,12 @@ def _checked_columns(rows: Sequence[Any], plan: _RowPlan) -> list[list[Any]] | N
     return out
 
 
-def _converted_columns(rows: Sequence[Any], rowplan: _RowPlan, table: str) -> list[list[Any]]:
+def _converted_columns(rows: Sequence[Any], rowplan: _RowPlan, table: str, first_row: int = 0) -> list[list[Any]]:
     """Every value converted (``_CONVERTERS``), or Invalid naming the first bad row and column."""
     names = rowplan.names
     out: list[list[Any]] = [[] for _ in rowplan.columns]
     plan = [(name, nullable, convert, out[k]) for k, (name, nullable, convert) in enumerate(rowplan.columns)]
-    for index, row in enumerate(rows):
+    for index, row in enumerate(rows, start=first_row):
         if not isinstance(row, dict):
             raise Invalid(
                 f"row {index} of table {table!r} is not a JSON object but {quote(row)}; {RESEND}",

@@ -70,7 +70,7 @@ def test_widening_needs_a_writer_that_records_type_widening() -> None:
     wider = schema("id int64 not null", "amount float64 not null", "note string")
     message = refusal(wider)
     assert "column 'amount' cannot widen from float32 to float64" in message and "typeWidening" in message
-    assert "delta-spark" in message  # what to do
+    assert "add a new column of the wider type" in message  # what to do
     change = plan_change("orders", OLD, wider, widening=True)
     assert change.widened == (("amount", "float32", "float64"),)
 

@@ -375,7 +375,7 @@ def test_random_nested_tables_hold_exactly_what_was_sent(
     schema, sent, want = drawn
     data = convert(sent, schema)
     # Every intake form takes the rows to the same table: NDJSON, the multi-table route, and
-    # a Parquet landing file of them (the JSON body is ``convert``'s).
+    # a Parquet and a JSON-lines landing file of them (the JSON body is ``convert``'s).
     exact = schema.exact_numbers
     ndjson = "\n".join(json.dumps(row) for row in sent).encode()
     forms = {"ndjson": parse_single(ndjson, "application/x-ndjson", "t", None, exact).rows}
@@ -385,8 +385,10 @@ def test_random_nested_tables_hold_exactly_what_was_sent(
         assert rows_to_arrow(rows, schema, "t").equals(data), form
     landing = tmp_path_factory.mktemp("landing")
     pq.write_table(data, landing / "rows.parquet")
-    (ref,) = accept_files(["rows.parquet"], landing, landing / "owned", schema, "t")
-    assert _equal(pq.read_table(ref.path).to_pylist(), data.to_pylist()), "landing file"
+    (landing / "rows.jsonl").write_bytes(ndjson)
+    for name in ("rows.parquet", "rows.jsonl"):
+        (ref,) = accept_files([name], landing, landing / "owned", schema, "t")
+        assert _equal(pq.read_table(ref.path).to_pylist(), data.to_pylist()), name
     path = tmp_path_factory.mktemp("nested") / "t"
     create_table(path, schema.arrow())
     write_deltalake(str(path), data, mode="append")
@@ -397,17 +399,49 @@ def test_random_nested_tables_hold_exactly_what_was_sent(
         assert _equal(got, want), (reader.__name__, got, want)
 
 
-def test_csv_and_json_files_carry_no_nested_column_but_may_leave_it_out(tmp_path: Path) -> None:
+def test_a_csv_file_carries_no_nested_column_but_may_leave_it_out(tmp_path: Path) -> None:
     schema = TableSchema.model_validate(
         {"columns": [{"name": "id", "type": "long"}, {"name": "items", "type": {"type": "array", "elementType": LINE}}]}
     )
     landing, owned = tmp_path / "landing", tmp_path / "owned"
     landing.mkdir()
     (landing / "with.csv").write_text("id,items\n1,x\n", encoding="utf-8")
-    (landing / "with.json").write_text('{"id": 1, "items": [{"sku": "a"}]}\n', encoding="utf-8")
     (landing / "without.csv").write_text("id\n1\n", encoding="utf-8")
-    for name in ("with.csv", "with.json"):
-        with pytest.raises(Invalid, match="which a CSV or JSON landing file does not carry"):
-            accept_files([name], landing, owned, schema, "t")
+    with pytest.raises(Invalid, match="which a CSV landing file does not carry; send the file as JSON lines or Parquet"):
+        accept_files(["with.csv"], landing, owned, schema, "t")
     (ref,) = accept_files(["without.csv"], landing, owned, schema, "t")
     assert pq.read_table(ref.path).to_pylist() == [{"id": 1, "items": None}]
+
+
+def test_a_json_lines_file_carries_nested_columns_checked_as_ndjson_rows_are(tmp_path: Path) -> None:
+    """Its lines are NDJSON rows: maps from objects, decimals exact inside structs, and a bad
+    value named by the file, its row and its path; a line that is not JSON names its line."""
+    schema = TableSchema.model_validate(
+        {
+            "columns": [
+                {"name": "id", "type": "long"},
+                {"name": "items", "type": {"type": "array", "elementType": LINE}},
+                {"name": "attrs", "type": {"type": "map", "keyType": "string", "valueType": "decimal(6,2)"}},
+            ]
+        }
+    )
+    landing, owned = tmp_path / "landing", tmp_path / "owned"
+    landing.mkdir()
+    (landing / "good.jsonl").write_text(
+        '{"id": 1, "items": [{"sku": "a"}], "attrs": {"w": "1234.56"}}\n\n{"id": 2}\n', encoding="utf-8"
+    )
+    (ref,) = accept_files(["good.jsonl"], landing, owned, schema, "t")
+    assert pq.read_table(ref.path).to_pylist() == [
+        {"id": 1, "items": [{"sku": "a", "qty": None, "price": None}], "attrs": [("w", decimal.Decimal("1234.56"))]},
+        {"id": 2, "items": None, "attrs": None},
+    ]
+    (landing / "bad.jsonl").write_text('{"id": 1}\n{"id": 2, "items": [{"sku": 7}]}\n', encoding="utf-8")
+    with pytest.raises(Invalid, match=r'file "bad.jsonl": row 1 .*items\[0\]\.sku: expected a string, got 7') as bad:
+        accept_files(["bad.jsonl"], landing, owned, schema, "t")
+    assert bad.value.details["file"] == "bad.jsonl" and bad.value.details["path"] == "items[0].sku"
+    (landing / "torn.jsonl").write_text('{"id": 1}\n{"id": \n', encoding="utf-8")
+    with pytest.raises(Invalid, match=r'file "torn.jsonl": line 2 is not valid JSON'):
+        accept_files(["torn.jsonl"], landing, owned, schema, "t")
+    assert [p.name for p in owned.iterdir()] == [Path(ref.path).name]
+
+
