@@ -8,6 +8,7 @@ either every update of the request ready for the WAL, or an error and no side ef
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import functools
 import json
@@ -28,12 +29,15 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
 
 @dataclass(frozen=True, slots=True)
 class UpdateRequest:
-    """One update as the producer sent it (rows not yet checked against the schema)."""
+    """One update as the producer sent it: ``rows`` not yet checked against the schema, or
+    ``columns``, rows a columnar reader has already checked and typed as the table's Arrow
+    schema (loader/intake/columnar.py), which validation takes as they are."""
 
     table: str
     rows: list[Any] | None
     files: list[Any] | None
     data_until: float | None
+    columns: pa.Table | None = None
 
 
 @dataclass(slots=True)
@@ -228,7 +232,7 @@ def parse_single(
     if data_until_param is not None:
         if request.data_until is not None:
             raise Invalid("data_until given both as a query parameter and in the body; give it once")
-        request = UpdateRequest(table, request.rows, request.files, _data_until(_maybe_number(data_until_param)))
+        request = dataclasses.replace(request, data_until=_data_until(_maybe_number(data_until_param)))
     return request
 
 

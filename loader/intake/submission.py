@@ -282,7 +282,9 @@ class Intake:
         valid: list[ValidUpdate] = []
         for request in requests:
             schema = self.schema(request.table)
-            if request.rows is not None:
+            if request.columns is not None:
+                valid.append(ValidUpdate(request.table, request.data_until, rows=request.columns))
+            elif request.rows is not None:
                 rows = rows_to_arrow(request.rows, schema, request.table)
                 valid.append(ValidUpdate(request.table, request.data_until, rows=rows))
             else:
