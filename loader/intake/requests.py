@@ -22,6 +22,7 @@ import pyarrow as pa
 from loader.core.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
 from loader.core.schema import Array, ColumnType, DataTypeValue, Map, Primitive, Struct, TableSchema, check_name
 from loader.core.updates import MAX_RECORD_BYTES
+from loader.intake.columnar import read_ndjson
 from loader.intake.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-lines")
@@ -214,18 +215,27 @@ def _media_type(content_type: str | None) -> str:
 
 
 def parse_single(
-    body: bytes, content_type: str | None, table: str, data_until_param: str | None, exact: bool = False
+    body: bytes,
+    content_type: str | None,
+    table: str,
+    data_until_param: str | None,
+    exact: bool = False,
+    schema: TableSchema | None = None,
 ) -> UpdateRequest:
     """Body of POST /v1/tables/{table}/updates: JSON object or NDJSON rows; ``exact``: numbers
-    with a fraction as Decimals (the table has decimal columns)."""
+    with a fraction as Decimals (the table has decimal columns). With the table's ``schema``,
+    NDJSON rows are read as columns where they can be (loader/intake/columnar.py)."""
     media = _media_type(content_type)
     if media in NDJSON_TYPES:
-        rows = []
-        for number, line in enumerate(body.splitlines(), start=1):
-            if line.strip():
-                rows.append(loads_json(line, f"NDJSON line {number}", exact))
+        columns = read_ndjson(body, schema, table) if schema is not None else None
+        rows = None
+        if columns is None:
+            rows = []
+            for number, line in enumerate(body.splitlines(), start=1):
+                if line.strip():
+                    rows.append(loads_json(line, f"NDJSON line {number}", exact))
         until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
-        return UpdateRequest(table=table, rows=rows, files=None, data_until=until)
+        return UpdateRequest(table=table, rows=rows, files=None, data_until=until, columns=columns)
     if media != "application/json":
         raise Unsupported(f"content type {media!r} is not supported; use application/json or application/x-ndjson")
     request = _update_from_object(loads_json(body, "request body", exact), table, "request body")

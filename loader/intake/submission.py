@@ -216,7 +216,7 @@ class Intake:
         self.check_open(table)  # 410 before reading the body
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
-        parsed = parse_single(body, request.content_type, table, request.data_until, schema.exact_numbers)
+        parsed = parse_single(body, request.content_type, table, request.data_until, schema.exact_numbers, schema)
         (parsed,) = await self.fields_from_feed([parsed])
         check_expansion([parsed], {table: self.schema(table)}, self.max_body_bytes, len(body))
         digest = request_hash("POST", request.path, request.query, body)

@@ -1,0 +1,231 @@
+"""NDJSON bodies read as columns: pyarrow's JSON reader with the table's explicit schema,
+then whole-column checks of the row rules (loader/intake/rows.py).
+
+Why: checking and converting each row in Python held intake at 7% of what one core
+parses (issue 36); pyarrow's reader types the same bytes at about 190 MB/s. Why not
+instead of rows.py: the row path is the rule, and words every refusal (the row, the
+column, the path inside a nested value, the value as sent). So this path is allowed to
+*accept* only what the row path accepts, with the very same values, and declines
+(``None``) everywhere it cannot tell: any value pyarrow refuses, a form pyarrow takes that
+rows.py does not (``NaN``, ``"+1.5"`` for a decimal, two objects on one line), a type it
+does not convert here. The caller then runs the row path, which accepts or words the
+refusal. A property test holds the two to that (tests/loader/intake/test_columnar.py).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from loader.core.schema import ColumnType, Primitive, TableSchema
+from loader.intake.rows import check_partition_values
+
+#: What a timestamp column's text may look like here: the ISO-8601 forms producers send,
+#: which Python's ``fromisoformat`` (the row path) reads the same way. Any other form
+#: (a space for the ``T``, an hour without minutes, Unix seconds) goes to the row path.
+_CLOCK = r"T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?"
+_DAY = r"^(?:\d{3}[1-9]|\d{2}[1-9]\d|\d[1-9]\d{2}|[1-9]\d{3})-\d{2}-\d{2}"  # year 0001..9999
+_DATE = _DAY + "$"
+_TIMESTAMP_NTZ = _DAY + _CLOCK + "$"
+_TIMESTAMP = _DAY + _CLOCK + r"(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?$"
+_NAIVE = _DAY + _CLOCK + "$"
+#: Microseconds of 0001-01-01T00:00:00 and of 9999-12-31T23:59:59.999999 (UTC): a time the
+#: row path refuses as outside years 1 to 9999 once its offset is applied.
+_FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+#: Bodies from this size up are parsed on pyarrow's threads (below it, starting them costs more).
+THREADED_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one schema's rows are read as columns, worked out once per schema."""
+
+    schema: TableSchema  # held: the plan is found by ``id(schema)``, unique while it lives
+    parse: pa_json.ParseOptions
+    #: Per column: its name, whether it may hold nulls, and the conversion of the column as
+    #: read to the table's type (None: the value is out of the row rules; decline).
+    columns: tuple[tuple[str, bool, Callable[[pa.Array], pa.Array | None]], ...]
+    arrow: pa.Schema
+    #: The body may hold a JSON string starting with "+" that a decimal column would take.
+    decimals: bool
+
+
+_PLANS: dict[int, _Plan | None] = {}
+
+
+def _plan(schema: TableSchema) -> _Plan | None:
+    """The plan of ``schema``; None when one of its columns is of a type read only row by row."""
+    key = id(schema)
+    if key in _PLANS:
+        plan = _PLANS[key]
+        if plan is None or plan.schema is schema:
+            return plan
+    if len(_PLANS) >= 1024:
+        _PLANS.clear()
+    plan = _make_plan(schema)
+    _PLANS[key] = plan
+    return plan
+
+
+def _make_plan(schema: TableSchema) -> _Plan | None:
+    fields, columns = [], []
+    for column in schema.columns:
+        kind = column.type
+        if not isinstance(kind, Primitive):
+            return None  # nested values: the row path (their paths, maps from objects)
+        read = _READ.get(kind.kind)
+        convert = _CONVERT.get(kind.kind)
+        if kind.kind is ColumnType.decimal:
+            read, convert = kind.arrow, _same
+        if read is None or convert is None:
+            return None
+        fields.append(pa.field(column.name, read))
+        columns.append((column.name, column.nullable, convert))
+    parse = pa_json.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="error")
+    decimals = any(isinstance(c.type, Primitive) and c.type.kind is ColumnType.decimal for c in schema.columns)
+    return _Plan(schema, parse, tuple(columns), schema.arrow(), decimals)
+
+
+def _same(values: pa.Array) -> pa.Array:
+    return values
+
+
+def _finite(values: pa.Array) -> pa.Array | None:
+    """JSON has no NaN or Infinity (the row path's parser refuses them; pyarrow's takes them)."""
+    return values if pc.all(pc.is_finite(values)).as_py() is not False else None
+
+
+def _float32(values: pa.Array) -> pa.Array | None:
+    """Rounded to the nearest float32 as the row path's Arrow conversion rounds; a value whose
+    rounding overflows is refused there (it names the largest float32): declined here."""
+    if _finite(values) is None:
+        return None
+    narrow = pc.cast(values, pa.float32(), safe=False)
+    return narrow if pc.all(pc.is_finite(narrow)).as_py() is not False else None
+
+
+def _matching(values: pa.Array, pattern: str) -> bool:
+    return pc.all(pc.match_substring_regex(values, pattern)).as_py() is not False
+
+
+def _date(values: pa.Array) -> pa.Array | None:
+    if not _matching(values, _DATE):
+        return None
+    try:
+        return pc.cast(values, pa.date32())
+    except pa.ArrowInvalid:  # a day the month lacks: the row path words it
+        return None
+
+
+def _timestamp_ntz(values: pa.Array) -> pa.Array | None:
+    if not _matching(values, _TIMESTAMP_NTZ):
+        return None
+    try:
+        return pc.cast(values, pa.timestamp("us"))
+    except pa.ArrowInvalid:
+        return None
+
+
+def _timestamp(values: pa.Array) -> pa.Array | None:
+    """ISO-8601 text, naive meaning UTC (the row path's rule), in years 1 to 9999 once in UTC."""
+    if not _matching(values, _TIMESTAMP):
+        return None
+    naive = pc.match_substring_regex(values, _NAIVE)
+    if pc.any(naive).as_py():
+        values = pc.if_else(naive, pc.binary_join_element_wise(values, "Z", ""), values)
+    try:
+        instants = pc.cast(values, pa.timestamp("us", tz="UTC"))
+    except pa.ArrowInvalid:
+        return None
+    micros = instants.cast(pa.int64())
+    if len(micros) > micros.null_count:
+        low, high = pc.min_max(micros).values()
+        if low.as_py() < _FIRST_US or high.as_py() > _LAST_US:
+            return None
+    return instants
+
+
+#: The type each column is read as (the table's own where pyarrow reads JSON the row path's way).
+_READ: dict[ColumnType, pa.DataType] = {
+    ColumnType.string: pa.string(),
+    ColumnType.boolean: pa.bool_(),
+    ColumnType.int8: pa.int8(),
+    ColumnType.int16: pa.int16(),
+    ColumnType.int32: pa.int32(),
+    ColumnType.int64: pa.int64(),
+    ColumnType.float32: pa.float64(),
+    ColumnType.float64: pa.float64(),
+    ColumnType.date: pa.string(),
+    ColumnType.timestamp: pa.string(),
+    ColumnType.timestamp_ntz: pa.string(),
+}
+_CONVERT: dict[ColumnType, Callable[[pa.Array], pa.Array | None]] = {
+    ColumnType.string: _same,
+    ColumnType.boolean: _same,
+    ColumnType.int8: _same,
+    ColumnType.int16: _same,
+    ColumnType.int32: _same,
+    ColumnType.int64: _same,
+    ColumnType.float32: _float32,
+    ColumnType.float64: _finite,
+    ColumnType.date: _date,
+    ColumnType.timestamp: _timestamp,
+    ColumnType.timestamp_ntz: _timestamp_ntz,
+}
+
+
+def _one_object_per_line(body: bytes, rows: int) -> bool:
+    """Whether ``body`` holds ``rows`` lines, each one JSON object from its first byte, as the
+    row path splits it (``bytes.splitlines``). pyarrow's reader also takes two objects on
+    one line and an object over several, which the row path refuses. In a flat table's
+    rows a "{" only opens a row (no value is an object, and no string holds a raw newline),
+    so when as many lines start with one as there are rows and lines, each row starts a
+    line of its own and ends before the next."""
+    if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
+        return False  # a lone CR ends a line for the row path, and is blank space for pyarrow's
+    lines = body.count(b"\n") + (not body.endswith(b"\n"))
+    return rows == lines == body.count(b"\n{") + body.startswith(b"{")
+
+
+def read_ndjson(body: bytes, schema: TableSchema, table: str) -> pa.Table | None:
+    """The rows of an NDJSON body as the table's Arrow columns, exactly as ``rows_to_arrow``
+    would make them; None when the row path must decide (module docstring). Raises only
+    what ``rows_to_arrow`` raises for the same rows (a partition value no directory holds)."""
+    plan = _plan(schema)
+    if plan is None or not body:
+        return None
+    if b"NaN" in body or b"Infinity" in body:  # literals pyarrow reads and JSON has not (or text: either way)
+        return None
+    if plan.decimals and b'"+' in body:  # "+1.5": pyarrow's decimal reads it, the row path's does not
+        return None
+    try:
+        body.decode("utf-8")  # pyarrow keeps invalid UTF-8 in strings unchecked
+    except UnicodeDecodeError:
+        return None
+    threads = len(body) >= THREADED_BYTES
+    try:
+        read = pa_json.read_json(
+            io.BytesIO(body), read_options=pa_json.ReadOptions(use_threads=threads), parse_options=plan.parse
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if read.num_rows == 0 or not _one_object_per_line(body, read.num_rows):
+        return None
+    arrays = []
+    for (name, nullable, convert), chunked in zip(plan.columns, read.columns):
+        values = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+        if values.null_count and not nullable:
+            return None
+        converted = convert(values) if values.null_count < len(values) else values.cast(plan.arrow.field(name).type)
+        if converted is None:
+            return None
+        arrays.append(converted)
+    data = pa.Table.from_arrays(arrays, schema=plan.arrow)
+    if schema.partition_by:
+        check_partition_values(data, schema, f"table {table!r}")
+    return data
