@@ -37,6 +37,7 @@ overload trial, ``trials/overload/``):
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import resource
@@ -68,22 +69,29 @@ class Stats:
             self.first_error = detail[:500]
 
 
-def _head(spec: dict[str, Any], path: str, length: int) -> bytes:
+def _head(spec: dict[str, Any], path: str, length: int, content_type: str = "application/json") -> bytes:
     return (
         f"POST {path} HTTP/1.1\r\n"
         f"Host: {spec['host']}:{spec['port']}\r\n"
         f"Authorization: Bearer {spec['token']}\r\n"
-        "Content-Type: application/json\r\n"
+        f"Content-Type: {content_type}\r\n"
         f"Content-Length: {length}\r\n\r\n"
     ).encode()
 
 
+def _body(item: dict[str, Any]) -> bytes:
+    """A request item's body: ``body`` (text) or ``body_base64`` (bytes: an Arrow or Parquet body)."""
+    return base64.b64decode(item["body_base64"]) if "body_base64" in item else item["body"].encode()
+
+
 def build_requests(spec: dict[str, Any]) -> list[tuple[bytes, int]]:
-    """(raw request bytes, updates it carries) for every body of the spec, cycled through."""
+    """(raw request bytes, updates it carries) for every body of the spec, cycled through; an
+    item's ``content_type`` is its Content-Type (application/json unless given)."""
     out = []
     for item in spec["requests"]:
-        body = item["body"].encode()
-        out.append((_head(spec, item["path"], len(body)) + body, int(item["updates"])))
+        body = _body(item)
+        head = _head(spec, item["path"], len(body), item.get("content_type", "application/json"))
+        out.append((head + body, int(item["updates"])))
     return out
 
 
@@ -96,7 +104,7 @@ class RequestSource:
         unique = spec.get("unique")
         self.placeholder: str | None = unique["placeholder"] if unique else None
         self.base = int(unique.get("base", 0)) if unique else 0
-        self.items = [(item["path"], item["body"], int(item["updates"])) for item in spec["requests"]]
+        self.items = [(item["path"], item.get("body", ""), int(item["updates"])) for item in spec["requests"]]
         self.spec = spec
 
     def __call__(self, k: int) -> tuple[bytes, int]:
