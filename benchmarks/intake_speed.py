@@ -141,8 +141,12 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
     bodies = [ndjson(r) if form == "ndjson" else arrow_stream(r) for r in rows]
     json_bytes = statistics.mean(len(ndjson(r)) for r in rows)
     requests = [
-        {"path": f"/v1/tables/{t}/updates", "updates": 1, "body_base64": base64.b64encode(b).decode(),
-         "content_type": FORMS[form]}
+        {
+            "path": f"/v1/tables/{t}/updates",
+            "updates": 1,
+            "body_base64": base64.b64encode(b).decode(),
+            "content_type": FORMS[form],
+        }
         for t, b in zip(TABLES, bodies)
     ]
     extra = {"tables": [{"name": t, "schema": EVENT} for t in TABLES], "spill": {"memory_budget_bytes": 1 << 30}}
@@ -153,9 +157,16 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
                 for table in TABLES:
                     http.post(f"/v1/admin/tables/{table}/pause").raise_for_status()
         ceilings = {"parse_mb_s": parse_ceiling(ndjson(rows[0])), "disk_mb_s": disk_ceiling(data)}
-        spec = {"mode": "closed", "connections": args.connections, "duration": args.seconds, "warmup": 2.0,
-                "requests": requests}
-        _, record, before, after, seconds, _ = generate(service.port, spec, args.seconds + 120, lambda: srv.tree_cpu(service.pid))
+        spec = {
+            "mode": "closed",
+            "connections": args.connections,
+            "duration": args.seconds,
+            "warmup": 2.0,
+            "requests": requests,
+        }
+        _, record, before, after, seconds, _ = generate(
+            service.port, spec, args.seconds + 120, lambda: srv.tree_cpu(service.pid)
+        )
         ended = time.monotonic()
         with service.client() as http:
             if not loading:
@@ -183,8 +194,10 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
     }
     out["ceiling_mb_s"] = min(out["parse_mb_s"], out["disk_mb_s"]) if form == "ndjson" else out["disk_mb_s"]
     out["share"] = out["json_mb_s" if form == "ndjson" else "mb_s"] / out["ceiling_mb_s"]
-    log(f"[{form}] {out['rows_s']:,.0f} rows/s, {out['mb_s']:.1f} MB/s, {out['share']:.0%} of the ceiling, "
-        f"visible {out['visible_s']:.2f} s after; Delta rows {stored:,} of {acknowledged:,} acknowledged")
+    log(
+        f"[{form}] {out['rows_s']:,.0f} rows/s, {out['mb_s']:.1f} MB/s, {out['share']:.0%} of the ceiling, "
+        f"visible {out['visible_s']:.2f} s after; Delta rows {stored:,} of {acknowledged:,} acknowledged"
+    )
     return out
 
 
