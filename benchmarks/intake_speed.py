@@ -25,7 +25,6 @@ import json
 import os
 import random
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +71,8 @@ def event_rows(rng: random.Random, first: int, n: int) -> list[dict[str, Any]]:
             "amount": round(rng.uniform(0, 500), 2),
             "quantity": rng.randrange(1, 10),
             "returning": rng.random() < 0.3,
-            "at": f"2026-11-28T{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}.{rng.randrange(10**6):06d}Z",
+            "at": f"2026-11-28T{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
+            f".{rng.randrange(10**6):06d}Z",
         }
         for k in range(n)
     ]
