@@ -14,7 +14,9 @@ refusal. A property test holds the two to that (tests/loader/intake/test_columna
 
 from __future__ import annotations
 
+import decimal
 import io
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +39,8 @@ _NAIVE = _DAY + _CLOCK + "$"
 #: Microseconds of 0001-01-01T00:00:00 and of 9999-12-31T23:59:59.999999 (UTC): a time the
 #: row path refuses as outside years 1 to 9999 once its offset is applied.
 _FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+#: A digit, an exponent, a digit: in a number or in text (a byte scan cannot tell which).
+_EXPONENT = re.compile(rb"\d[eE][-+]?\d")
 #: Bodies from this size up are parsed on pyarrow's threads (below it, starting them costs more).
 THREADED_BYTES = 1 << 20
 
@@ -47,6 +51,9 @@ class _Plan:
 
     schema: TableSchema  # held: the plan is found by ``id(schema)``, unique while it lives
     parse: pa_json.ParseOptions
+    #: A ``{"rows": [...]}`` body as one record (``rows_newlines``: one that spans lines).
+    rows: pa_json.ParseOptions
+    rows_newlines: pa_json.ParseOptions
     #: Per column: its name, whether it may hold nulls, and the conversion of the column as
     #: read to the table's type (None: the value is out of the row rules; decline).
     columns: tuple[tuple[str, bool, Callable[[pa.Array], pa.Array | None]], ...]
@@ -81,14 +88,19 @@ def _make_plan(schema: TableSchema) -> _Plan | None:
         read = _READ.get(kind.kind)
         convert = _CONVERT.get(kind.kind)
         if kind.kind is ColumnType.decimal:
-            read, convert = kind.arrow, _same
+            read, convert = kind.arrow, _decimal(kind)
         if read is None or convert is None:
             return None
         fields.append(pa.field(column.name, read))
         columns.append((column.name, column.nullable, convert))
     parse = pa_json.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="error")
+    body = pa.schema([pa.field("rows", pa.list_(pa.struct(fields)))])
+    rows = pa_json.ParseOptions(explicit_schema=body, unexpected_field_behavior="error")
+    rows_newlines = pa_json.ParseOptions(
+        explicit_schema=body, unexpected_field_behavior="error", newlines_in_values=True
+    )
     decimals = any(isinstance(c.type, Primitive) and c.type.kind is ColumnType.decimal for c in schema.columns)
-    return _Plan(schema, parse, tuple(columns), schema.arrow(), decimals)
+    return _Plan(schema, parse, rows, rows_newlines, tuple(columns), schema.arrow(), decimals)
 
 
 def _same(values: pa.Array) -> pa.Array:
@@ -107,6 +119,19 @@ def _float32(values: pa.Array) -> pa.Array | None:
         return None
     narrow = pc.cast(values, pa.float32(), safe=False)
     return narrow if pc.all(pc.is_finite(narrow)).as_py() is not False else None
+
+
+def _decimal(kind: Primitive) -> Callable[[pa.Array], pa.Array | None]:
+    """pyarrow's reader checks a decimal's scale but not its precision (it takes 1e28 into a
+    decimal(38,10)): a value of more digits before the point than the type holds is the row
+    path's to refuse."""
+    limit = decimal.Decimal(10) ** ((kind.precision or 0) - (kind.scale or 0))
+
+    def convert(values: pa.Array) -> pa.Array | None:
+        low, high = (v.as_py() for v in pc.min_max(values).values())
+        return values if low is None or (-limit < low and high < limit) else None
+
+    return convert
 
 
 def _matching(values: pa.Array, pattern: str) -> bool:
@@ -192,34 +217,67 @@ def _one_object_per_line(body: bytes, rows: int) -> bool:
     return rows == lines == body.count(b"\n{") + body.startswith(b"{")
 
 
+def _readable(body: bytes, plan: _Plan) -> bool:
+    """Whether the body holds nothing pyarrow's reader would take otherwise than the row path."""
+    if b"NaN" in body or b"Infinity" in body:  # literals pyarrow reads and JSON has not (or text: either way)
+        return False
+    if plan.decimals and (b'"+' in body or _EXPONENT.search(body)):
+        # "+1.5": pyarrow's decimal reads it, the row path's does not; and a decimal with an
+        # exponent may round to zero there (2.39e-34 read as 0 in a decimal(38,10)), which the
+        # row path refuses as digits past the scale. (Hex text such as "3e5f" declines too.)
+        return False
+    if not body.isascii():  # (a word at a time: 20x faster than decoding an ASCII body)
+        try:
+            body.decode("utf-8")  # pyarrow keeps invalid UTF-8 in strings unchecked
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def _read(body: bytes, parse: pa_json.ParseOptions) -> pa.Table | None:
+    threads = len(body) >= THREADED_BYTES
+    try:
+        return pa_json.read_json(
+            io.BytesIO(body), read_options=pa_json.ReadOptions(use_threads=threads), parse_options=parse
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
 def read_ndjson(body: bytes, schema: TableSchema, table: str) -> pa.Table | None:
     """The rows of an NDJSON body as the table's Arrow columns, exactly as ``rows_to_arrow``
     would make them; None when the row path must decide (module docstring). Raises only
     what ``rows_to_arrow`` raises for the same rows (a partition value no directory holds)."""
     plan = _plan(schema)
-    if plan is None or not body:
+    if plan is None or not body or not _readable(body, plan):
         return None
-    if b"NaN" in body or b"Infinity" in body:  # literals pyarrow reads and JSON has not (or text: either way)
+    read = _read(body, plan.parse)
+    if read is None or read.num_rows == 0 or not _one_object_per_line(body, read.num_rows):
         return None
-    if plan.decimals and b'"+' in body:  # "+1.5": pyarrow's decimal reads it, the row path's does not
+    columns = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in read.columns]
+    return _checked(columns, plan, schema, table)
+
+
+def read_json_rows(body: bytes, schema: TableSchema, table: str) -> pa.Table | None:
+    """The rows of a ``{"rows": [...]}`` body (the single-table route's JSON form) as the
+    table's Arrow columns, as ``read_ndjson`` does; None when the body holds anything but
+    its rows (``data_until`` is read by the row path) or the row path must decide."""
+    plan = _plan(schema)
+    if plan is None or not body.startswith(b"{") or not _readable(body, plan):
         return None
-    if not body.isascii():  # (a word at a time: 20x faster than decoding an ASCII body)
-        try:
-            body.decode("utf-8")  # pyarrow keeps invalid UTF-8 in strings unchecked
-        except UnicodeDecodeError:
-            return None
-    threads = len(body) >= THREADED_BYTES
-    try:
-        read = pa_json.read_json(
-            io.BytesIO(body), read_options=pa_json.ReadOptions(use_threads=threads), parse_options=plan.parse
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    read = _read(body, plan.rows_newlines if b"\n" in body or b"\r" in body else plan.rows)
+    if read is None or read.num_rows != 1 or read.num_columns != 1:
         return None
-    if read.num_rows == 0 or not _one_object_per_line(body, read.num_rows):
-        return None
+    rows = read.column(0).chunk(0)  # one list: its values are the rows, from offset 0
+    if rows.null_count or not len(rows.values) or rows.values.null_count:
+        return None  # no rows, or a row that is null: the row path words it
+    objects = rows.values
+    return _checked([objects.field(k) for k in range(objects.type.num_fields)], plan, schema, table)
+
+
+def _checked(columns: list[pa.Array], plan: _Plan, schema: TableSchema, table: str) -> pa.Table | None:
     arrays = []
-    for (name, nullable, convert), chunked in zip(plan.columns, read.columns):
-        values = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+    for (name, nullable, convert), values in zip(plan.columns, columns):
         if values.null_count and not nullable:
             return None
         converted = convert(values) if values.null_count < len(values) else values.cast(plan.arrow.field(name).type)

@@ -57,6 +57,7 @@ from loader.intake.requests import (
     ValidUpdate,
     check_expansion,
     check_table_name,
+    columns_fit,
     parse_multi,
     parse_single,
 )
@@ -220,7 +221,8 @@ class Intake:
         self.check_open(table)  # 410 before reading the body
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
-        parse = (request.content_type, table, request.data_until, schema.exact_numbers, schema)
+        columnar = schema if columns_fit(body, schema, self.max_body_bytes) else None
+        parse = (request.content_type, table, request.data_until, schema.exact_numbers, columnar)
         if len(body) >= PARSE_THREAD_BYTES:
             # Off the event loop: pyarrow's reader lets go of the GIL, so one request's rows
             # are read on the other core while the loop serves the rest (issue 36).
