@@ -22,7 +22,7 @@ import pyarrow as pa
 from loader.core.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
 from loader.core.schema import Array, ColumnType, DataTypeValue, Map, Primitive, Struct, TableSchema, check_name
 from loader.core.updates import MAX_RECORD_BYTES
-from loader.intake.columnar import read_json_rows, read_ndjson
+from loader.intake.columnar import COLUMNS_FROM, read_json_rows, read_ndjson
 from loader.intake.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-lines")
@@ -227,7 +227,7 @@ def parse_single(
     NDJSON rows are read as columns where they can be (loader/intake/columnar.py)."""
     media = _media_type(content_type)
     if media in NDJSON_TYPES:
-        columns = read_ndjson(body, schema, table) if schema is not None else None
+        columns = read_ndjson(body, schema, table) if schema is not None and len(body) >= COLUMNS_FROM else None
         rows = None
         if columns is None:
             rows = []
@@ -238,7 +238,7 @@ def parse_single(
         return UpdateRequest(table=table, rows=rows, files=None, data_until=until, columns=columns)
     if media != "application/json":
         raise Unsupported(f"content type {media!r} is not supported; use application/json or application/x-ndjson")
-    columns = read_json_rows(body, schema, table) if schema is not None else None
+    columns = read_json_rows(body, schema, table) if schema is not None and len(body) >= COLUMNS_FROM else None
     if columns is not None:
         request = UpdateRequest(table=table, rows=None, files=None, data_until=None, columns=columns)
     else:

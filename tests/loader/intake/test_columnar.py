@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from loader.core.errors import ServiceError
 from loader.core.schema import TableSchema
-from loader.intake.columnar import read_json_rows, read_ndjson
+from loader.intake.columnar import COLUMNS_FROM, read_json_rows, read_ndjson
 from loader.intake.requests import parse_single
 from loader.intake.rows import rows_to_arrow
 from testing.depth import examples
@@ -273,3 +273,14 @@ def test_the_columns_accept_only_what_the_rows_accept_with_the_same_values(
 ) -> None:
     schema, body, media = drawn
     agree(body, schema, media)
+
+
+def test_intake_reads_a_large_body_as_columns_and_a_small_one_row_by_row() -> None:
+    """pyarrow's reader costs more than the rows' own checks below ``COLUMNS_FROM`` bytes."""
+    row = {"id": 1, "user": "a", "amount": 1.5, "ok": True, "day": "2026-11-28", "at": "2026-11-28T12:00:00Z"}
+    small = json.dumps(row).encode()
+    large = b"\n".join([small] * (COLUMNS_FROM // len(small) + 1))
+    for body, media in ((large, NDJSON), (b'{"rows": [' + large.replace(b"\n", b",") + b"]}", JSON)):
+        read = parse_single(body, media, "t", None, schema=EVENTS)
+        assert read.rows is None and read.columns is not None and read.columns.equals(row_path(body, EVENTS, media))
+        assert parse_single(small, NDJSON, "t", None, schema=EVENTS).columns is None
