@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from loader.core.schema import ColumnType, Primitive, TableSchema
+from loader.core.schema import Array, ColumnType, DataTypeValue, Primitive, Struct, TableSchema
 from loader.intake.rows import check_partition_values
 
 #: What a timestamp column's text may look like here: the ISO-8601 forms producers send,
@@ -65,6 +65,8 @@ class _Plan:
     arrow: pa.Schema
     #: The body may hold a JSON string starting with "+" that a decimal column would take.
     decimals: bool
+    #: Some column is a struct or a list: a row may hold a "{" other than its first.
+    nested: bool
 
 
 _PLANS: dict[int, _Plan | None] = {}
@@ -87,25 +89,89 @@ def _plan(schema: TableSchema) -> _Plan | None:
 def _make_plan(schema: TableSchema) -> _Plan | None:
     fields, columns = [], []
     for column in schema.columns:
-        kind = column.type
-        if not isinstance(kind, Primitive):
-            return None  # nested values: the row path (their paths, maps from objects)
-        read = _READ.get(kind.kind)
-        convert = _CONVERT.get(kind.kind)
-        if kind.kind is ColumnType.decimal:
-            read, convert = kind.arrow, _decimal(kind)
-        if read is None or convert is None:
+        reading = _reading(column.type)
+        if reading is None:
             return None
-        fields.append(pa.field(column.name, read))
-        columns.append((column.name, column.nullable, convert))
+        fields.append(pa.field(column.name, reading[0]))
+        columns.append((column.name, column.nullable, reading[1]))
     parse = pa_json.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="error")
     body = pa.schema([pa.field("rows", pa.list_(pa.struct(fields)))])
     rows = pa_json.ParseOptions(explicit_schema=body, unexpected_field_behavior="error")
     rows_newlines = pa_json.ParseOptions(
         explicit_schema=body, unexpected_field_behavior="error", newlines_in_values=True
     )
-    decimals = any(isinstance(c.type, Primitive) and c.type.kind is ColumnType.decimal for c in schema.columns)
-    return _Plan(schema, parse, rows, rows_newlines, tuple(columns), schema.arrow(), decimals)
+    nested = any(not isinstance(c.type, Primitive) for c in schema.columns)
+    return _Plan(schema, parse, rows, rows_newlines, tuple(columns), schema.arrow(), schema.exact_numbers, nested)
+
+
+Convert = Callable[[pa.Array], "pa.Array | None"]
+
+
+def _reading(kind: DataTypeValue) -> tuple[pa.DataType, Convert] | None:
+    """The type a value of ``kind`` is read as, and its conversion to ``kind``'s Arrow type;
+    None for a type read only row by row (binary: base64; a map: pyarrow's reader takes no
+    JSON object as a map)."""
+    if isinstance(kind, Primitive):
+        if kind.kind is ColumnType.decimal:
+            return kind.arrow, _decimal(kind)
+        read, convert = _READ.get(kind.kind), _CONVERT.get(kind.kind)
+        return None if read is None or convert is None else (read, convert)
+    if isinstance(kind, Struct):
+        parts = [_reading(f.type) for f in kind.fields]
+        if any(p is None for p in parts):
+            return None
+        read = pa.struct([pa.field(f.name, p[0]) for f, p in zip(kind.fields, parts)])  # type: ignore[index]
+        return read, _struct(kind, [p[1] for p in parts])  # type: ignore[index]
+    if isinstance(kind, Array):
+        part = _reading(kind.element)
+        if part is None:
+            return None
+        return pa.list_(part[0]), _array(kind, part[1])
+    return None
+
+
+def _struct(kind: Struct, converts: list[Convert]) -> Convert:
+    target = kind.arrow
+
+    def convert(values: pa.Array) -> pa.Array | None:
+        valid = values.is_valid()
+        children = []
+        for field, change, k in zip(kind.fields, converts, range(len(converts))):
+            child = values.field(k)
+            if not field.nullable and child.null_count and pc.any(pc.and_(valid, child.is_null())).as_py():
+                return None  # a NOT NULL field null (or missing) in a row: the row path names its path
+            children.append(_converted(child, change, target.field(k).type))
+            if children[-1] is None:
+                return None
+        mask = values.is_null() if values.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+
+    return convert
+
+
+def _array(kind: Array, change: Convert) -> Convert:
+    target = kind.arrow
+
+    def convert(values: pa.Array) -> pa.Array | None:
+        if values.offset:
+            return None  # (the reader's arrays start at 0; a slice would need its offsets rebased)
+        elements = values.values
+        if not kind.contains_null and elements.null_count:
+            return None
+        converted = _converted(elements, change, target.value_type)
+        if converted is None:
+            return None
+        mask = values.is_null() if values.null_count else None
+        return pa.ListArray.from_arrays(values.offsets, converted, type=target, mask=mask)
+
+    return convert
+
+
+def _converted(values: pa.Array, change: Convert, target: pa.DataType) -> pa.Array | None:
+    """``change`` of ``values``, or of none when all are null (no value to check)."""
+    if values.null_count == len(values):
+        return pa.nulls(len(values), target)
+    return change(values)
 
 
 def _same(values: pa.Array) -> pa.Array:
@@ -209,17 +275,24 @@ _CONVERT: dict[ColumnType, Callable[[pa.Array], pa.Array | None]] = {
 }
 
 
-def _one_object_per_line(body: bytes, rows: int) -> bool:
+def _one_object_per_line(body: bytes, rows: int, nested: bool) -> bool:
     """Whether ``body`` holds ``rows`` lines, each one JSON object from its first byte, as the
     row path splits it (``bytes.splitlines``). pyarrow's reader also takes two objects on
     one line and an object over several, which the row path refuses. In a flat table's
     rows a "{" only opens a row (no value is an object, and no string holds a raw newline),
     so when as many lines start with one as there are rows and lines, each row starts a
-    line of its own and ends before the next."""
+    line of its own and ends before the next. A nested table's rows hold objects: each line
+    must also end with "}", and none may continue the row before it (a "{" after a "}"
+    does not continue a JSON value), which only a look at every line tells."""
     if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
         return False  # a lone CR ends a line for the row path, and is blank space for pyarrow's
     lines = body.count(b"\n") + (not body.endswith(b"\n"))
-    return rows == lines == body.count(b"\n{") + body.startswith(b"{")
+    if not rows == lines == body.count(b"\n{") + body.startswith(b"{"):
+        return False
+    if nested:
+        text = body[:-1] if body.endswith(b"\n") else body
+        return all(line.startswith(b"{") and line.rstrip(b"\r").endswith(b"}") for line in text.split(b"\n"))
+    return True
 
 
 def _readable(body: bytes, plan: _Plan) -> bool:
@@ -257,7 +330,7 @@ def read_ndjson(body: bytes, schema: TableSchema, table: str) -> pa.Table | None
     if plan is None or not body or not _readable(body, plan):
         return None
     read = _read(body, plan.parse)
-    if read is None or read.num_rows == 0 or not _one_object_per_line(body, read.num_rows):
+    if read is None or read.num_rows == 0 or not _one_object_per_line(body, read.num_rows, plan.nested):
         return None
     columns = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in read.columns]
     return _checked(columns, plan, schema, table)
@@ -285,7 +358,7 @@ def _checked(columns: list[pa.Array], plan: _Plan, schema: TableSchema, table: s
     for (name, nullable, convert), values in zip(plan.columns, columns):
         if values.null_count and not nullable:
             return None
-        converted = convert(values) if values.null_count < len(values) else values.cast(plan.arrow.field(name).type)
+        converted = _converted(values, convert, plan.arrow.field(name).type)
         if converted is None:
             return None
         arrays.append(converted)

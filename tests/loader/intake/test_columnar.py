@@ -17,6 +17,7 @@ from loader.intake.columnar import COLUMNS_FROM, read_json_rows, read_ndjson
 from loader.intake.requests import parse_single
 from loader.intake.rows import rows_to_arrow
 from testing.depth import examples
+from tests.loader.intake.test_nested_types import tables
 
 NDJSON = "application/x-ndjson"
 JSON = "application/json"
@@ -183,8 +184,8 @@ def test_a_partition_value_no_directory_holds_is_refused_as_the_rows_refuse_it()
     assert isinstance(column_path(b'{"id": 2, "region": ""}\n', schema), ServiceError)
 
 
-def test_a_nested_or_binary_table_is_read_row_by_row() -> None:
-    for kind in ("binary", {"type": "array", "elementType": "long", "containsNull": True}):
+def test_a_table_of_binary_or_map_columns_is_read_row_by_row() -> None:
+    for kind in ("binary", {"type": "map", "keyType": "string", "valueType": "long", "valueContainsNull": True}):
         schema = TableSchema.model_validate({"columns": [{"name": "id", "type": "long"}, {"name": "v", "type": kind}]})
         assert read_ndjson(b'{"id": 1}\n', schema, "t") is None
 
@@ -284,3 +285,28 @@ def test_intake_reads_a_large_body_as_columns_and_a_small_one_row_by_row() -> No
         read = parse_single(body, media, "t", None, schema=EVENTS)
         assert read.rows is None and read.columns is not None and read.columns.equals(row_path(body, EVENTS, media))
         assert parse_single(small, NDJSON, "t", None, schema=EVENTS).columns is None
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(), st.booleans())
+def test_nested_rows_read_as_columns_are_the_rows_own(drawn: tuple, as_object: bool) -> None:
+    """Random nested schemas (structs and lists of every type; maps and binary leaves decline)
+    and their rows: what the columns take, the rows take with the same values."""
+    schema, sent, _ = drawn
+    if as_object:
+        agree(json.dumps({"rows": sent}).encode(), schema, JSON)
+    else:
+        agree("\n".join(json.dumps(row) for row in sent).encode(), schema)
+
+
+def test_a_nested_row_is_read_as_columns_with_its_not_null_parts_checked() -> None:
+    line = {"type": "struct", "fields": [{"name": "sku", "type": "string", "nullable": False, "metadata": {}}]}
+    items = {"type": "array", "elementType": line, "containsNull": False}
+    schema = TableSchema.model_validate({"columns": [{"name": "id", "type": "long"}, {"name": "items", "type": items}]})
+    good = b'{"id": 1, "items": [{"sku": "a"}, {"sku": "b"}]}\n{"id": 2, "items": null}\n{"id": 3, "items": []}\n'
+    assert agree(good, schema) is not None
+    nulls = (b'{"id": 1, "items": [{"sku": null}]}\n', b'{"id": 1, "items": [{}]}\n', b'{"id": 1, "items": [null]}\n')
+    for bad in nulls:
+        assert column_path(bad, schema) is None and isinstance(row_path(bad, schema), ServiceError)
+    split = b'{"id": 1, "items": [{"sku": "a"}\n,{"sku": "b"}]}\n'  # a row over two lines
+    assert column_path(split, schema) is None
