@@ -31,7 +31,7 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
 class UpdateRequest:
     """One update as the producer sent it: ``rows`` not yet checked against the schema, or
     ``columns``, rows a columnar reader has already checked and typed as the table's Arrow
-    schema (loader/intake/columnar.py), which validation takes as they are."""
+    schema (loader/intake/columnar_bodies.py), which validation takes as they are."""
 
     table: str
     rows: list[Any] | None
@@ -227,7 +227,10 @@ def parse_single(
         until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
         return UpdateRequest(table=table, rows=rows, files=None, data_until=until)
     if media != "application/json":
-        raise Unsupported(f"content type {media!r} is not supported; use application/json or application/x-ndjson")
+        raise Unsupported(
+            f"content type {media!r} is not supported; use application/json, application/x-ndjson, "
+            "application/vnd.apache.arrow.stream or application/vnd.apache.parquet"
+        )
     request = _update_from_object(loads_json(body, "request body", exact), table, "request body")
     if data_until_param is not None:
         if request.data_until is not None:

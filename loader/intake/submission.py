@@ -7,7 +7,8 @@ refusal at any step changes nothing:
 1. the Idempotency-Key header (400); for ``POST /v1/tables/{table}/updates`` the table
    name (404 for a name no table can have), the caller's permission for the table (403)
    and the table itself (404), all before the body is read;
-2. the body (413 past ``max_body_bytes``) and its parsing (400, 415, 422); for
+2. the body (413 past ``max_body_bytes``) and its parsing (400, 415, 422; an Arrow IPC or
+   Parquet body: loader/intake/columnar_bodies.py, its columns checked here, 413 for a bomb); for
    ``POST /v1/updates`` the tables named inside it are checked now (403, 404); then the
    memory its rows would take as columns (413);
 3. under the Idempotency-Key (a retry gets the first answer): room in the pending store
@@ -42,6 +43,7 @@ from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, r
 from loader.core.schema import Column, TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
+from loader.intake.columnar_bodies import is_columnar, parse_columnar
 from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
 from loader.intake.inference import (
     MAX_INFERRED_DEPTH,
@@ -216,7 +218,13 @@ class Intake:
         self.check_open(table)  # 410 before reading the body
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
-        parsed = parse_single(body, request.content_type, table, request.data_until, schema.exact_numbers)
+        if is_columnar(request.content_type):  # Arrow IPC or Parquet: checked columns (columnar_bodies.py)
+            new_fields = self.new_fields.get(table, "reject")
+            parsed = parse_columnar(
+                body, request.content_type, table, request.data_until, schema, new_fields, self.max_body_bytes
+            )
+        else:
+            parsed = parse_single(body, request.content_type, table, request.data_until, schema.exact_numbers)
         (parsed,) = await self.fields_from_feed([parsed])
         check_expansion([parsed], {table: self.schema(table)}, self.max_body_bytes, len(body))
         digest = request_hash("POST", request.path, request.query, body)

@@ -1,0 +1,373 @@
+"""Request bodies that carry columns: an Arrow IPC stream or a Parquet file, read into the
+table's exact Arrow schema (``UpdateRequest.columns``) or refused.
+
+Why a reader of its own rather than rows: a producer that already holds columns (a pyarrow
+Table, a DataFrame) would otherwise turn every value into JSON text and the service turn
+it back; here a stream whose types are the table's is taken without converting a value.
+What is still checked is what every other path checks, by the same code:
+
+- **Arrow IPC stream** (``application/vnd.apache.arrow.stream``): its schema must be the
+  table's, checked on the schema message alone before any batch is read: every column's
+  type equal to the table's (nested types: the same struct fields and leaf types; the
+  names Arrow gives a list's element and a map's entries are not compared), a mismatch a
+  422 naming the column and both types. Nullability is decided by the values, not the
+  schema: a nullable field may go into a NOT NULL column when it holds no null (pyarrow
+  calls every field nullable unless told otherwise), and a null is refused naming its row.
+  A dictionary-encoded column is a type mismatch (send it decoded): a dictionary is how a
+  small body asks for a large table.
+- **Parquet** (``application/vnd.apache.parquet``, also ``application/x-parquet``): the rules
+  of a Parquet landing file (loader/intake/file_types.py): exact conversions (integer
+  widths, timestamp units, large strings...) or a 422 naming the column and both types.
+
+Both: a column the body lacks is null (refused in a NOT NULL column), values must lie in
+their type's domain (``conform``: dates and timestamps in years 1 to 9999, decimals within
+their precision, nested values' nullability), partition values must make directories
+(``check_partition_values``); NaN and infinities in float columns are taken, as from a
+landing file. An unknown column is refused, or dropped for a table whose
+``on_new_fields`` is ``ignore``; ``add`` does not infer new columns from a columnar body
+(their types would be the producer's Arrow types, not declared ones): the 422 says so.
+
+Bombs: the body is bounded by ``max_body_bytes``, but what it decodes to is not (a
+compressed IPC buffer, a Parquet file declaring a billion rows, a dictionary of one long
+string repeated). What a body may decode to is bounded as a JSON request's rows are
+(``EXPANSION`` x ``max_body_bytes``, requests.py), checked on what the body declares before
+anything is decoded (the row count and uncompressed sizes in a Parquet footer, the
+uncompressed length of each compressed IPC buffer), and again on what was read, chunk by
+chunk (dictionary-encoded Parquet strings are measured before they are decoded): 413.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from loader.core.errors import BadRequest, Invalid, TooLarge
+from loader.core.schema import TableSchema
+from loader.core.updates import MAX_RECORD_BYTES
+from loader.intake.file_types import Unloadable, _shape_difference, _shown, conform, is_nested
+from loader.intake.requests import EXPANSION, UpdateRequest, _data_until, _maybe_number, _media_type, _width
+from loader.intake.rows import RESEND, check_partition_values
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+PARQUET = "application/vnd.apache.parquet"
+#: The media types of columnar bodies (``application/x-parquet``: what several tools send).
+COLUMNAR_TYPES = (ARROW_STREAM, PARQUET, "application/x-parquet")
+#: Rows of a Parquet body decoded at a time: what one chunk may cost before it is measured.
+CHUNK_ROWS = 8192
+
+
+def is_columnar(content_type: str | None) -> bool:
+    return _media_type(content_type) in COLUMNAR_TYPES
+
+
+def decoded_limit(max_body_bytes: int) -> int:
+    """The bytes a body's columns may take in memory: as for a JSON body's rows (``check_expansion``)."""
+    return min(EXPANSION * max_body_bytes, MAX_RECORD_BYTES // 2)
+
+
+def parse_columnar(
+    body: bytes,
+    content_type: str | None,
+    table: str,
+    data_until_param: str | None,
+    schema: TableSchema,
+    new_fields: str,
+    max_body_bytes: int,
+) -> UpdateRequest:
+    """A columnar body of ``POST /v1/tables/{table}/updates`` as an update of checked columns;
+    BadRequest (unreadable), Invalid (columns or values), TooLarge (what it decodes to)."""
+    until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
+    limit = decoded_limit(max_body_bytes)
+    if _media_type(content_type) == ARROW_STREAM:
+        columns = _from_stream(body, schema, table, new_fields, limit)
+    else:
+        columns = _from_parquet(body, schema, table, new_fields, limit)
+    if columns.num_rows == 0:
+        raise Invalid(f"update for table {table!r} has no rows; send at least one row", table=table)
+    if schema.partition_by:
+        check_partition_values(columns, schema, f"table {table!r}")
+    return UpdateRequest(table=table, rows=None, files=None, data_until=until, columns=columns)
+
+
+# -- the columns a body names ---------------------------------------------------------------------------
+
+
+def _kept_columns(names: list[str], schema: TableSchema, table: str, new_fields: str, what: str) -> list[str]:
+    """The body's columns the table takes; Invalid for an unknown one (unless ``ignore``), a
+    repeated one, or a NOT NULL column the body lacks."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise Invalid(f"{what} holds column {name!r} twice; send each column once; {RESEND}", column=name)
+        seen.add(name)
+    known = set(schema.names)
+    unknown = [n for n in names if n not in known]
+    if unknown and new_fields != "ignore":
+        how = (
+            "a table declared with on_new_fields = \"add\" adds new fields from JSON rows only (a columnar body's "
+            "types are its writer's, not declared ones): send the rows with the new field as JSON, or add the "
+            "column (POST /v1/admin/tables/{table}/columns)"
+            if new_fields == "add"
+            else "send only the table's columns (a table declared with on_new_fields = \"ignore\" drops others)"
+        )
+        raise Invalid(
+            f"{what} has unknown column {unknown[0][:60]!r}; the columns of table {table!r} are {schema.names[:50]}; "
+            f"{how}; {RESEND}",
+            table=table,
+            column=unknown[0][:60],
+        )
+    for column in schema.columns:
+        if not column.nullable and column.name not in seen:
+            raise Invalid(
+                f"{what} lacks column {column.name!r}, which is required (not nullable) in table {table!r}; "
+                f"{RESEND}",
+                table=table,
+                column=column.name,
+            )
+    kept = [n for n in names if n in known]
+    if not kept:
+        raise Invalid(
+            f"{what} holds none of the columns of table {table!r} ({schema.names[:50]}); {RESEND}", table=table
+        )
+    return kept
+
+
+def _check_nulls(columns: pa.Table, schema: TableSchema, table: str) -> None:
+    for column in schema.columns:
+        values = columns.column(column.name)
+        if not column.nullable and values.null_count:
+            row = pc.index(pc.is_null(values), True).as_py()
+            raise Invalid(
+                f"row {row} of table {table!r}: column {column.name!r} is required (not nullable) but null; {RESEND}",
+                table=table,
+                row=row,
+                column=column.name,
+            )
+
+
+def _conformed(chunk: pa.Table, arrow: pa.Schema, table: str, what: str, first_row: int) -> pa.Table:
+    """``conform`` (file_types.py): the table's columns, each value in its type's domain."""
+    try:
+        return conform(chunk, arrow, text=False, first_row=first_row)
+    except Unloadable as exc:
+        details = {"row": exc.row} if exc.row is not None else {}
+        raise Invalid(
+            f"{what} cannot be loaded into table {table!r}: {exc}; {RESEND}", table=table, column=exc.column, **details
+        ) from None
+    except (pa.ArrowException, ValueError) as exc:  # (a value no check above names: still the body's)
+        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise Invalid(f"{what} cannot be loaded into table {table!r}: {reason}; {RESEND}", table=table) from None
+
+
+def _too_large(what: str, size: int, limit: int, table: str) -> TooLarge:
+    return TooLarge(
+        f"{what} would take {size:,} bytes of memory decoded, more than the limit of {limit:,} bytes "
+        f"({EXPANSION} x max_body_bytes); send fewer rows per request",
+        table=table,
+    )
+
+
+# -- Arrow IPC streams -------------------------------------------------------------------------------------
+
+
+def _unreadable(exc: BaseException) -> BadRequest:
+    reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return BadRequest(
+        f"the request body is not a readable Arrow IPC stream ({reason}); send the stream format "
+        "(pyarrow.ipc.new_stream), not the file format, whole"
+    )
+
+
+def _from_stream(body: bytes, schema: TableSchema, table: str, new_fields: str, limit: int) -> pa.Table:
+    arrow = schema.arrow()
+    what = "the Arrow stream"
+    try:
+        reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(body))
+        first = reader.read_next_message()
+        if first.type != "schema":
+            raise pa.ArrowInvalid(f"it starts with a {first.type} message, not its schema")
+        stream = pa.ipc.read_schema(first)
+    except StopIteration:
+        raise BadRequest("the request body is an empty Arrow IPC stream; send the stream with its schema") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if body.startswith(b"ARROW1"):
+            raise BadRequest(
+                "the request body is in the Arrow IPC file format (it starts with ARROW1); send the stream format "
+                "(pyarrow.ipc.new_stream) as application/vnd.apache.arrow.stream"
+            ) from None
+        raise _unreadable(exc) from None
+    kept = _kept_columns(stream.names, schema, table, new_fields, what)
+    for name in kept:
+        source, target = stream.field(name).type, arrow.field(name).type
+        difference = _shape_difference(source, target, name) if is_nested(target) else None
+        if difference is not None or (not is_nested(target) and source != target):
+            where = f" ({difference.replace(' in the file', ' in the stream')[:300]})" if difference else ""
+            shown = str(target) if is_nested(target) else _shown(target)
+            raise Invalid(
+                f"column {name!r} is {str(source)[:200]} in the Arrow stream but {shown[:200]} in table "
+                f"{table!r}{where}; send the table's Arrow types (cast the column to {str(target)[:200]}; "
+                f"dictionary-encoded columns decoded); {RESEND}",
+                table=table,
+                column=name,
+            )
+    batches: list[pa.RecordBatch] = []
+    decoded = 0
+    try:
+        for message in reader:
+            if message.type != "record batch":  # (a dictionary batch: no column of the table is encoded)
+                raise pa.ArrowInvalid(f"a {message.type} message where record batches were expected")
+            decoded += _declared_bytes(message)
+            if decoded > limit:
+                raise _too_large(what, decoded, limit, table)
+            batch = pa.ipc.read_record_batch(message, stream)
+            batch.validate(full=True)  # offsets, UTF-8: a corrupt batch is the producer's, not a crash
+            batches.append(batch)
+    except (pa.ArrowException, OSError, ValueError, struct.error) as exc:
+        raise _unreadable(exc) from None
+    data = pa.Table.from_batches(batches, schema=stream).select(kept)
+    size = data.get_total_buffer_size()  # (buffers that overlap in the body count once each time)
+    if size > limit:
+        raise _too_large(what, size, limit, table)
+    columns = _conformed(data, arrow, table, what, 0)
+    _check_nulls(columns, schema, table)
+    return columns
+
+
+_U16, _U32, _I32, _I64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<i"), struct.Struct("<q")
+
+
+class _Flat:
+    """Just enough of a flatbuffer to read an IPC message's header (format/Message.fbs):
+    pyarrow decompresses a buffer into what its first 8 bytes declare, unasked."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def field(self, table: int, index: int) -> int | None:
+        """Where field ``index`` of the table at ``table`` is, None when absent."""
+        vtable = table - _I32.unpack_from(self.data, table)[0]
+        entry = 4 + 2 * index
+        if entry >= _U16.unpack_from(self.data, vtable)[0]:
+            return None
+        offset = _U16.unpack_from(self.data, vtable + entry)[0]
+        return table + offset if offset else None
+
+    def ref(self, at: int) -> int:
+        return at + _U32.unpack_from(self.data, at)[0]
+
+
+#: Message.header's union types (format/Message.fbs).
+_DICTIONARY_BATCH, _RECORD_BATCH = 2, 3
+
+
+def _declared_bytes(message: pa.ipc.Message) -> int:
+    """What a record batch message's body decodes to: its own size when uncompressed (pyarrow
+    then reads it without a copy), else the uncompressed lengths its buffers declare."""
+    body = message.body
+    size = body.size if body is not None else 0
+    flat = _Flat(message.metadata.to_pybytes())
+    root = flat.ref(0)
+    kind_at, header_at = flat.field(root, 1), flat.field(root, 2)
+    if kind_at is None or header_at is None:
+        return size
+    kind, batch = flat.data[kind_at], flat.ref(header_at)
+    if kind == _DICTIONARY_BATCH:
+        data_at = flat.field(batch, 1)
+        if data_at is None:
+            return size
+        batch = flat.ref(data_at)
+    elif kind != _RECORD_BATCH:
+        return size
+    if flat.field(batch, 3) is None or body is None:  # no BodyCompression: not compressed
+        return size
+    buffers_at = flat.field(batch, 2)
+    if buffers_at is None:
+        return size
+    vector = flat.ref(buffers_at)
+    count = _U32.unpack_from(flat.data, vector)[0]
+    raw = body.to_pybytes()
+    total = 0
+    for k in range(count):
+        offset, length = struct.unpack_from("<qq", flat.data, vector + 4 + 16 * k)
+        if length < 8:
+            continue  # an empty buffer
+        if offset < 0 or offset + 8 > len(raw):
+            raise ValueError(f"buffer {k} lies outside the message body")
+        declared = _I64.unpack_from(raw, offset)[0]
+        total += length - 8 if declared == -1 else max(declared, 0)  # -1: stored uncompressed
+    return total
+
+
+# -- Parquet -----------------------------------------------------------------------------------------------
+
+
+def _from_parquet(body: bytes, schema: TableSchema, table: str, new_fields: str, limit: int) -> pa.Table:
+    arrow = schema.arrow()
+    what = "the Parquet body"
+    try:
+        probe = pq.ParquetFile(pa.BufferReader(body), coerce_int96_timestamp_unit="us")
+        metadata, file_schema = probe.metadata, probe.schema_arrow
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable_parquet(exc) from None
+    kept = _kept_columns(file_schema.names, schema, table, new_fields, what)
+    # Refused types are named from the footer, before a value is read.
+    _conformed(file_schema.empty_table().select(kept), arrow, table, what, 0)
+    width = sum(_width(c.type) for c in schema.columns)
+    declared = max(metadata.num_rows * width, _uncompressed(metadata))
+    if declared > limit:
+        raise _too_large(f"{what} ({metadata.num_rows:,} rows)", declared, limit, table)
+    # Text columns are read as dictionaries when the file encodes them so: measured, then decoded.
+    text = [n for n in kept if _is_text_or_bytes(file_schema.field(n).type)]
+    chunks: list[pa.Table] = []
+    size = first_row = 0
+    try:
+        reader = pq.ParquetFile(pa.BufferReader(body), coerce_int96_timestamp_unit="us", read_dictionary=text)
+        for batch in reader.iter_batches(batch_size=CHUNK_ROWS, columns=kept):
+            size += _decoded_size(batch)
+            if size > limit:
+                raise _too_large(what, size, limit, table)
+            chunks.append(_conformed(pa.Table.from_batches([batch]), arrow, table, what, first_row))
+            first_row += batch.num_rows
+    except (TooLarge, Invalid):
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable_parquet(exc) from None
+    columns = pa.concat_tables([arrow.empty_table(), *chunks])
+    _check_nulls(columns, schema, table)
+    return columns
+
+
+def _unreadable_parquet(exc: BaseException) -> BadRequest:
+    reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return BadRequest(f"the request body is not a readable Parquet file ({reason}); send a whole Parquet file")
+
+
+def _is_text_or_bytes(kind: pa.DataType) -> bool:
+    kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+    return pa.types.is_string(kind) or pa.types.is_binary(kind)
+
+
+def _uncompressed(metadata: pq.FileMetaData) -> int:
+    """The uncompressed bytes the footer declares for the file's column chunks."""
+    total = 0
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for column in range(row_group.num_columns):
+            total += max(row_group.column(column).total_uncompressed_size, 0)
+    return total
+
+
+def _decoded_size(batch: pa.RecordBatch) -> int:
+    """The bytes ``batch`` takes once every dictionary-encoded column is decoded (measured
+    from the dictionary's value lengths, without decoding)."""
+    total = 0
+    for column in batch.columns:
+        if pa.types.is_dictionary(column.type):
+            lengths = pc.take(pc.binary_length(column.dictionary), column.indices)
+            total += (pc.sum(lengths).as_py() or 0) + 4 * len(column) + column.indices.nbytes
+        else:
+            total += column.get_total_buffer_size()
+    return total
