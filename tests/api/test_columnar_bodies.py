@@ -146,3 +146,26 @@ def test_the_openapi_document_shows_the_columnar_media_types(harness: Harness) -
     assert content[ARROW_STREAM]["schema"]["format"] == "binary"
     data_until = next(p for p in operation["parameters"] if p["name"] == "data_until")
     assert "Arrow IPC" in data_until["description"]
+
+
+def test_the_producer_sends_a_dataframe_as_arrow_through_a_running_service(tmp_path: Path) -> None:
+    """The producer reads the table's schema (GET /v1/tables/orders, a producer token), casts a
+    DataFrame's int64 and nanoseconds to it and posts an Arrow stream; Delta holds the rows."""
+    import pandas as pd
+
+    from producer import LoaderProducer
+    from testing.service_harness import PRODUCER, serve_in_thread
+    from testing.tables import read_delta
+
+    frame = pd.DataFrame({"order_id": [1, 2, 3], "amount": [1.5, None, 2.0], "country": ["DE", "FR", None]})
+    with serve_in_thread(tmp_path / "data") as (url, service):
+        with LoaderProducer(url=url, token=PRODUCER) as producer:
+            ack = producer.send("orders", frame).result(timeout=30)
+        assert ack.sequence == 1
+        Harness.wait(lambda: service.status.table("orders")["last_loaded_sequence"] >= 1)
+        rows = read_delta(service.settings.warehouse_path / "orders").to_pylist()
+    assert sorted(rows, key=lambda r: r["order_id"]) == [
+        {"order_id": 1, "amount": 1.5, "country": "DE"},
+        {"order_id": 2, "amount": None, "country": "FR"},
+        {"order_id": 3, "amount": 2.0, "country": None},
+    ]
