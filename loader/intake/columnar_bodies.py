@@ -101,7 +101,7 @@ def _kept_columns(names: list[str], schema: TableSchema, table: str, new_fields:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise Invalid(f"{what} holds column {name!r} twice; send each column once; {RESEND}", column=name)
+            raise Invalid(f"{what} holds column {name[:60]!r} twice; send each column once; {RESEND}", column=name[:60])
         seen.add(name)
     known = set(schema.names)
     unknown = [n for n in names if n not in known]
@@ -109,7 +109,7 @@ def _kept_columns(names: list[str], schema: TableSchema, table: str, new_fields:
         how = (
             "a table declared with on_new_fields = \"add\" adds new fields from JSON rows only (a columnar body's "
             "types are its writer's, not declared ones): send the rows with the new field as JSON, or add the "
-            "column (POST /v1/admin/tables/{table}/columns)"
+            f"column first (PATCH /v1/admin/tables/{table}/schema)"
             if new_fields == "add"
             else "send only the table's columns (a table declared with on_new_fields = \"ignore\" drops others)"
         )

@@ -169,3 +169,30 @@ def test_the_producer_sends_a_dataframe_as_arrow_through_a_running_service(tmp_p
         {"order_id": 2, "amount": None, "country": "FR"},
         {"order_id": 3, "amount": 2.0, "country": None},
     ]
+
+
+def test_a_latest_table_takes_an_arrow_body_as_it_takes_rows(tmp_path: Path) -> None:
+    """One row per key, the newest by order_by, whichever way the rows came."""
+    quotes = {
+        "name": "quotes",
+        "schema": {
+            "columns": [
+                {"name": "sym", "type": "string", "nullable": False},
+                {"name": "px", "type": "float64"},
+                {"name": "ts", "type": "int64", "nullable": False},
+            ]
+        },
+        "mode": "latest",
+        "key": ["sym"],
+        "order_by": "ts",
+    }
+    data = pa.table({"sym": ["ibm", "ibm", "msft"], "px": [1.0, 2.0, 3.0], "ts": pa.array([5, 6, 1], pa.int64())})
+    with Harness(tmp_path / "data") as h:
+        assert h.post("/v1/admin/tables", token=OPERATOR, json=quotes).status_code == 201
+        r = h.post("/v1/tables/quotes/updates", content=_ipc(data), headers={"Content-Type": ARROW_STREAM})
+        assert r.status_code == 202, r.text
+        keyless = pa.table({"sym": ["aapl", None], "px": [1.0, 2.0], "ts": pa.array([1, 2], pa.int64())})
+        r = h.post("/v1/tables/quotes/updates", content=_ipc(keyless), headers={"Content-Type": ARROW_STREAM})
+        assert r.status_code == 422 and r.json()["row"] == 1 and r.json()["column"] == "sym", r.text
+        h.wait_loaded("quotes", 1)
+        assert {row["sym"]: row["px"] for row in h.rows("quotes")} == {"ibm": 2.0, "msft": 3.0}
