@@ -31,9 +31,14 @@ Bombs: the body is bounded by ``max_body_bytes``, but what it decodes to is not 
 compressed IPC buffer, a Parquet file declaring a billion rows, a dictionary of one long
 string repeated). What a body may decode to is bounded as a JSON request's rows are
 (``EXPANSION`` x ``max_body_bytes``, requests.py), checked on what the body declares before
-anything is decoded (the row count and uncompressed sizes in a Parquet footer, the
-uncompressed length of each compressed IPC buffer), and again on what was read, chunk by
-chunk (dictionary-encoded Parquet strings are measured before they are decoded): 413.
+anything is decoded (a Parquet footer's row count, its column chunks' uncompressed sizes and
+value counts, a list's elements included; the uncompressed length of each compressed IPC
+buffer: pyarrow would allocate it unasked), and again on what was read, chunk by chunk:
+Parquet text, top-level or inside a nested column, is read as dictionaries and measured
+from its dictionary before it is decoded: 413. An uncompressed IPC stream is read without a
+copy, so it takes the body's own bytes. What no check here reaches: a Parquet page whose
+header declares a larger size than its column chunk does (pyarrow allocates what the page
+says); ``max_body_bytes`` bounds such a body, as it does a landing file's pages.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import pyarrow.parquet as pq
 from loader.core.errors import BadRequest, Invalid, TooLarge
 from loader.core.schema import TableSchema
 from loader.core.updates import MAX_RECORD_BYTES
-from loader.intake.file_types import Unloadable, _shape_difference, _shown, conform, is_nested
+from loader.intake.file_types import Unloadable, _shape_difference, _shown, _types_in, conform, is_nested
 from loader.intake.requests import EXPANSION, UpdateRequest, _data_until, _maybe_number, _media_type, _width
 from loader.intake.rows import RESEND, check_partition_values
 
@@ -314,25 +319,28 @@ def _from_parquet(body: bytes, schema: TableSchema, table: str, new_fields: str,
         raise _unreadable_parquet(exc) from None
     kept = _kept_columns(file_schema.names, schema, table, new_fields, what)
     # Refused types are named from the footer, before a value is read.
-    _conformed(file_schema.empty_table().select(kept), arrow, table, what, 0)
+    decoded = pa.schema([file_schema.field(n).with_type(_decoded_type(file_schema.field(n).type)) for n in kept])
+    _conformed(decoded.empty_table(), arrow, table, what, 0)
     width = sum(_width(c.type) for c in schema.columns)
-    declared = max(metadata.num_rows * width, _uncompressed(metadata))
+    declared = max(metadata.num_rows * width, *_declared_sizes(metadata))
     if declared > limit:
         raise _too_large(f"{what} ({metadata.num_rows:,} rows)", declared, limit, table)
-    # Text columns are read as dictionaries when the file encodes them so: measured, then decoded.
-    text = [n for n in kept if _is_text_or_bytes(file_schema.field(n).type)]
+    # Text leaves (top-level or inside a nested column) are read as dictionaries: a dictionary
+    # the file encodes is measured before it is decoded (a plain column costs no more so).
+    text = _text_leaves(metadata, kept)
     chunks: list[pa.Table] = []
     size = first_row = 0
     try:
         reader = pq.ParquetFile(pa.BufferReader(body), coerce_int96_timestamp_unit="us", read_dictionary=text)
         for batch in reader.iter_batches(batch_size=CHUNK_ROWS, columns=kept):
-            size += _decoded_size(batch)
+            size += sum(_decoded_size(column) for column in batch.columns)
             if size > limit:
                 raise _too_large(what, size, limit, table)
-            chunks.append(_conformed(pa.Table.from_batches([batch]), arrow, table, what, first_row))
+            chunk = pa.Table.from_arrays(
+                [column.cast(_decoded_type(column.type)) for column in batch.columns], names=batch.schema.names
+            )
+            chunks.append(_conformed(chunk, arrow, table, what, first_row))
             first_row += batch.num_rows
-    except (TooLarge, Invalid):
-        raise
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable_parquet(exc) from None
     columns = pa.concat_tables([arrow.empty_table(), *chunks])
@@ -345,29 +353,67 @@ def _unreadable_parquet(exc: BaseException) -> BadRequest:
     return BadRequest(f"the request body is not a readable Parquet file ({reason}); send a whole Parquet file")
 
 
-def _is_text_or_bytes(kind: pa.DataType) -> bool:
-    kind = kind.value_type if pa.types.is_dictionary(kind) else kind
-    return pa.types.is_string(kind) or pa.types.is_binary(kind)
+#: Bytes a decoded value of each Parquet physical type takes at least (a text value: its offset).
+_LEAF_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 8, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 4}
 
 
-def _uncompressed(metadata: pq.FileMetaData) -> int:
-    """The uncompressed bytes the footer declares for the file's column chunks."""
-    total = 0
+def _declared_sizes(metadata: pq.FileMetaData) -> tuple[int, int]:
+    """What the footer declares its column chunks decode to: their uncompressed bytes, and
+    their values (a list's elements included) times each value's least width."""
+    uncompressed = values = 0
     for group in range(metadata.num_row_groups):
         row_group = metadata.row_group(group)
-        for column in range(row_group.num_columns):
-            total += max(row_group.column(column).total_uncompressed_size, 0)
-    return total
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            uncompressed += max(chunk.total_uncompressed_size, 0)
+            values += max(chunk.num_values, 0) * _LEAF_WIDTH.get(chunk.physical_type, 16)
+    return uncompressed, values
 
 
-def _decoded_size(batch: pa.RecordBatch) -> int:
-    """The bytes ``batch`` takes once every dictionary-encoded column is decoded (measured
-    from the dictionary's value lengths, without decoding)."""
-    total = 0
-    for column in batch.columns:
-        if pa.types.is_dictionary(column.type):
-            lengths = pc.take(pc.binary_length(column.dictionary), column.indices)
-            total += (pc.sum(lengths).as_py() or 0) + 4 * len(column) + column.indices.nbytes
-        else:
-            total += column.get_total_buffer_size()
-    return total
+def _text_leaves(metadata: pq.FileMetaData, kept: list[str]) -> list[str]:
+    """The paths of the text (and plain bytes) leaves of the kept columns."""
+    columns = metadata.schema
+    paths = []
+    for index in range(len(columns)):
+        leaf = columns.column(index)
+        top = leaf.path.split(".", 1)[0]  # (a table's column names hold no dot)
+        if leaf.physical_type == "BYTE_ARRAY" and leaf.logical_type.type in ("STRING", "NONE") and top in kept:
+            paths.append(leaf.path)
+    return paths
+
+
+def _has_dictionary(kind: pa.DataType) -> bool:
+    return any(pa.types.is_dictionary(t) for t in _types_in(kind))
+
+
+def _decoded_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every dictionary replaced by its values' type."""
+    if pa.types.is_dictionary(kind):
+        return kind.value_type
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_decoded_type(f.type)) for f in kind])
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_decoded_type(kind.key_type)),
+            kind.item_field.with_type(_decoded_type(kind.item_type)),
+        )
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_decoded_type(kind.value_type)))
+    return kind
+
+
+def _decoded_size(array: pa.Array) -> int:
+    """The bytes ``array`` takes once its dictionaries are decoded, measured from each
+    dictionary's value lengths without decoding (a slice counts only its own values)."""
+    kind = array.type
+    if not _has_dictionary(kind):
+        return array.nbytes
+    if pa.types.is_dictionary(kind):
+        lengths = pc.take(pc.binary_length(array.dictionary), array.indices)
+        return (pc.sum(lengths).as_py() or 0) + 4 * len(array) + array.indices.nbytes
+    if pa.types.is_struct(kind):
+        return (len(array) + 7) // 8 + sum(_decoded_size(array.field(k)) for k in range(kind.num_fields))
+    # A list or a map: its offsets, and its values (a map's: its entries, a struct of key and value).
+    if pa.types.is_map(kind):
+        array = pa.ListArray.from_arrays(array.offsets, array.values)
+    return 4 * (len(array) + 1) + _decoded_size(pc.list_flatten(array))

@@ -327,3 +327,50 @@ def test_a_parquet_dictionary_is_measured_before_it_is_decoded() -> None:
     error = refusal(body, PARQUET, limit=LIMIT_SMALL, schema=schema)
     assert isinstance(error, TooLarge) and "would take" in error.message, error.message
     assert decoded_limit(LIMIT_SMALL) == 4 * LIMIT_SMALL
+
+
+LISTS = TableSchema.model_validate(
+    {
+        "columns": [
+            {"name": "id", "type": "int64"},
+            {"name": "tags", "type": {"type": "array", "elementType": "string", "containsNull": True}},
+            {"name": "scores", "type": {"type": "array", "elementType": "long", "containsNull": True}},
+        ]
+    }
+)
+
+
+def test_a_dictionary_inside_a_nested_column_is_measured_before_it_is_decoded() -> None:
+    rows = 4000
+    repeated = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array(["y" * 5000]))
+    tags = pa.ListArray.from_arrays(pa.array(range(rows + 1), pa.int32()), repeated)
+    body = parquet(pa.table({"id": pa.array(range(rows), pa.int64()), "tags": tags}), compression="zstd")
+    assert len(body) < 64 << 10
+    error = refusal(body, PARQUET, limit=LIMIT_SMALL, schema=LISTS)
+    assert isinstance(error, TooLarge) and "would take" in error.message, error.message
+
+
+def test_a_list_of_millions_of_elements_is_refused_from_the_footers_value_count() -> None:
+    scores = pa.ListArray.from_arrays(pa.array([0, 2_000_000], pa.int32()), pa.array([0] * 2_000_000, pa.int64()))
+    body = parquet(pa.table({"id": pa.array([1], pa.int64()), "scores": scores}), compression="zstd")
+    assert len(body) < 64 << 10
+    error = refusal(body, PARQUET, limit=LIMIT_SMALL, schema=LISTS)
+    assert isinstance(error, TooLarge) and "(1 rows)" in error.message, error.message
+
+
+def test_a_large_honest_parquet_body_is_measured_as_it_decodes_not_more() -> None:
+    """50,000 rows in several chunks, dictionary-encoded text (and nested text) among them:
+    taken with a limit a little above what they decode to."""
+    rows = 50_000
+    data = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "tags": pa.array([[f"tag-{k % 100}", f"other-{k % 7}"] for k in range(rows)], pa.list_(pa.string())),
+            "scores": pa.array([[k, k + 1] for k in range(rows)], pa.list_(pa.int64())),
+        }
+    )
+    body = parquet(data)
+    decoded = data.nbytes
+    taken = parse(body, PARQUET, limit=decoded // 4 + (decoded // 8), schema=LISTS).columns
+    assert taken.num_rows == rows
+    assert taken.column("tags").to_pylist()[:2] == [["tag-0", "other-0"], ["tag-1", "other-1"]]
