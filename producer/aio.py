@@ -396,7 +396,9 @@ class AsyncLoaderProducer:
         table's types by default (``body_format``; producer/columns.py), in updates of their own."""
         data = columns_of(rows) if rows is not None and file is None else None
         columns = None
-        if data is not None and not self._closed:
+        if data is not None:
+            if self._closed:
+                raise ProducerClosed("send after close: nothing was buffered")
             await self.start()
             columns = await self.columns_as(table, data.column_names)
         prepared = prepare(table, data if data is not None else rows, file, data_until, key, checkpoint, columns)
@@ -725,6 +727,10 @@ class AsyncLoaderProducer:
             )
             return
         self._counts["refused"] += 1
+        if batch.arrow is not None and status == 422:
+            # The table's types may have changed since they were read (a column widened): read
+            # them again for the next send of columns.
+            self._schemas.pop(batch.table, None)
         refusal = refusal_of(status, body, batch, batch.key(self.prefix))
         # Said in the log too: a send an earlier run journaled has no future to fail.
         log.warning("producer %s: %s", self.prefix, refusal)

@@ -144,12 +144,15 @@ def test_a_large_send_of_columns_fills_several_updates_and_a_refusal_names_its_o
                 await refused
             assert caught.value.row == 7 and caught.value.rows == (4, 8), caught.value
             assert "row 7 of this send (checkpoint 'file-2') to table 'orders'" in caught.value.message
+            await (await p.send("orders", data.slice(0, 1)))  # the table's types read again after a 422
 
     asyncio.run(run())
-    assert len(posts(fake)) == 3 + 3  # 10 rows in updates of 4, each alone
+    assert len(posts(fake)) == 3 + 3 + 1  # 10 rows in updates of 4, each alone
+    reads = [s for s in fake.seen if s[0] == "/v1/tables/orders"]
+    assert len(reads) == 2  # the second send had the schema cached; the third read it again
     # The refused send's other updates landed (as a JSON send larger than an update's do): its
     # refusal says which of its rows to send again, 4 to 7.
-    assert [r["id"] for r in fake.rows("orders")] == [*range(10), 0, 1, 2, 3, 8, 9]
+    assert [r["id"] for r in fake.rows("orders")] == [*range(10), 0, 1, 2, 3, 8, 9, 0]
 
 
 def test_body_format_json_sends_columns_as_json_rows_with_other_rows() -> None:
