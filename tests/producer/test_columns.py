@@ -207,9 +207,9 @@ def test_columns_that_do_not_convert_exactly_fail_the_send_and_buffer_nothing() 
 
 
 def test_a_durable_producer_journals_the_stream_and_sends_the_same_bytes_after_a_crash(tmp_path: Path) -> None:
-    """The first run's answers are lost (the service loaded the update); the restart sends
-    the journaled stream again under the same key, byte for byte: answered from the
-    service's idempotency store, loaded once."""
+    """The first run's answers are lost (the service loaded the update); the restarts send
+    the journaled stream again under the same key, byte for byte (also from the journal the
+    second run compacted): answered from the service's idempotency store, loaded once."""
     fake = service()
     fake.fault = lambda r: "drop" if r.method == "POST" else None
     state = tmp_path / "state"
@@ -225,15 +225,25 @@ def test_a_durable_producer_journals_the_stream_and_sends_the_same_bytes_after_a
     asyncio.run(first_run())
     sent_first = {(key, body) for _, key, body in posts(fake)}
     assert [r["id"] for r in fake.rows("orders")] == [0, 1, 2]  # the first update landed, its answer lost
+
+    async def crashed_again() -> None:  # takes over the journal, compacts it, loses every answer again
+        p = producer(fake, producer_id="cols", state_dir=state)
+        await p.start()
+        assert p.metrics().recovered == 2
+        with pytest.raises(TimeoutError):
+            await p.close(timeout=0.3)
+
+    asyncio.run(crashed_again())
+    assert [r["id"] for r in fake.rows("orders")] == [0, 1, 2]  # answered from the idempotency store
     fake.fault = lambda r: None
 
-    async def second_run() -> None:
+    async def third_run() -> None:
         async with producer(fake, producer_id="cols", state_dir=state) as p:
             assert p.metrics().recovered == 2 and p.checkpoint == "part-1"
             await p.flush()
             assert p.metrics().replayed == 1
 
-    asyncio.run(second_run())
+    asyncio.run(third_run())
     assert [r["id"] for r in fake.rows("orders")] == [0, 1, 2, 3, 4]
     assert sent_first <= {(key, body) for _, key, body in posts(fake)}  # the same keys with the same bytes
     assert fake.until["orders"] == [1_770_000_000.0, 1_770_000_000.0]
