@@ -31,14 +31,15 @@ Bombs: the body is bounded by ``max_body_bytes``, but what it decodes to is not 
 compressed IPC buffer, a Parquet file declaring a billion rows, a dictionary of one long
 string repeated). What a body may decode to is bounded as a JSON request's rows are
 (``EXPANSION`` x ``max_body_bytes``, requests.py), checked on what the body declares before
-anything is decoded (a Parquet footer's row count, its column chunks' uncompressed sizes and
-value counts, a list's elements included; the uncompressed length of each compressed IPC
-buffer: pyarrow would allocate it unasked), and again on what was read, chunk by chunk:
-Parquet text, top-level or inside a nested column, is read as dictionaries and measured
-from its dictionary before it is decoded: 413. An uncompressed IPC stream is read without a
-copy, so it takes the body's own bytes. What no check here reaches: a Parquet page whose
-header declares a larger size than its column chunk does (pyarrow allocates what the page
-says); ``max_body_bytes`` bounds such a body, as it does a landing file's pages.
+anything is decoded (a Parquet footer's row count times the row's width and its row
+groups' uncompressed sizes; the uncompressed length of each compressed IPC buffer: pyarrow
+would allocate it unasked), and again on what was read, chunk by chunk: Parquet text,
+top-level or inside a nested column, is read as dictionaries and measured from its
+dictionary before it is decoded: 413. An uncompressed IPC stream is read without a copy, so
+it takes the body's own bytes. What no check here reaches, as for a Parquet landing file: a
+page whose header declares more than the footer does, and a list whose elements a few
+bytes of run-length levels make into millions (a chunk's rows are decoded before they are
+measured, CHUNK_ROWS at a time).
 """
 
 from __future__ import annotations
@@ -86,10 +87,17 @@ def parse_columnar(
     BadRequest (unreadable), Invalid (columns or values), TooLarge (what it decodes to)."""
     until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
     limit = decoded_limit(max_body_bytes)
-    if _media_type(content_type) == ARROW_STREAM:
-        columns = _from_stream(body, schema, table, new_fields, limit)
-    else:
-        columns = _from_parquet(body, schema, table, new_fields, limit)
+    arrow = _media_type(content_type) == ARROW_STREAM
+    try:
+        if arrow:
+            columns = _from_stream(body, schema, table, new_fields, limit)
+        else:
+            columns = _from_parquet(body, schema, table, new_fields, limit)
+    except UnicodeDecodeError:  # (pyarrow decodes a schema's names when they are asked for)
+        raise BadRequest(
+            f"the request body's {'Arrow' if arrow else 'Parquet'} schema names a column or field in bytes that are "
+            "not UTF-8 text; name them in UTF-8"
+        ) from None
     if columns.num_rows == 0:
         raise Invalid(f"update for table {table!r} has no rows; send at least one row", table=table)
     if schema.partition_by:
@@ -230,7 +238,7 @@ def _from_stream(body: bytes, schema: TableSchema, table: str, new_fields: str, 
             batch = pa.ipc.read_record_batch(message, stream)
             batch.validate(full=True)  # offsets, UTF-8: a corrupt batch is the producer's, not a crash
             batches.append(batch)
-    except (pa.ArrowException, OSError, ValueError, struct.error) as exc:
+    except (pa.ArrowException, OSError, ValueError, IndexError, struct.error) as exc:
         raise _unreadable(exc) from None
     data = pa.Table.from_batches(batches, schema=stream).select(kept)
     size = data.get_total_buffer_size()  # (buffers that overlap in the body count once each time)
@@ -322,7 +330,7 @@ def _from_parquet(body: bytes, schema: TableSchema, table: str, new_fields: str,
     decoded = pa.schema([file_schema.field(n).with_type(_decoded_type(file_schema.field(n).type)) for n in kept])
     _conformed(decoded.empty_table(), arrow, table, what, 0)
     width = sum(_width(c.type) for c in schema.columns)
-    declared = max(metadata.num_rows * width, *_declared_sizes(metadata))
+    declared = max(metadata.num_rows * width, _uncompressed(metadata))
     if declared > limit:
         raise _too_large(f"{what} ({metadata.num_rows:,} rows)", declared, limit, table)
     # Text leaves (top-level or inside a nested column) are read as dictionaries: a dictionary
@@ -353,21 +361,13 @@ def _unreadable_parquet(exc: BaseException) -> BadRequest:
     return BadRequest(f"the request body is not a readable Parquet file ({reason}); send a whole Parquet file")
 
 
-#: Bytes a decoded value of each Parquet physical type takes at least (a text value: its offset).
-_LEAF_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 8, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 4}
+def _uncompressed(metadata: pq.FileMetaData) -> int:
+    """The uncompressed bytes the footer declares for its row groups.
 
-
-def _declared_sizes(metadata: pq.FileMetaData) -> tuple[int, int]:
-    """What the footer declares its column chunks decode to: their uncompressed bytes, and
-    their values (a list's elements included) times each value's least width."""
-    uncompressed = values = 0
-    for group in range(metadata.num_row_groups):
-        row_group = metadata.row_group(group)
-        for index in range(row_group.num_columns):
-            chunk = row_group.column(index)
-            uncompressed += max(chunk.total_uncompressed_size, 0)
-            values += max(chunk.num_values, 0) * _LEAF_WIDTH.get(chunk.physical_type, 16)
-    return uncompressed, values
+    Not per column chunk: pyarrow 26 aborts the process (a C++ exception through a noexcept
+    call, not a Python error) on ``RowGroupMetaData.column(i)`` of a chunk whose size
+    statistics are malformed, which a body can hold; reading such a file raises OSError."""
+    return sum(max(metadata.row_group(group).total_byte_size, 0) for group in range(metadata.num_row_groups))
 
 
 def _text_leaves(metadata: pq.FileMetaData, kept: list[str]) -> list[str]:
