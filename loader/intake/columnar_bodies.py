@@ -9,10 +9,11 @@ What is still checked is what every other path checks, by the same code:
 - **Arrow IPC stream** (``application/vnd.apache.arrow.stream``): its schema must be the
   table's, checked on the schema message alone before any batch is read: every column's
   type equal to the table's (nested types: the same struct fields and leaf types; the
-  names Arrow gives a list's element and a map's entries are not compared), a mismatch a
-  422 naming the column and both types. Nullability is decided by the values, not the
-  schema: a nullable field may go into a NOT NULL column when it holds no null (pyarrow
-  calls every field nullable unless told otherwise), and a null is refused naming its row.
+  names Arrow gives a list's element and a map's entries are not compared; a column of
+  Arrow's null type, nulls only, fits any), a mismatch a 422 naming the column and both
+  types. Nullability is decided by the values, not the schema: a nullable field may go into
+  a NOT NULL column when it holds no null (pyarrow calls every field nullable unless told
+  otherwise), and a null is refused naming its row.
   A dictionary-encoded column is a type mismatch (send it decoded): a dictionary is how a
   small body asks for a large table.
 - **Parquet** (``application/vnd.apache.parquet``, also ``application/x-parquet``): the rules
@@ -215,6 +216,8 @@ def _from_stream(body: bytes, schema: TableSchema, table: str, new_fields: str, 
     kept = _kept_columns(stream.names, schema, table, new_fields, what)
     for name in kept:
         source, target = stream.field(name).type, arrow.field(name).type
+        if pa.types.is_null(source):
+            continue  # nulls only (pandas' type for an empty object column): taken as a file's are
         difference = _shape_difference(source, target, name) if is_nested(target) else None
         if difference is not None or (not is_nested(target) and source != target):
             where = f" ({difference.replace(' in the file', ' in the stream')[:300]})" if difference else ""

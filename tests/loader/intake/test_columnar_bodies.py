@@ -140,9 +140,12 @@ def test_a_parquet_body_gives_the_columns_the_rows_give(media: str) -> None:
 
 
 def test_a_column_the_body_lacks_is_null_and_nan_is_taken_as_from_a_file() -> None:
-    data = pa.table({"id": pa.array([5], pa.int64()), "f32": pa.array([float("nan")], pa.float32())})
+    data = pa.table(
+        {"id": pa.array([5], pa.int64()), "f32": pa.array([float("nan")], pa.float32()), "items": pa.nulls(1)}
+    )
     columns = parse(ipc(data)).columns
     assert columns.column("id").to_pylist() == [5] and columns.column("day").to_pylist() == [None]
+    assert columns.column("items").type == SCHEMA.arrow().field("items").type  # Arrow's null type: nulls only
     assert columns.column("f32")[0].as_py() != columns.column("f32")[0].as_py()  # NaN
 
 
