@@ -233,7 +233,14 @@ def _from_stream(body: bytes, schema: TableSchema, table: str, new_fields: str, 
     decoded = 0
     try:
         for message in reader:
-            if message.type != "record batch":  # (a dictionary batch: no column of the table is encoded)
+            if message.type == "dictionary":  # (a dictionary batch: of a column the table drops)
+                raise Invalid(
+                    f"{what} holds a dictionary-encoded column, which the service does not decode (a dictionary is "
+                    f"how a small body asks for a large table), also of a column table {table!r} drops; send every "
+                    f"column decoded; {RESEND}",
+                    table=table,
+                )
+            if message.type != "record batch":
                 raise pa.ArrowInvalid(f"a {message.type} message where record batches were expected")
             decoded += _declared_bytes(message)
             if decoded > limit:
@@ -244,7 +251,7 @@ def _from_stream(body: bytes, schema: TableSchema, table: str, new_fields: str, 
     except (pa.ArrowException, OSError, ValueError, IndexError, struct.error) as exc:
         raise _unreadable(exc) from None
     data = pa.Table.from_batches(batches, schema=stream).select(kept)
-    size = data.get_total_buffer_size()  # (buffers that overlap in the body count once each time)
+    size = data.get_total_buffer_size()  # (buffers that overlap in the body each count in full)
     if size > limit:
         raise _too_large(what, size, limit, table)
     columns = _conformed(data, arrow, table, what, 0)

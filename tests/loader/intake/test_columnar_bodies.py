@@ -243,6 +243,9 @@ def test_unknown_columns_by_on_new_fields() -> None:
     added = refusal(ipc(data), new_fields="add")
     assert 'on_new_fields = "add" adds new fields from json rows only' in added.message.lower()
     assert parse(ipc(data), new_fields="ignore").columns.column_names == SCHEMA.names  # dropped
+    encoded = pa.table({"id": pa.array([1], pa.int64()), "colour": pa.array(["red"]).dictionary_encode()})
+    dropped = refusal(ipc(encoded), new_fields="ignore")
+    assert isinstance(dropped, Invalid) and "holds a dictionary-encoded column" in dropped.message
     nullable = TableSchema.model_validate({"columns": [{"name": "id", "type": "int64"}]})
     alien = refusal(ipc(pa.table({"colour": ["red"]})), new_fields="ignore", schema=nullable)
     assert "holds none of the columns" in alien.message
