@@ -282,8 +282,8 @@ class _Flat:
         return at + _U32.unpack_from(self.data, at)[0]
 
 
-#: Message.header's union types (format/Message.fbs).
-_DICTIONARY_BATCH, _RECORD_BATCH = 2, 3
+#: Message.header's union type of a record batch (format/Message.fbs).
+_RECORD_BATCH = 3
 
 
 def _declared_bytes(message: pa.ipc.Message) -> int:
@@ -297,12 +297,7 @@ def _declared_bytes(message: pa.ipc.Message) -> int:
     if kind_at is None or header_at is None:
         return size
     kind, batch = flat.data[kind_at], flat.ref(header_at)
-    if kind == _DICTIONARY_BATCH:
-        data_at = flat.field(batch, 1)
-        if data_at is None:
-            return size
-        batch = flat.ref(data_at)
-    elif kind != _RECORD_BATCH:
+    if kind != _RECORD_BATCH:
         return size
     if flat.field(batch, 3) is None or body is None:  # no BodyCompression: not compressed
         return size
