@@ -351,14 +351,36 @@ RegisterTableBody = TableConfig
 
 
 def body_doc(
-    model: type[BaseModel], *, ndjson: bool = False, parameters: list[dict[str, Any]] | None = None
+    model: type[BaseModel],
+    *,
+    ndjson: bool = False,
+    columnar: bool = False,
+    parameters: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """OpenAPI of a route that parses its body (and ``parameters``) itself."""
+    """OpenAPI of a route that parses its body (and ``parameters``) itself; ``columnar``: it also
+    takes Arrow IPC and Parquet bodies (loader/intake/columnar_bodies.py)."""
     content: dict[str, Any] = {
         "application/json": {"schema": model.model_json_schema(ref_template="#/components/schemas/{model}")}
     }
     if ndjson:
         content["application/x-ndjson"] = {"schema": {"type": "string", "description": "One JSON row per line."}}
+    if columnar:
+        content["application/vnd.apache.arrow.stream"] = {
+            "schema": {
+                "type": "string",
+                "format": "binary",
+                "description": "An Arrow IPC stream of the table's columns: its schema the table's Arrow schema "
+                "(field names and types; a NOT NULL column takes a nullable field holding no null).",
+            }
+        }
+        content["application/vnd.apache.parquet"] = {
+            "schema": {
+                "type": "string",
+                "format": "binary",
+                "description": "A Parquet file of the table's columns, taken by the rules of a Parquet landing file "
+                "(also as application/x-parquet).",
+            }
+        }
     doc: dict[str, Any] = {"requestBody": {"required": True, "content": content}}
     if parameters:
         doc["parameters"] = parameters

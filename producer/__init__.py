@@ -5,7 +5,8 @@ retried with the same key and body on transport errors, timeouts, 429 and 5xx (h
 Retry-After) until acknowledged, never on other 4xx; a bounded buffer blocks ``send`` when
 the service falls behind. ``state_dir`` makes a producer durable across its own restarts.
 
-Depends on httpx and pydantic only: nothing of the service is imported.
+Depends on httpx and pydantic only (and pyarrow, when installed, for sends of columns:
+producer/columns.py): nothing of the service is imported.
 """
 
 from producer.aio import Ack, AsyncLoaderProducer, ProducerMetrics

@@ -34,10 +34,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from producer.batching import Accumulator, Batch, Request, Send, plan, request_for, row_json
+from producer.columns import arrow_available, arrow_schema, as_table_types, columns_of, ipc_bodies, json_rows
 from producer.errors import (
     BufferFull,
     ClosedWithPending,
@@ -135,18 +137,37 @@ class Prepared:
     data_until: float | None
     key: str | None
     checkpoint: str | None
+    #: A send of columns as Arrow IPC: one (stream, first row, rows) per update it fills.
+    arrow: list[tuple[bytes, int, int]] | None = None
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, _, n in self.arrow) if self.arrow is not None else len(self.texts)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnsAs:
+    """How a send of columns is to be serialised: JSON rows (``schema`` None), or Arrow IPC of
+    the table's ``schema`` in updates of at most ``max_rows`` rows and about ``max_bytes``."""
+
+    schema: Any = None  # a pyarrow Schema
+    max_rows: int = 0
+    max_bytes: int = 0
 
 
 def prepare(
     table: str,
-    rows: Iterable[dict[str, Any]] | None,
+    rows: Iterable[dict[str, Any]] | Any | None,
     file: str | Path | None,
     data_until: float | None,
     key: str | None,
     checkpoint: str | None,
+    columns: ColumnsAs | None = None,
 ) -> Prepared:
     """Check a send and serialise its rows; ValueError/TypeError say what is wrong (and
-    nothing is buffered: every check a send can fail happens here, before it is taken)."""
+    nothing is buffered: every check a send can fail happens here, before it is taken).
+    ``rows`` may be columns (a pyarrow Table or RecordBatch, a pandas DataFrame): as
+    ``columns`` says, Arrow IPC or JSON rows (producer/columns.py)."""
     if isinstance(data_until, dt.datetime):
         data_until = data_until.timestamp()
     if data_until is not None and (
@@ -170,7 +191,17 @@ def prepare(
         else:
             raise ValueError(f"{path}: rows are .ndjson, .jsonl or .json; landing files .parquet or .csv")
     elif rows is not None:
-        texts = [row_json(row) for row in rows]
+        data = columns_of(rows)
+        if data is not None and columns is not None and columns.schema is not None:
+            if data.num_rows == 0:
+                raise ValueError("send with no rows: nothing to load")
+            data = as_table_types(data, columns.schema, table)
+            # Under the caller's own key the send is one update: the key names exactly its rows.
+            limits = (data.num_rows, 1 << 62) if key is not None else (columns.max_rows, columns.max_bytes)
+            bodies = ipc_bodies(data, *limits)
+            size = sum(len(body) for body, _, _ in bodies)
+            return Prepared(table, [], None, size, data_until, key, checkpoint, bodies)
+        texts = [row_json(row) for row in (json_rows(data) if data is not None else rows)]
     else:
         raise ValueError("send needs rows or a file")
     if files is None and not texts:
@@ -223,6 +254,10 @@ class AsyncLoaderProducer:
         self._failed: ProducerError | None = None
         #: The last ``send``'s checkpoint (a durable producer's, after a restart: its journal's).
         self.checkpoint: str | None = None
+        #: pyarrow is installed: sends of columns may go as Arrow IPC (``body_format``).
+        self._arrow = arrow_available()
+        #: Each table's Arrow schema, read once for sends of columns (``columns_as``).
+        self._schemas: dict[str, Any] = {}
         self._counts = dict.fromkeys(
             ("sends", "rows", "updates", "requests", "attempts", "retried", "acknowledged", "replayed"), 0
         ) | dict.fromkeys(("refused", "timed_out", "recovered"), 0)
@@ -343,7 +378,7 @@ class AsyncLoaderProducer:
     async def send(
         self,
         table: str,
-        rows: Iterable[dict[str, Any]] | None = None,
+        rows: Iterable[dict[str, Any]] | Any | None = None,
         *,
         file: str | Path | None = None,
         data_until: float | None = None,
@@ -356,12 +391,71 @@ class AsyncLoaderProducer:
         caller's own Idempotency-Key for exactly these rows (they go out as one update,
         alone); by default the producer derives one. ``checkpoint``: for a durable producer,
         the caller's input position after these rows, journaled with them in one write:
-        after a restart ``checkpoint`` is where to resume (docs/producers.md)."""
-        prepared = prepare(table, rows, file, data_until, key, checkpoint)
+        after a restart ``checkpoint`` is where to resume (docs/producers.md). ``rows`` may be
+        columns, a pyarrow Table or RecordBatch or a pandas DataFrame: sent as Arrow IPC of the
+        table's types by default (``body_format``; producer/columns.py), in updates of their own."""
+        data = columns_of(rows) if rows is not None and file is None else None
+        columns = None
+        if data is not None:
+            if self._closed:
+                raise ProducerClosed("send after close: nothing was buffered")
+            await self.start()
+            columns = await self.columns_as(table, data.column_names)
+        prepared = prepare(table, data if data is not None else rows, file, data_until, key, checkpoint, columns)
         if self._closed:
             raise ProducerClosed("send after close: nothing was buffered")
         await self.start()
         return await self.accept_with_room(prepared)
+
+    @property
+    def sends_arrow(self) -> bool:
+        """Whether sends of columns go as Arrow IPC (``body_format``, and pyarrow installed)."""
+        return self.settings.body_format != "json" and self._arrow
+
+    async def columns_as(self, table: str, names: Iterable[str]) -> ColumnsAs:
+        """How a send of columns named ``names`` to ``table`` is serialised: with the table's
+        Arrow schema, read from the service once (again when a send names a column it lacks)."""
+        s = self.settings
+        if not self.sends_arrow:
+            return ColumnsAs()
+        schema = self._schemas.get(table)
+        if schema is None or not set(names) <= set(schema.names):
+            schema = self._schemas[table] = await self._table_schema(table)
+        return ColumnsAs(schema, s.max_batch_rows, s.max_batch_bytes)
+
+    async def _table_schema(self, table: str) -> Any:
+        """The table's Arrow schema from ``GET /v1/tables/{table}``, retried as a delivery is
+        (transport errors, 429, 5xx) for ``max_block`` seconds at most; ProducerError after
+        that or on a refusal (no such table, no right to it): nothing is buffered."""
+        s = self.settings
+        assert self._http is not None
+        started, attempts = self._clock(), 0
+        while True:
+            attempts += 1
+            floor: float | None = None
+            try:
+                response = await self._http.get(f"/v1/tables/{quote(table, safe='')}")
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    return arrow_schema(response.json()["schema"])
+                body = _body(response)
+                message = body.get("message") if isinstance(body, dict) else body
+                last = f"HTTP {response.status_code}: {message}"
+                if not retried(response.status_code):
+                    raise ProducerError(
+                        f"the columns of table {table!r} could not be read to send it columns ({last}); nothing "
+                        "was buffered"
+                    )
+                floor = retry_after(response.headers.get("retry-after"))
+            wait = backoff(attempts, s.retry_backoff, s.retry_backoff_max, self._rng, floor)
+            if self._clock() + wait - started > s.max_block:
+                raise ProducerError(
+                    f"the columns of table {table!r} could not be read to send it columns within {s.max_block:g} s "
+                    f"({last}): the service is unreachable or failing; nothing was buffered"
+                )
+            await self._sleep(wait)
 
     def accept(self, prepared: Prepared) -> asyncio.Future[Ack]:
         """Take a prepared send into the buffer (on the producer's loop; room already made)."""
@@ -380,7 +474,14 @@ class AsyncLoaderProducer:
         handle: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
         request = Send(handle)
         parts: list[tuple[Batch, list[str] | None]]
-        if p.files is not None or p.key is not None:
+        if p.arrow is not None:  # columns: an update of its own per IPC stream, in order
+            parts = []
+            for body in p.arrow:
+                batch = self._acc.add_alone(
+                    p.table, p.data_until, now, request, key=p.key, checkpoint=p.checkpoint, arrow=body
+                )
+                parts.append((batch, None))
+        elif p.files is not None or p.key is not None:
             batch = self._acc.add_alone(
                 p.table,
                 p.data_until,
@@ -406,7 +507,7 @@ class AsyncLoaderProducer:
         if p.checkpoint is not None:
             self.checkpoint = p.checkpoint
         self._counts["sends"] += 1
-        self._counts["rows"] += len(p.texts)
+        self._counts["rows"] += p.count
         assert self._wake is not None
         self._wake.set()
         return handle
@@ -504,7 +605,7 @@ class AsyncLoaderProducer:
             self._resend.popleft()
             self._busy |= tables
             fresh = request_for(batches, self.prefix)
-            self._launch(Request(fresh.batches, key, fresh.path, fresh.body), journal=False)
+            self._launch(Request(fresh.batches, key, fresh.path, fresh.body, fresh.content_type), journal=False)
             slots -= 1
         blocked = self._busy | {b.table for _, batches in self._resend for b in batches}
         for request in plan(self._acc.ready, blocked, slots, self.prefix, s.multi_table, s.max_request_bytes):
@@ -546,7 +647,9 @@ class AsyncLoaderProducer:
             floor: float | None = None
             try:
                 response = await self._http.post(
-                    request.path, content=request.body, headers={"Idempotency-Key": request.key}
+                    request.path,
+                    content=request.body,
+                    headers={"Idempotency-Key": request.key, "Content-Type": request.content_type},
                 )
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
@@ -624,6 +727,10 @@ class AsyncLoaderProducer:
             )
             return
         self._counts["refused"] += 1
+        if batch.arrow is not None and status == 422:
+            # The table's types may have changed since they were read (a column widened): read
+            # them again for the next send of columns.
+            self._schemas.pop(batch.table, None)
         refusal = refusal_of(status, body, batch, batch.key(self.prefix))
         # Said in the log too: a send an earlier run journaled has no future to fail.
         log.warning("producer %s: %s", self.prefix, refusal)

@@ -23,7 +23,9 @@ updates go out together and under which Idempotency-Key.
   their sequence numbers there, in the order they were sent, across retries.
 
 Rows are kept as their JSON text (``row_json``): serialised once at ``send``, joined into
-bodies without parsing again.
+bodies without parsing again. A send of columns (producer/columns.py) is kept as Arrow IPC
+streams, one per update it fills, built once at ``send`` too; each goes alone, to the table's
+route (the batch route takes JSON only), and is never split: it holds one send's rows.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from urllib.parse import quote
 
 #: What an update adds to a multi-table request besides its rows (its table, keys, braces).
 WRAPPER_BYTES = 64
+#: The media type of an update of columns (producer/columns.py).
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
 
 
 def _encode(value: Any) -> Any:
@@ -102,6 +106,8 @@ class Batch:
     opened: float
     rows: list[str] = field(default_factory=list)
     files: tuple[str, ...] = ()
+    #: A send of columns: its rows as an Arrow IPC stream (producer/columns.py), built once.
+    arrow: bytes | None = None
     data_until: float | None = None
     nbytes: int = 0
     #: The sends whose rows it holds, in row order.
@@ -133,7 +139,7 @@ class Batch:
         """The update as one part per send, in row order, each to go out alone under its own
         key (``<key>.<i>``): the same parts, rows and keys every time, also after a restart
         (the journal keeps the segments). Only an update formed by coalescing sends splits."""
-        if self.part is not None or self.files or len(self.segments) < 2:
+        if self.part is not None or self.files or self.arrow is not None or len(self.segments) < 2:
             raise ValueError("only an update of several sends' rows splits into its sends")
         parts: list[Batch] = []
         start = 0
@@ -173,6 +179,7 @@ class Request:
     key: str
     path: str
     body: bytes
+    content_type: str = "application/json"
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -189,6 +196,9 @@ def request_for(batches: Sequence[Batch], prefix: str) -> Request:
     if len(batches) == 1:
         batch = batches[0]
         path = f"/v1/tables/{quote(batch.table, safe='')}/updates"
+        if batch.arrow is not None:  # (its data interval end in the query, as for NDJSON)
+            until = "" if batch.data_until is None else f"?data_until={json.dumps(batch.data_until)}"
+            return Request((batch,), batch.key(prefix), path + until, batch.arrow, ARROW_STREAM)
         return Request((batch,), batch.key(prefix), path, batch.update_json(False).encode())
     digest = hashlib.sha256("|".join(b.key(prefix) for b in batches).encode()).hexdigest()[:40]
     body = '{"updates":[' + ",".join(b.update_json(True) for b in batches) + "]}"
@@ -267,18 +277,25 @@ class Accumulator:
         files: Sequence[str] = (),
         key: str | None = None,
         checkpoint: str | None = None,
+        arrow: tuple[bytes, int, int] | None = None,
     ) -> Batch:
-        """An update of its own, after the table's open one: landing files, or rows under the
-        caller's own key (which must name exactly these rows)."""
+        """An update of its own, after the table's open one: landing files, rows under the
+        caller's own key (which must name exactly these rows), or a part of a send of columns
+        (``arrow``: its IPC stream, its first row in the send and its rows), which goes alone:
+        only the single-update route takes an Arrow body."""
         self._close(table)
         batch = self._new(table, now)
         batch.files = tuple(files)
         batch.rows = list(rows)
         batch.nbytes = sum(len(f) for f in files) + sum(len(r) + 1 for r in rows)
+        count, first = len(rows), 0
+        if arrow is not None:
+            batch.arrow, first, count = arrow
+            batch.nbytes = len(batch.arrow)
         batch.later(data_until)
-        batch.segments.append(Segment(send, len(rows), 0, data_until, checkpoint))
+        batch.segments.append(Segment(send, count, first, data_until, checkpoint))
         batch.explicit_key = key
-        batch.solo = key is not None
+        batch.solo = key is not None or arrow is not None
         send.updates += 1
         self.ready.setdefault(table, deque()).append(batch)
         return batch

@@ -3,7 +3,9 @@
 One append-only file of JSON lines in the producer's ``state_dir``:
 
 - ``add``: one ``send`` (each update its rows went to, with table, sequence and the rows'
-  JSON text or the landing files; the data interval end; the caller's checkpoint), one
+  JSON text, the landing files, or, for a send of columns, the update's Arrow IPC stream
+  in base64 (``a``) with its rows (``n``) and the send's first row (``i``): the very bytes
+  a retry after a restart sends again; the data interval end; the caller's checkpoint), one
   line fsynced before ``send`` returns: from then on the producer owns the rows, and after
   a crash the rows and the checkpoint are both there or neither is.
 - ``req``: the updates a request carries, fsynced before its first attempt, so a restart
@@ -35,6 +37,7 @@ its last unacknowledged request twice (docs/producers.md).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import uuid
@@ -82,11 +85,18 @@ def _name(batch: Batch) -> list[Any]:
 
 
 def _part(batch: Batch, rows: list[str] | None) -> dict[str, Any]:
-    """One update's share of an ``add`` record (its rows, or its files; the caller's own key)."""
+    """One update's share of an ``add`` record (its rows, its files, or its Arrow stream with
+    the send's first row and its rows; the caller's own key)."""
     part: dict[str, Any] = {"t": batch.table, "s": batch.seq}
     if batch.part is not None:
         part["x"] = batch.part
-    if rows is None:
+    if batch.arrow is not None:
+        segment = batch.segments[0]
+        part["a"] = base64.b64encode(batch.arrow).decode("ascii")
+        part["n"] = segment.count
+        if segment.first:
+            part["i"] = segment.first
+    elif rows is None:
         part["f"] = list(batch.files)
     else:
         part["r"] = rows
@@ -97,7 +107,7 @@ def _part(batch: Batch, rows: list[str] | None) -> dict[str, Any]:
 
 def _segment_parts(batch: Batch) -> list[tuple[dict[str, Any], Segment]]:
     """The update as ``add`` parts, one per send (``Segment``), for a compacted journal."""
-    if batch.files:
+    if batch.files or batch.arrow is not None:
         return [(_part(batch, None), batch.segments[0] if batch.segments else Segment(None, 0))]
     segments = batch.segments or [Segment(None, len(batch.rows), 0, batch.data_until)]
     out: list[tuple[dict[str, Any], Segment]] = []
@@ -204,7 +214,12 @@ class Journal:
                     if batch is None:
                         batch = batches[key] = Batch(part["t"], part["s"], 0.0, part=part.get("x"))
                     first = part.get("i", first)
-                    if "f" in part:
+                    if "a" in part:  # a send of columns: its Arrow stream, sent again byte for byte
+                        batch.arrow = base64.b64decode(part["a"])
+                        batch.nbytes = len(batch.arrow)
+                        count = part["n"]
+                        solo.add(key)
+                    elif "f" in part:
                         batch.files = tuple(part["f"])
                         batch.nbytes = sum(len(f) for f in batch.files)
                         count = 0

@@ -4,8 +4,10 @@ the idea is the same: batching by size and linger time, a bounded buffer that bl
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -54,8 +56,20 @@ class ProducerSettings(BaseModel):
     #: producer without ``state_dir`` loses what it has not delivered when it closes, so its
     #: block waits until each update is acknowledged or failed: ``delivery_timeout`` bounds that.)
     close_timeout: float | None = Field(default=30.0, gt=0.0, allow_inf_nan=False)
+    #: How a send of columns (a pyarrow Table or RecordBatch, a pandas DataFrame) goes: "auto" and
+    #: "arrow", as Arrow IPC streams of the table's types (its own updates; "arrow" insists on
+    #: pyarrow); "json", as JSON rows coalesced with other sends' rows. Rows given as dicts always go
+    #: as JSON (docs/producers.md, "Columns").
+    body_format: Literal["auto", "arrow", "json"] = "auto"
     #: Seeds the jitter (tests); None: random.
     seed: int | None = None
+
+    @field_validator("body_format")
+    @classmethod
+    def _arrow_installed(cls, value: str) -> str:
+        if value == "arrow" and importlib.util.find_spec("pyarrow") is None:
+            raise ValueError('body_format "arrow" needs pyarrow (pip install pyarrow); "auto" sends JSON without it')
+        return value
 
     @field_validator("producer_id")
     @classmethod

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import httpx
 
 from producer.aio import Ack, AsyncLoaderProducer, Prepared, ProducerMetrics, prepare
+from producer.columns import columns_of
 from producer.errors import BufferFull, ClosedWithPending, ProducerClosed
 from producer.settings import ProducerSettings
 
@@ -80,7 +81,7 @@ class LoaderProducer:
     def send(
         self,
         table: str,
-        rows: Iterable[dict[str, Any]] | None = None,
+        rows: Iterable[dict[str, Any]] | Any | None = None,
         *,
         file: str | Path | None = None,
         data_until: float | None = None,
@@ -94,7 +95,9 @@ class LoaderProducer:
         journal write on the producer's thread; otherwise the send is handed over without a
         round trip (sends of one thread keep their order), and the buffer's room is counted
         here, by the bytes of sends not yet done."""
-        prepared = prepare(table, rows, file, data_until, key, checkpoint)
+        data = columns_of(rows) if rows is not None and file is None else None
+        columns = self._call(self._async.columns_as(table, data.column_names)) if data is not None else None
+        prepared = prepare(table, data if data is not None else rows, file, data_until, key, checkpoint, columns)
         if self._async.settings.state_dir is not None:
             inner = self._call(self._durable_send(prepared))
             durable: concurrent.futures.Future[Ack] = concurrent.futures.Future()

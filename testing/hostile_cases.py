@@ -8,10 +8,14 @@ runs a case and checks that it changed nothing.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from testing.hostile_runner import (
     FEED,
@@ -78,6 +82,52 @@ def _deep(levels: int) -> Any:
     for _ in range(levels):
         kind = {"type": "struct", "fields": [{"name": "f", "type": kind, "nullable": True, "metadata": {}}]}
     return kind
+
+
+# -- columnar bodies (Arrow IPC streams and Parquet files), built when a case runs -----------------------
+ARROW = "application/vnd.apache.arrow.stream"
+PARQUET = "application/vnd.apache.parquet"
+
+
+def _ipc(columns: dict[str, Any], **options: Any) -> Callable[[Env], bytes]:
+    def build(env: Env) -> bytes:
+        data = pa.table(columns)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, data.schema, options=pa.ipc.IpcWriteOptions(**options)) as writer:
+            writer.write_table(data)
+        return sink.getvalue().to_pybytes()
+
+    return build
+
+
+def _ipc_file(env: Env) -> bytes:
+    data = pa.table({"order_id": pa.array([1], pa.int64())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, data.schema) as writer:
+        writer.write_table(data)
+    return sink.getvalue().to_pybytes()
+
+
+def _truncated(build: Callable[[Env], bytes], keep: int) -> Callable[[Env], bytes]:
+    return lambda env: build(env)[:keep]
+
+
+def _parquet(columns: Callable[[], dict[str, Any]]) -> Callable[[Env], bytes]:
+    def build(env: Env) -> bytes:
+        out = io.BytesIO()
+        pq.write_table(pa.table(columns()), out, compression="zstd")
+        return out.getvalue()
+
+    return build
+
+
+def _repeated(rows: int, text: str) -> pa.DictionaryArray:
+    """One string, ``rows`` times, as a dictionary: a few bytes in a file, ``rows`` copies decoded."""
+    return pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([text]))
+
+
+_GOOD_ORDERS_IPC = _ipc({"order_id": pa.array([1, 2], pa.int64()), "country": ["DE", "FR"]})
+_FIX_COLUMNS = "cast the column"
 
 
 GOOD_ORDERS = {"table": "orders", "rows": [ROW]}
@@ -557,6 +607,150 @@ CASES: list[Case] = [
         path=ORD + "?data_until=yesterday",
         body=b'{"order_id": 1}\n',
         content_type=NDJSON,
+    ),
+    # -- columnar bodies: Arrow IPC streams and Parquet files -------------------------------------------
+    Case(
+        "columnar",
+        "truncated Arrow stream",
+        400,
+        "not a readable arrow ipc stream",
+        "send the stream format",
+        body=_truncated(_GOOD_ORDERS_IPC, -30),
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "Arrow stream cut inside its schema",
+        400,
+        "not a readable arrow ipc stream",
+        "send the stream format",
+        body=_truncated(_GOOD_ORDERS_IPC, 40),
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "Arrow file format as a stream",
+        400,
+        "arrow ipc file format",
+        "send the stream format",
+        body=_ipc_file,
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "Arrow stream of the wrong schema",
+        422,
+        "column 'order_id' is int32 in the arrow stream but int64 in table 'orders'",
+        _FIX_COLUMNS,
+        body=_ipc({"order_id": pa.array([1], pa.int32())}),
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "Arrow stream with a huge dictionary",
+        422,
+        "column 'country' is dictionary<values=string",
+        "dictionary-encoded columns decoded",
+        body=_ipc({"order_id": pa.array([1], pa.int64()), "country": _repeated(1, "x" * 50_000)}),
+        content_type=ARROW,
+        note="refused from the schema message: no column of a table is dictionary-encoded",
+    ),
+    Case(
+        "columnar",
+        "compressed Arrow stream bomb",
+        413,
+        "would take 8,000,000 bytes of memory decoded",
+        "send fewer rows per request",
+        body=_ipc({"order_id": pa.array([0] * 1_000_000, pa.int64())}, compression="zstd"),
+        content_type=ARROW,
+        note="the uncompressed lengths its buffers declare, read before pyarrow decompresses them",
+    ),
+    Case(
+        "columnar",
+        "Arrow null in a NOT NULL column",
+        422,
+        "row 1 of table 'orders': column 'order_id' is required (not nullable) but null",
+        RESEND,
+        body=_ipc({"order_id": pa.array([1, None], pa.int64())}),
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "Arrow timestamp past year 9999",
+        422,
+        "row 0: column 'at' holds 11476-08-15",
+        RESEND,
+        path=TYP,
+        body=_ipc({"at": pa.array([300_000_000_000_000_000], pa.timestamp("us", "UTC"))}),
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "Arrow NUL in a partition value",
+        422,
+        "partition column 'country' holds a nul character",
+        RESEND,
+        body=_ipc({"order_id": pa.array([1], pa.int64()), "country": ["D\x00E"]}),
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "Arrow new field for an on_new_fields add table",
+        422,
+        "unknown column 'colour'",
+        "send the rows with the new field as json",
+        path=FEED,
+        body=_ipc({"id": pa.array([1], pa.int64()), "colour": ["red"]}),
+        content_type=ARROW,
+        note="new columns are inferred from JSON rows only: an Arrow type is its writer's, not a declared one",
+    ),
+    Case(
+        "columnar",
+        "Arrow stream to the batch endpoint",
+        415,
+        "is not supported",
+        "takes application/json",
+        path=MULTI,
+        body=_GOOD_ORDERS_IPC,
+        content_type=ARROW,
+    ),
+    Case(
+        "columnar",
+        "truncated Parquet body",
+        400,
+        "not a readable parquet file",
+        "send a whole parquet file",
+        body=_truncated(_parquet(lambda: {"order_id": pa.array([1, 2], pa.int64())}), -12),
+        content_type=PARQUET,
+    ),
+    Case(
+        "columnar",
+        "Parquet column of the wrong type",
+        422,
+        "column 'order_id' is string in the file but int64 in the table",
+        "write it as",
+        body=_parquet(lambda: {"order_id": pa.array(["1"])}),
+        content_type="application/x-parquet",
+    ),
+    Case(
+        "columnar",
+        "Parquet body declaring 5 million rows",
+        413,
+        "(5,000,000 rows) would take",
+        "send fewer rows per request",
+        body=_parquet(lambda: {"order_id": pa.array([7] * 5_000_000, pa.int64())}),
+        content_type=PARQUET,
+        note="the footer's row count, before a page is decoded",
+    ),
+    Case(
+        "columnar",
+        "Parquet dictionary bomb",
+        413,
+        "would take",
+        "send fewer rows per request",
+        body=_parquet(lambda: {"order_id": pa.array(range(4000), pa.int64()), "country": _repeated(4000, "y" * 5000)}),
+        content_type=PARQUET,
+        note="a dictionary column is read as one and measured before it is decoded",
     ),
     # -- content types ----------------------------------------------------------------------------------
     Case(

@@ -33,7 +33,7 @@ DATA_UNTIL = {
     "name": "data_until",
     "in": "query",
     "required": False,
-    "description": "For NDJSON bodies: end of the data interval (Unix seconds or ISO-8601).",
+    "description": "For NDJSON, Arrow IPC and Parquet bodies: end of the data interval (Unix seconds or ISO-8601).",
     "schema": {"type": "string"},
 }
 #: What a submission can be refused with (the token is the document's bearer security scheme).
@@ -73,7 +73,7 @@ def _answer(response: dict, replayed: bool) -> JSONResponse:
     status_code=202,
     response_model=AcksModel,
     responses={202: {"description": "Durable in the WAL: one acknowledgement.", "headers": REPLAYED}, **SUBMIT_ERRORS},
-    openapi_extra=body_doc(UpdateBody, ndjson=True, parameters=[IDEMPOTENCY_KEY, DATA_UNTIL]),
+    openapi_extra=body_doc(UpdateBody, ndjson=True, columnar=True, parameters=[IDEMPOTENCY_KEY, DATA_UNTIL]),
     summary="Submit one update of one table",
 )
 async def submit_update(table: str, request: Request) -> JSONResponse:

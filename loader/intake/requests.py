@@ -32,7 +32,7 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
 class UpdateRequest:
     """One update as the producer sent it: ``rows`` not yet checked against the schema, or
     ``columns``, rows a columnar reader has already checked and typed as the table's Arrow
-    schema (loader/intake/columnar.py), which validation takes as they are."""
+    schema (loader/intake/columnar_bodies.py), which validation takes as they are."""
 
     table: str
     rows: list[Any] | None
@@ -237,7 +237,10 @@ def parse_single(
         until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
         return UpdateRequest(table=table, rows=rows, files=None, data_until=until, columns=columns)
     if media != "application/json":
-        raise Unsupported(f"content type {media!r} is not supported; use application/json or application/x-ndjson")
+        raise Unsupported(
+            f"content type {media!r} is not supported; use application/json, application/x-ndjson, "
+            "application/vnd.apache.arrow.stream or application/vnd.apache.parquet"
+        )
     columns = read_json_rows(body, schema, table) if schema is not None and len(body) >= COLUMNS_FROM else None
     if columns is not None:
         request = UpdateRequest(table=table, rows=None, files=None, data_until=None, columns=columns)

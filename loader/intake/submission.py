@@ -7,7 +7,8 @@ refusal at any step changes nothing:
 1. the Idempotency-Key header (400); for ``POST /v1/tables/{table}/updates`` the table
    name (404 for a name no table can have), the caller's permission for the table (403)
    and the table itself (404), all before the body is read;
-2. the body (413 past ``max_body_bytes``) and its parsing (400, 415, 422); for
+2. the body (413 past ``max_body_bytes``) and its parsing (400, 415, 422; an Arrow IPC or
+   Parquet body: loader/intake/columnar_bodies.py, its columns checked here, 413 for a bomb); for
    ``POST /v1/updates`` the tables named inside it are checked now (403, 404); then the
    memory its rows would take as columns (413);
 3. under the Idempotency-Key (a retry gets the first answer): room in the pending store
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections import Counter
@@ -42,6 +44,7 @@ from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, r
 from loader.core.schema import Column, TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
+from loader.intake.columnar_bodies import is_columnar, parse_columnar
 from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
 from loader.intake.inference import (
     MAX_INFERRED_DEPTH,
@@ -221,14 +224,27 @@ class Intake:
         self.check_open(table)  # 410 before reading the body
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
-        columnar = schema if columns_fit(body, schema, self.max_body_bytes) else None
-        parse = (request.content_type, table, request.data_until, schema.exact_numbers, columnar)
-        if len(body) >= PARSE_THREAD_BYTES:
-            # Off the event loop: pyarrow's reader lets go of the GIL, so one request's rows
-            # are read on the other core while the loop serves the rest (issue 36).
-            parsed = await asyncio.to_thread(parse_single, body, *parse)
+        read: Callable[[], UpdateRequest]
+        if is_columnar(request.content_type):  # Arrow IPC or Parquet: checked columns (columnar_bodies.py)
+            new_fields = self.new_fields.get(table, "reject")
+            read = functools.partial(
+                parse_columnar,
+                body,
+                request.content_type,
+                table,
+                request.data_until,
+                schema,
+                new_fields,
+                self.max_body_bytes,
+            )
         else:
-            parsed = parse_single(body, *parse)
+            columnar = schema if columns_fit(body, schema, self.max_body_bytes) else None
+            read = functools.partial(
+                parse_single, body, request.content_type, table, request.data_until, schema.exact_numbers, columnar
+            )
+        # A large body is read off the event loop: pyarrow's readers let go of the GIL, so
+        # one request's rows are read on the other core while the loop serves the rest.
+        parsed = await asyncio.to_thread(read) if len(body) >= PARSE_THREAD_BYTES else read()
         (parsed,) = await self.fields_from_feed([parsed])
         check_expansion([parsed], {table: self.schema(table)}, self.max_body_bytes, len(body))
         # Only a request with a key is ever looked up by it (a SHA-256 of a 200 KB body: 0.1 ms).

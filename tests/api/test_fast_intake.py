@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from api.fast_intake import submit_route
@@ -17,6 +18,17 @@ from testing.service_harness import OPERATOR, ORDERS_ONLY, PRODUCER, Harness
 GOOD_CLICK = {"rows": [{"url": "/a", "n": 1}]}
 AN_ORDER = {"table": "orders", "rows": [{"order_id": 1, "amount": 2.5, "country": "FR"}]}
 NDJSON = {"Content-Type": "application/x-ndjson"}
+ARROW = {"Content-Type": "application/vnd.apache.arrow.stream"}
+
+
+def _ipc(**columns: pa.Array) -> bytes:
+    data = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_table(data)
+    return sink.getvalue().to_pybytes()
+
+
 #: (method, path, token, headers, body): what producers send, well and badly.
 REQUESTS: list[tuple[str, str, str | None, dict[str, str], Any]] = [
     ("POST", "/v1/tables/clicks/updates", PRODUCER, {}, GOOD_CLICK),
@@ -34,6 +46,9 @@ REQUESTS: list[tuple[str, str, str | None, dict[str, str], Any]] = [
     ("POST", "/v1/tables/clicks/updates", PRODUCER, {"Content-Type": "text/plain"}, b"hello"),
     ("POST", "/v1/tables/clicks/updates?data_until=1", PRODUCER, NDJSON, b'{"url": "/c", "n": 3}\n'),  # too early
     ("POST", "/v1/tables/clicks/updates?data_until=2000000000000", PRODUCER, NDJSON, b'{"url": "/c"}\n'),
+    ("POST", "/v1/tables/clicks/updates", PRODUCER, ARROW, _ipc(url=pa.array(["/d"]), n=pa.array([4], pa.int32()))),
+    ("POST", "/v1/tables/clicks/updates", PRODUCER, ARROW, _ipc(url=pa.array(["/e"]), n=pa.array([5]))),  # int64: 422
+    ("POST", "/v1/tables/clicks/updates", PRODUCER, ARROW, b"not arrow"),  # 400
     ("POST", "/v1/tables/clicks/updates", PRODUCER, {"Content-Length": "999999999"}, GOOD_CLICK),
     ("POST", "/v1/tables/clicks/updates", PRODUCER, {}, {"rows": [{"url": "x" * 100}] * 2000}),  # past 64 KiB
     ("POST", "/v1/updates", PRODUCER, {}, {"updates": [{"table": "clicks", **GOOD_CLICK}, AN_ORDER]}),

@@ -31,11 +31,24 @@ class FakeService:
     sequences: dict[str, int] = field(default_factory=dict)
     #: Bytes of rows (their JSON) a request may hold at most, as memory plus spill disk; None: no limit.
     capacity: int | None = None
+    #: Tables' schemas as ``GET /v1/tables/{table}`` shows them (for sends of columns); others: 404.
+    schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each update's data_until as it arrived, per table.
+    until: dict[str, list[float | None]] = field(default_factory=dict)
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         return self.tables.get(table, [])
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            self.seen.append((request.url.path, None, b""))
+            fault = self.fault(request)
+            if isinstance(fault, tuple) and fault[0] == "status":
+                return httpx.Response(fault[1], json={"error": "fault", "message": "injected"})
+            table = request.url.path.rsplit("/", 1)[1]
+            if table not in self.schemas:
+                return httpx.Response(404, json={"error": "not_found", "message": f"table {table!r} does not exist"})
+            return httpx.Response(200, json={"name": table, "schema": self.schemas[table]})
         body = request.read()
         key = request.headers.get("idempotency-key")
         self.seen.append((request.url.path, key, body))
@@ -43,14 +56,18 @@ class FakeService:
         if isinstance(fault, tuple) and fault[0] == "status":
             headers = {"Retry-After": str(fault[2])} if fault[2] is not None else {}
             return httpx.Response(fault[1], json={"error": "fault", "message": "injected"}, headers=headers)
-        digest = hashlib.sha256(request.url.path.encode() + body).hexdigest()
+        digest = hashlib.sha256(str(request.url).encode() + body).hexdigest()
         if key is not None and key in self.answers:
             stored_digest, answer = self.answers[key]
             if stored_digest != digest:
                 return httpx.Response(409, json={"error": "conflict", "message": "key reused for another request"})
             response = httpx.Response(202, json=answer, headers={"Idempotent-Replayed": "true"})
         else:
-            parsed = json.loads(body)
+            if request.headers.get("content-type") == ARROW:  # as the service reads one: the columns' rows
+                until = request.url.params.get("data_until")
+                parsed = {"rows": _arrow_rows(body), "data_until": float(until) if until else None}
+            else:
+                parsed = json.loads(body)
             if request.url.path == "/v1/updates":
                 updates = parsed["updates"]
             else:
@@ -59,7 +76,7 @@ class FakeService:
                 refusal = bad_row(update["table"], update.get("rows", []))
                 if refusal is not None:
                     return httpx.Response(422, json=refusal)
-            size = sum(len(json.dumps(row)) for update in updates for row in update.get("rows", []))
+            size = sum(len(json.dumps(row, default=str)) for update in updates for row in update.get("rows", []))
             if self.capacity is not None and size > self.capacity:
                 memory = self.capacity // 4
                 return httpx.Response(
@@ -82,6 +99,7 @@ class FakeService:
                 self.tables.setdefault(table, []).extend(
                     update.get("rows", []) or [{"file": f} for f in update["files"]]
                 )
+                self.until.setdefault(table, []).append(update.get("data_until"))
                 acks.append({"table": table, "sequence": self.sequences[table], "release_time": 1.0})
             answer = {"updates": acks}
             if key is not None:
@@ -90,6 +108,15 @@ class FakeService:
         if fault == "drop":
             raise httpx.ReadError("the answer was lost")
         return response
+
+
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+def _arrow_rows(body: bytes) -> list[dict[str, Any]]:
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(pa.BufferReader(body)).read_all().to_pylist()
 
 
 def bad_row(table: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:

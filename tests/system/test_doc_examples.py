@@ -1,7 +1,8 @@
 """The examples of docs/producers.md and README.md run as written, against the shared
 ``loader serve`` (tests/system/conftest.py), and their rows land in Delta: every
 Python block of docs/producers.md, the Python block of README.md, and README's
-``loader submit orders rows.ndjson`` and ``curl .../v1/tables`` lines.
+``loader submit orders rows.ndjson`` and ``curl .../v1/tables`` lines (the columns
+example sends a DataFrame as an Arrow stream).
 
 How an example is run, so the docs stay as a reader wants them: its code is executed as
 it is, with ``URL`` and ``TOKEN`` given to it as globals (the service's address and a
@@ -43,7 +44,12 @@ README = ROOT / "README.md"
 SERVICE_URLS = ("http://loader:8000", "http://127.0.0.1:8000")
 #: Which example a Python block is, by something only it says (test_every_python_block_is_run_here).
 MARKERS = {
-    DOCS: {"quickstart": 'url="http://loader:8000"', "file drop": "/data/incoming", "streaming": "async def forward"},
+    DOCS: {
+        "quickstart": 'url="http://loader:8000"',
+        "file drop": "/data/incoming",
+        "streaming": "async def forward",
+        "columns": "pd.DataFrame(",
+    },
     README: {"readme": "LoaderProducer("},
 }
 
@@ -130,6 +136,15 @@ def test_the_first_example_of_docs_producers(service: ServerProcess) -> None:
     namespace = run_example(example(DOCS, "quickstart"), service)
     assert namespace["ack"].table == "orders" and namespace["ack"].sequence >= 1
     assert orders_of_one(service) == before + 1
+
+
+def test_the_columns_example_of_docs_producers(service: ServerProcess) -> None:
+    """A DataFrame sent as an Arrow stream of the table's types, loaded by Spark."""
+    before = len(loaded(service, "orders"))
+    namespace = run_example(example(DOCS, "columns"), service)
+    assert namespace["ack"].table == "orders" and namespace["ack"].sequence >= 1
+    rows = loaded(service, "orders")
+    assert len(rows) == before + 2 and {"order_id": 3, "amount": 7.0} in rows
 
 
 def test_the_python_example_of_the_readme(service: ServerProcess) -> None:

@@ -407,7 +407,7 @@ def test_a_csv_file_carries_no_nested_column_but_may_leave_it_out(tmp_path: Path
     landing.mkdir()
     (landing / "with.csv").write_text("id,items\n1,x\n", encoding="utf-8")
     (landing / "without.csv").write_text("id\n1\n", encoding="utf-8")
-    with pytest.raises(Invalid, match="which a CSV landing file does not carry; send the file as JSON lines or Parquet"):
+    with pytest.raises(Invalid, match="which a CSV landing file does not carry; send the file as JSON lines"):
         accept_files(["with.csv"], landing, owned, schema, "t")
     (ref,) = accept_files(["without.csv"], landing, owned, schema, "t")
     assert pq.read_table(ref.path).to_pylist() == [{"id": 1, "items": None}]
