@@ -22,9 +22,11 @@ checks are the same either way, and every error names the file and line.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from pathlib import Path
 from typing import IO
 
@@ -202,9 +204,116 @@ def write_trace(trace: Trace, path: str | Path) -> None:
             handle.write(line + "\n")
 
 
-def write_schedule(batches: Iterable[BatchRecord], out: IO[str]) -> None:
-    for batch in batches:
-        out.write(json.dumps(batch.as_dict()) + "\n")
+#: Batches formatted together by ``write_schedule``: Arrow columns of this many rows at a time.
+SCHEDULE_CHUNK = 1 << 14
+#: Where Arrow's double-to-string cast spells a float as ``float.__repr__`` (and so json.dumps) does:
+#: non-integral magnitudes in [1e-4, 1e8). Outside, Arrow drops the ".0" of 2.0 and moves to exponents
+#: at other points (1e-05 is 0.00001, 559019696092.656 is 5.59019696092656e+11).
+_SAME_FLOATS = (1e-4, 1e8)
+_FLOAT_FIELDS = ("start", "finish", "first_release", "last_release")
+#: A line's keys in ``BatchRecord.as_dict``'s order, and the two a multi-table job's batch adds.
+_LINE_KEYS = ("table", "processor", "start", "finish", "first_release", "last_release", "n_updates")
+_JOB_KEYS = ("job", "job_tables")
+#: The types a field may hold for Arrow to write it (an int time is integral: json.dumps writes it).
+_FIELD_TYPES: dict[str, set[type]] = {
+    "table": {str},
+    **{field: {float, int} for field in _FLOAT_FIELDS},
+    "processor": {int},
+    "n_updates": {int},
+    "job_tables": {int},
+}
+
+
+def write_schedule(batches: Iterable[BatchRecord], out: IO[str], chunk: int = SCHEDULE_CHUNK) -> None:
+    """One ``json.dumps(batch.as_dict())`` line per batch, formatted in Arrow a chunk at a time.
+
+    A simulated schedule has about a line per update (1,009,480 on the 1,000,000-update trace of
+    BENCHMARKS.md), and json.dumps of a dict per line was a third of ``loader simulate
+    --schedule-out`` there (issue 36). Arrow casts the numbers and joins the pieces in C++; its
+    float cast spells a value as repr does only inside ``_SAME_FLOATS``, so a batch with a time
+    outside it, or with a value BatchRecord does not declare (an int time, None), is written by
+    json.dumps as before: the text is the same either way, which is what ``read_schedule`` and
+    ``loader report --schedule`` rely on.
+    """
+    batches = iter(batches)
+    quoted: dict[str, str] = {}
+    while rows := list(itertools.islice(batches, chunk)):
+        text = _arrow_lines(rows, quoted)
+        out.write(text if text is not None else "".join(json.dumps(b.as_dict()) + "\n" for b in rows))
+
+
+def _arrow_lines(rows: list[BatchRecord], quoted: dict[str, str]) -> str | None:
+    """The lines of ``rows``, or None when a field holds a type BatchRecord does not declare.
+
+    Columns reach Arrow as NumPy buffers and literals as elements of an Arrow array: pa.array and
+    pa.scalar import pandas on first use: 0.5 s, a third of writing the 1,000,000-line schedule."""
+    # Imported here: the scheduling core stays pure Python for everything but writing schedules.
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def arrow(values: np.ndarray, kind: pa.DataType, length: int | None = None) -> pa.Array:
+        return pa.Array.from_buffers(kind, len(values) if length is None else length, [None, pa.py_buffer(values)])
+
+    def strings(texts: list[str]) -> pa.Array:  # ASCII, as json.dumps writes
+        offsets = np.zeros(len(texts) + 1, np.int32)
+        np.cumsum(list(map(len, texts)), out=offsets[1:])
+        data = pa.py_buffer("".join(texts).encode("ascii"))
+        return pa.Array.from_buffers(pa.string(), len(texts), [None, pa.py_buffer(offsets), data])
+
+    def text(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+        return pc.cast(arrow(values, kind), pa.string())
+
+    columns = {field: list(map(attrgetter(field), rows)) for field in _FIELD_TYPES}
+    if any(not set(map(type, columns[field])) <= kinds for field, kinds in _FIELD_TYPES.items()):
+        return None
+    try:
+        numbers = {field: np.array(columns[field], np.float64) for field in _FLOAT_FIELDS}
+        numbers |= {field: np.array(columns[field], np.int64) for field in ("processor", "n_updates", "job_tables")}
+    except OverflowError:  # an int beyond int64 (or beyond a double, in a time)
+        return None
+    names = columns["table"]
+    distinct = list(set(names))
+    for name in set(distinct).difference(quoted):
+        quoted[name] = json.dumps(name)
+    position = {name: i for i, name in enumerate(distinct)}
+    codes = np.array(list(map(position.__getitem__, names)), np.int32)
+    values = {"table": pc.take(strings([quoted[name] for name in distinct]), arrow(codes, pa.int32()))}
+    values |= {field: text(numbers[field], pa.float64()) for field in _FLOAT_FIELDS}
+    values |= {field: text(numbers[field], pa.int64()) for field in ("processor", "n_updates")}
+    keys = [("{" if i == 0 else ", ") + json.dumps(key) + ": " for i, key in enumerate(_LINE_KEYS + _JOB_KEYS)]
+    literal = strings([*keys, "}\n", ""])  # its elements are the scalars below (no pa.scalar)
+    pieces = [piece for i, key in enumerate(_LINE_KEYS) for piece in (literal[i], values[key])]
+    low, high = _SAME_FLOATS
+    same = np.ones(len(rows), bool)
+    for field in _FLOAT_FIELDS:
+        column = numbers[field]
+        size = np.abs(column)
+        same &= (size >= low) & (size < high) & (column != np.floor(column))
+    grouped = numbers["job_tables"] > 1
+    if grouped.any():
+        jobs = list(map(attrgetter("job"), rows))  # read only here: a single-table batch's line has no job
+        if not set(map(type, jobs)) <= {int, type(None)}:
+            return None
+        same &= ~(grouped & np.array([job is None for job in jobs]))  # json.dumps writes "job": null
+        try:
+            job = text(np.array([0 if job is None else job for job in jobs], np.int64), pa.int64())
+        except OverflowError:
+            return None
+        job_keys = literal[len(_LINE_KEYS)], literal[len(_LINE_KEYS) + 1]
+        tables = text(numbers["job_tables"], pa.int64())
+        tail = pc.binary_join_element_wise(job_keys[0], job, job_keys[1], tables, literal[-1])
+        in_group = arrow(np.packbits(grouped, bitorder="little"), pa.bool_(), len(rows))
+        pieces.append(pc.if_else(in_group, tail, literal[-1]))
+    lines = pc.binary_join_element_wise(*pieces, literal[-2], literal[-1])
+    if not same.all():
+        patched = lines.to_pylist()
+        for i in np.flatnonzero(~same).tolist():
+            patched[i] = json.dumps(rows[i].as_dict()) + "\n"
+        return "".join(patched)
+    _, offsets, data = lines.buffers()
+    bounds = memoryview(offsets).cast("i")
+    return str(memoryview(data)[bounds[lines.offset] : bounds[lines.offset + len(lines)]], "utf-8")
 
 
 def read_schedule(path: str | Path) -> list[BatchRecord]:

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from schedulers.generators import poisson
 from schedulers.model import BatchRecord, TableSpec, Trace
+from schedulers.registry import make_policy
+from schedulers.simulator import simulate
 from schedulers.traces import (
+    SCHEDULE_CHUNK,
     TraceError,
     parse_trace,
     read_schedule,
@@ -110,6 +116,54 @@ def test_schedule_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text(buffer.getvalue(), encoding="utf-8")
     assert read_schedule(path) == batches
+
+
+def old_schedule_text(batches: list[BatchRecord]) -> str:
+    """The writer before issue 36: the format every reader of schedule files knows."""
+    return "".join(json.dumps(batch.as_dict()) + "\n" for batch in batches)
+
+
+def written(batches: list[BatchRecord], chunk: int = SCHEDULE_CHUNK) -> str:
+    buffer = io.StringIO()
+    write_schedule(batches, buffer, chunk)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("policy", "options"),
+    [("myopic", {}), ("no-batching", {}), ("max-benefit", {"max_tables_per_job": 4, "job_overhead": 0.05})],
+)
+def test_written_schedule_is_the_old_writers(policy: str, options: dict[str, float]) -> None:
+    """A seeded simulation's schedule comes out byte for byte as json.dumps wrote it, across chunks."""
+    trace = poisson(tables=12, horizon=300.0, utilization=0.8, workers=2, overhead=0.05, seed=5)
+    overhead = options.get("job_overhead", 0.0)
+    schedule = simulate(trace, make_policy(policy, **options), 2, record_schedule=True, job_overhead=overhead).schedule
+    assert schedule is not None and len(schedule) > 200
+    if options:
+        assert any(batch.job_tables > 1 for batch in schedule)  # the "job" fields are written too
+    assert written(schedule, chunk=128) == written(schedule) == old_schedule_text(schedule)
+
+
+def test_written_schedule_floats_arrow_spells_otherwise() -> None:
+    """Times where Arrow's cast and repr differ (integral, tiny, huge, not finite), values that are
+    not what BatchRecord declares and names needing escapes: each line is still json.dumps's."""
+    odd = [0.0, -0.0, 2.0, 1e-05, 9.999999999999999e-05, 1e8, 559019696092.656, 1e16, 5e-324, math.inf, math.nan]
+    batches = [BatchRecord("t", 0, x, 1.5, 0.25, 0.75, 1) for x in odd]
+    batches += [BatchRecord("t", 1, 1.5, 2.5, 0.25, x, 3) for x in odd]
+    batches += [
+        BatchRecord("t", 1, 3, 4, 1, 2, 1),  # ints where floats are declared
+        BatchRecord("t", 1, np.float64(0.1), 0.2, 0.1, 0.1, 1),
+        BatchRecord('caf\u00e9 "quoted"\n', 2, 0.5, 0.75, 0.125, 0.25, 2),
+        BatchRecord("t", 0, 0.5, 0.75, 0.125, 0.25, 2, job=7, job_tables=3),
+        BatchRecord("t", 0, 0.5, 0.75, 0.125, 0.25, 2, job=None, job_tables=2),  # as json.dumps: "job": null
+        BatchRecord("t", 0, 0.5, 0.75, 0.125, 0.25, 2, job=8, job_tables=1),  # one table: no job fields
+        BatchRecord("t", 0, 0.5, 0.75, 0.125, 0.25, 2, job="x", job_tables=1),  # (nor a job it does not write)
+    ]
+    assert written(batches, chunk=5) == written(batches) == old_schedule_text(batches)
+    # A column of another type than declared sends its chunk to json.dumps whole.
+    strange = [BatchRecord("t", True, 0.5, 0.75, 0.125, 0.25, 1), BatchRecord("t", 0, 0.5, 0.75, 0.125, 0.25, 1.0)]
+    assert written(strange, chunk=1) == old_schedule_text(strange)
+    assert written([]) == ""
 
 
 # -- rejections -----------------------------------------------------------------------------
