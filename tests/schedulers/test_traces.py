@@ -19,6 +19,7 @@ from schedulers.simulator import simulate
 from schedulers.traces import (
     SCHEDULE_CHUNK,
     TraceError,
+    _read_columns,
     parse_trace,
     read_schedule,
     read_trace,
@@ -314,3 +315,30 @@ def test_huge_integer_table_field_is_a_trace_error() -> None:
     huge = "1" + "0" * 400
     with pytest.raises(TraceError, match="line 1: bad table line, field 'alpha'"):
         parse_trace(['{"type": "table", "name": "t", "alpha": ' + huge + "}"])
+
+
+# -- the columnar read of a file ------------------------------------------------------------------
+@pytest.mark.parametrize("case", sorted(BAD_TRACES))
+def test_a_file_of_a_malformed_trace_gets_the_line_by_line_message(case: str, tmp_path: Path) -> None:
+    """``read_trace`` reads a file's update lines as columns, and leaves to ``parse_trace``
+    every trace it cannot tell is valid: the message is the same either way."""
+    lines, _, _ = BAD_TRACES[case]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(TraceError) as by_lines:
+        parse_trace(lines, source=str(path))
+    with pytest.raises(TraceError) as from_file:
+        read_trace(path)
+    assert str(from_file.value) == str(by_lines.value)
+
+
+def test_a_written_trace_reads_back_by_columns_as_by_lines(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    tables = [TableSpec(name=f"t{k}", alpha=0.01, weight=float(k + 1)) for k in range(20)]
+    releases = np.cumsum(rng.exponential(0.01, size=5000))
+    trace = Trace(tables=tables, update_tables=rng.integers(0, 20, 5000).tolist(), update_releases=releases.tolist())
+    path = tmp_path / "t.jsonl"
+    write_trace(trace, path)
+    by_lines = parse_trace(path.read_text(encoding="utf-8").splitlines(), source=str(path))
+    assert _read_columns(path) == by_lines == trace  # (the columns read it: no line-by-line fallback)
+    assert read_trace(path) == trace
