@@ -137,7 +137,8 @@ def delta_rows(warehouse: Path) -> int:
 
 def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[str, Any]:
     rng = random.Random(seed)
-    rows = [event_rows(rng, k * args.rows, args.rows) for k in range(len(TABLES))]
+    per_body = args.arrow_rows if form == "arrow" else args.rows
+    rows = [event_rows(rng, k * per_body, per_body) for k in range(len(TABLES))]
     bodies = [ndjson(r) if form == "ndjson" else arrow_stream(r) for r in rows]
     json_bytes = statistics.mean(len(ndjson(r)) for r in rows)
     requests = [
@@ -174,14 +175,15 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
                     http.post(f"/v1/admin/tables/{table}/resume").raise_for_status()
             loaded, _ = srv.wait_loaded(http, timeout=120, poll=0.02)
             visible = time.monotonic() - ended
-            acknowledged = sum(t["last_sequence"] for t in srv.table_status(http)) * args.rows
+            acknowledged = sum(t["last_sequence"] for t in srv.table_status(http)) * per_body
         stored = delta_rows(data / "warehouse")
     per_second = record["requests_per_second"]
     out = {
         "body_bytes": statistics.mean(len(b) for b in bodies),
         "json_bytes": json_bytes,
         "requests_s": per_second,
-        "rows_s": per_second * args.rows,
+        "rows_s": per_second * per_body,
+        "rows_per_body": per_body,
         "mb_s": per_second * statistics.mean(len(b) for b in bodies) / 1e6,
         "json_mb_s": per_second * json_bytes / 1e6,
         "p99_ms": record["p99_ms"],
@@ -203,7 +205,9 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
 
 def measure(run: Run) -> dict[str, Any]:
     args = run.args
-    run.meta.update(rows=args.rows, seconds=args.seconds, connections=args.connections, forms=args.forms)
+    run.meta.update(
+        rows=args.rows, arrow_rows=args.arrow_rows, seconds=args.seconds, connections=args.connections, forms=args.forms
+    )
     by_form: dict[str, list[dict[str, Any]]] = {}
     for k in range(args.repeats):
         for form in args.forms.split(","):
@@ -224,7 +228,7 @@ def render(results: dict[str, Any]) -> str:
         a = m["arrow"]
         verdicts["arrow"] = ("met" if a["share"] >= TARGET else "**missed**", a)
     values = {"meta": meta, "target": TARGET * 100, "visible": VISIBLE_SECONDS, "verdicts": _verdicts(verdicts)}
-    values["table"] = T.table("table", rows, "lrrrrrrrrrrr")
+    values["table"] = T.table("table", rows, "lrrrrrrrrrrrr")
     return T("section", machine=machine_markdown(meta, "loader"), **values)
 
 
@@ -241,8 +245,9 @@ def _verdicts(verdicts: dict[str, tuple[str, dict[str, Any]]]) -> str:
 
 def options(parser: Any) -> None:
     parser.add_argument("--rows", type=int, default=1000, help="rows a body (default 1,000)")
+    parser.add_argument("--arrow-rows", type=int, default=10_000, help="rows an Arrow body (default 10,000)")
     parser.add_argument("--connections", type=int, default=4, help="closed-loop clients (default 4)")
-    parser.add_argument("--forms", default="ndjson", help="body forms, comma-separated: ndjson, arrow")
+    parser.add_argument("--forms", default="ndjson,arrow", help="body forms, comma-separated: ndjson, arrow")
 
 
 BENCHMARK = Benchmark(
