@@ -86,6 +86,11 @@ def _plan(schema: TableSchema) -> _Plan | None:
     return plan
 
 
+def reads_as_columns(schema: TableSchema) -> bool:
+    """Whether bodies of ``schema``'s rows may be read here (else always by the row path)."""
+    return _plan(schema) is not None
+
+
 def _make_plan(schema: TableSchema) -> _Plan | None:
     fields, columns = [], []
     for column in schema.columns:
