@@ -41,6 +41,7 @@ Used by ``tests/system/test_crash.py`` (every kind of kill once) and
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import json
 import os
@@ -228,10 +229,13 @@ class Submission:
     replayed: bool = False
     #: A poison update: rows the table's constraint refuses (quarantined, never loaded).
     poison: bool = False
+    #: The body's media type: JSON, or an Arrow IPC stream of the rows (issue 36).
+    content_type: str = "application/json"
 
     @classmethod
-    def build(cls, key: str, parts: list[Part], landing: Path | None = None) -> Submission:
-        """``landing``: write the (single) part's rows to a Parquet file there and name it."""
+    def build(cls, key: str, parts: list[Part], landing: Path | None = None, arrow: bool = False) -> Submission:
+        """``landing``: write the (single) part's rows to a Parquet file there and name it;
+        ``arrow``: send the (single) part's rows as an Arrow IPC stream."""
 
         def rows(part: Part) -> list[dict[str, Any]]:
             if part.table == LATEST:
@@ -247,6 +251,15 @@ class Submission:
             os.replace(landing / f".{name}.tmp", landing / name)  # complete before it is named
             body = json.dumps({"files": [name]}).encode()
             return cls(key, parts, f"/v1/tables/{parts[0].table}/updates", body, file=True)
+        if arrow and len(parts) == 1:
+            made = rows(parts[0])
+            table = pa.table({name: [r[name] for r in made] for name in made[0]})
+            table = table.cast(pa.schema([(n, pa.string() if n == "note" else pa.int64()) for n in made[0]]))
+            sink = io.BytesIO()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            path, body = f"/v1/tables/{parts[0].table}/updates", sink.getvalue()
+            return cls(key, parts, path, body, content_type="application/vnd.apache.arrow.stream")
         if len(parts) == 1:
             path, payload = f"/v1/tables/{parts[0].table}/updates", {"rows": rows(parts[0])}
         else:
@@ -355,7 +368,8 @@ class Producers:
             ]
             # (A latest table takes rows in requests only: docs/latest-tables.md.)
             as_file = self.landing is not None and count == 1 and parts[0].table != LATEST and rng.random() < 0.2
-            sub = Submission.build(f"sub-{next(self._keys)}", parts, self.landing if as_file else None)
+            arrow = not as_file and count == 1 and rng.random() < 0.25
+            sub = Submission.build(f"sub-{next(self._keys)}", parts, self.landing if as_file else None, arrow)
             self.submissions.append(sub)
         return sub
 
@@ -379,7 +393,9 @@ class Producers:
             sub.attempts += 1
             self.stats.attempts += 1
         try:
-            r = http.post(sub.path, content=sub.body, headers={"Idempotency-Key": sub.key})
+            r = http.post(
+                sub.path, content=sub.body, headers={"Idempotency-Key": sub.key, "Content-Type": sub.content_type}
+            )
         except httpx.TransportError:
             with self.lock:
                 self.stats.transport_errors += 1
@@ -711,7 +727,7 @@ class CrashTrial:
             r = http.post(
                 sub.path,
                 content=sub.body,
-                headers={"Idempotency-Key": sub.key, "Content-Type": "application/json"},
+                headers={"Idempotency-Key": sub.key, "Content-Type": sub.content_type},
             )
             self.reasked += 1
             answer = [(u["table"], u["sequence"]) for u in r.json().get("updates", [])] if r.status_code == 202 else []
@@ -865,6 +881,7 @@ class CrashTrial:
             poison_not_quarantined=len(poison_seqs - quarantined),
             good_quarantined=len(quarantined - poison_seqs),
             acked_file_updates=sum(1 for s in acked if s.file),
+            acked_arrow_updates=sum(1 for s in acked if s.content_type != "application/json"),
             copies_left=sum(
                 1 for path in (self.data / "landed").glob("*/*") if path.is_file() and str(path) not in kept_aside
             ),
@@ -1017,6 +1034,8 @@ class Verdict:
     good_quarantined: int
     #: Acknowledged updates whose rows came in a landing file.
     acked_file_updates: int
+    #: Acknowledged updates sent as Arrow IPC streams.
+    acked_arrow_updates: int
     #: The service's copies of landing files still on disk after everything loaded (a leak:
     #: copies of loaded updates are deleted, copies nobody refers to are swept at start).
     copies_left: int

@@ -128,6 +128,7 @@ def test_sigkill_at_every_step_loses_and_duplicates_nothing(trial: CrashTrial) -
     # got the first answer back rather than a second append.
     assert verdict.producer.replayed >= 1
     assert verdict.acked_file_updates >= 1, "no acknowledged update named a landing file"
+    assert verdict.acked_arrow_updates >= 1, "no acknowledged update was an Arrow IPC stream"
     # A table altered from outside mid-trial: its poison updates, each in quarantine alone.
     assert verdict.poison_updates >= 1 and verdict.poison_not_quarantined == verdict.good_quarantined == 0
     assert verdict.restarts_met_spill_files >= 1, "no restart met spill files"
