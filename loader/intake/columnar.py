@@ -1,5 +1,5 @@
-"""NDJSON bodies read as columns: pyarrow's JSON reader with the table's explicit schema,
-then whole-column checks of the row rules (loader/intake/rows.py).
+"""JSON and NDJSON bodies read as columns: pyarrow's JSON reader with the table's explicit
+schema, then whole-column checks of the row rules (loader/intake/rows.py).
 
 Why: checking and converting each row in Python held intake at 7% of what one core
 parses (issue 36); pyarrow's reader types the same bytes at about 190 MB/s. Why not
@@ -35,7 +35,6 @@ _DAY = r"^(?:\d{3}[1-9]|\d{2}[1-9]\d|\d[1-9]\d{2}|[1-9]\d{3})-\d{2}-\d{2}"  # ye
 _DATE = _DAY + "$"
 _TIMESTAMP_NTZ = _DAY + _CLOCK + "$"
 _TIMESTAMP = _DAY + _CLOCK + r"(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?$"
-_NAIVE = _DAY + _CLOCK + "$"
 #: Microseconds of 0001-01-01T00:00:00 and of 9999-12-31T23:59:59.999999 (UTC): a time the
 #: row path refuses as outside years 1 to 9999 once its offset is applied.
 _FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
@@ -236,7 +235,7 @@ def _timestamp(values: pa.Array) -> pa.Array | None:
     """ISO-8601 text, naive meaning UTC (the row path's rule), in years 1 to 9999 once in UTC."""
     if not _matching(values, _TIMESTAMP):
         return None
-    naive = pc.match_substring_regex(values, _NAIVE)
+    naive = pc.match_substring_regex(values, _TIMESTAMP_NTZ)
     if pc.any(naive).as_py():
         values = pc.if_else(naive, pc.binary_join_element_wise(values, "Z", ""), values)
     try:
