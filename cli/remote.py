@@ -18,7 +18,11 @@ commands = typer.Typer()
 def submit_command(
     table: Annotated[str, typer.Argument(help="Table to submit to.")],
     file: Annotated[
-        Path, typer.Argument(help="NDJSON rows (sent in the body), or a .parquet/.csv in the landing directory.")
+        Path,
+        typer.Argument(
+            help="NDJSON rows or an Arrow IPC file/stream (.arrow, .arrows: sent in the body as columns), "
+            "or a .parquet/.csv in the landing directory."
+        ),
     ],
     url: Annotated[str, typer.Option(help="Service URL.")] = "http://127.0.0.1:8000",
     token: Annotated[
@@ -53,9 +57,13 @@ def submit_command(
         )
     except (RuntimeError, ValueError) as exc:
         raise fail(str(exc)) from None
+    columns = _arrow_file(file) if file.suffix.lower() in ARROW_SUFFIXES else None
     with LoaderProducer(settings) as producer:
         try:
-            ack = producer.send(table, file=file, key=key).result()
+            if columns is not None:
+                ack = producer.send(table, columns, key=key).result()
+            else:
+                ack = producer.send(table, file=file, key=key).result()
         except RequestRefused as exc:
             raise fail(f"HTTP {exc.status}: {exc.message}") from None
         except DeliveryTimeout as exc:
@@ -67,6 +75,27 @@ def submit_command(
             raise fail(str(exc)) from None
     answer = {"table": ack.table, "sequence": ack.sequence, "release_time": ack.release_time, "key": ack.key}
     print(json.dumps({"updates": [answer | {"replayed": ack.replayed}]}))
+
+
+#: Files ``submit`` reads as Arrow IPC (the file format, or a stream) and sends as columns.
+ARROW_SUFFIXES = (".arrow", ".arrows", ".ipc", ".feather")
+
+
+def _arrow_file(path: Path) -> object:
+    """The table an Arrow IPC file or stream holds (Feather v2 is the IPC file format)."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            try:
+                return pa.ipc.open_file(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                return pa.ipc.open_stream(source).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise fail(
+            f"{path} is not an Arrow IPC file or stream ({exc}); write it with pyarrow.ipc, or send NDJSON"
+        ) from None
 
 
 @commands.command("export-trace")

@@ -41,6 +41,22 @@ def test_submit_ndjson_rows_prints_the_acknowledgement(running, tmp_path: Path) 
     assert ack["key"] == "cli-1" and not ack["replayed"]
 
 
+def test_submit_an_arrow_file_or_stream_sends_its_columns(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    url, service = running
+    data = pa.table({"url": ["/a", "/b"], "n": pa.array([1, 2], pa.int64())})
+    with pa.ipc.new_file(tmp_path / "c.arrow", data.schema) as writer:
+        writer.write_table(data)
+    with pa.ipc.new_stream(tmp_path / "c.arrows", data.schema) as writer:
+        writer.write_table(data)
+    for name in ("c.arrow", "c.arrows"):
+        code, output = submit(url, "clicks", str(tmp_path / name))
+        assert code == 0, output
+        assert json.loads(output.strip().splitlines()[-1])["updates"][0]["table"] == "clicks"
+    (tmp_path / "bad.arrow").write_bytes(b"not arrow")
+    code, output = submit(url, "clicks", str(tmp_path / "bad.arrow"))
+    assert code == 2 and "is not an Arrow IPC file or stream" in output
+
+
 def test_submit_a_landing_file_by_a_path_relative_to_the_caller(running, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     url, service = running
     landing = service.settings.landing_path.resolve()
