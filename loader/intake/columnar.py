@@ -54,7 +54,6 @@ THREADED_BYTES = 1 << 20
 class _Plan:
     """How one schema's rows are read as columns, worked out once per schema."""
 
-    schema: TableSchema  # held: the plan is found by ``id(schema)``, unique while it lives
     parse: pa_json.ParseOptions
     #: A ``{"rows": [...]}`` body as one record (``rows_newlines``: one that spans lines).
     rows: pa_json.ParseOptions
@@ -63,7 +62,7 @@ class _Plan:
     #: read to the table's type (None: the value is out of the row rules; decline).
     columns: tuple[tuple[str, bool, Callable[[pa.Array], pa.Array | None]], ...]
     arrow: pa.Schema
-    #: The body may hold a JSON string starting with "+" that a decimal column would take.
+    #: Some column holds decimals (``_readable``: forms pyarrow's decimal reads otherwise).
     decimals: bool
     #: Some column is a struct or a list: a row may hold a "{" other than its first.
     nested: bool
@@ -85,9 +84,10 @@ def _plan(schema: TableSchema) -> _Plan | None:
     return plan
 
 
-def reads_as_columns(schema: TableSchema) -> bool:
-    """Whether bodies of ``schema``'s rows may be read here (else always by the row path)."""
-    return _plan(schema) is not None
+def reads_as_columns(body: bytes, schema: TableSchema) -> bool:
+    """Whether ``body`` (of ``schema``'s rows) is tried here: from ``COLUMNS_FROM`` bytes, for a
+    schema of types read here; else it goes straight to the row path."""
+    return len(body) >= COLUMNS_FROM and _plan(schema) is not None
 
 
 def _make_plan(schema: TableSchema) -> _Plan | None:
@@ -105,7 +105,7 @@ def _make_plan(schema: TableSchema) -> _Plan | None:
         explicit_schema=body, unexpected_field_behavior="error", newlines_in_values=True
     )
     nested = any(not isinstance(c.type, Primitive) for c in schema.columns)
-    return _Plan(schema, parse, rows, rows_newlines, tuple(columns), schema.arrow(), schema.exact_numbers, nested)
+    return _Plan(parse, rows, rows_newlines, tuple(columns), schema.arrow(), schema.exact_numbers, nested)
 
 
 Convert = Callable[[pa.Array], "pa.Array | None"]
@@ -118,8 +118,7 @@ def _reading(kind: DataTypeValue) -> tuple[pa.DataType, Convert] | None:
     if isinstance(kind, Primitive):
         if kind.kind is ColumnType.decimal:
             return kind.arrow, _decimal(kind)
-        read, convert = _READ.get(kind.kind), _CONVERT.get(kind.kind)
-        return None if read is None or convert is None else (read, convert)
+        return _PRIMITIVES.get(kind.kind)
     if isinstance(kind, Struct):
         parts = [_reading(f.type) for f in kind.fields]
         if any(p is None for p in parts):
@@ -140,13 +139,14 @@ def _struct(kind: Struct, converts: list[Convert]) -> Convert:
     def convert(values: pa.Array) -> pa.Array | None:
         valid = values.is_valid()
         children = []
-        for field, change, k in zip(kind.fields, converts, range(len(converts))):
+        for k, (field, change) in enumerate(zip(kind.fields, converts)):
             child = values.field(k)
             if not field.nullable and child.null_count and pc.any(pc.and_(valid, child.is_null())).as_py():
                 return None  # a NOT NULL field null (or missing) in a row: the row path names its path
-            children.append(_converted(child, change, target.field(k).type))
-            if children[-1] is None:
+            converted = _converted(child, change, target.field(k).type)
+            if converted is None:
                 return None
+            children.append(converted)
         mask = values.is_null() if values.null_count else None
         return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
 
@@ -258,31 +258,20 @@ def _timestamp(values: pa.Array) -> pa.Array | None:
 
 
 #: The type each column is read as (the table's own where pyarrow reads JSON the row path's way).
-_READ: dict[ColumnType, pa.DataType] = {
-    ColumnType.string: pa.string(),
-    ColumnType.boolean: pa.bool_(),
-    ColumnType.int8: pa.int8(),
-    ColumnType.int16: pa.int16(),
-    ColumnType.int32: pa.int32(),
-    ColumnType.int64: pa.int64(),
-    ColumnType.float32: pa.float64(),
-    ColumnType.float64: pa.float64(),
-    ColumnType.date: pa.string(),
-    ColumnType.timestamp: pa.string(),
-    ColumnType.timestamp_ntz: pa.string(),
-}
-_CONVERT: dict[ColumnType, Callable[[pa.Array], pa.Array | None]] = {
-    ColumnType.string: _same,
-    ColumnType.boolean: _same,
-    ColumnType.int8: _same,
-    ColumnType.int16: _same,
-    ColumnType.int32: _same,
-    ColumnType.int64: _same,
-    ColumnType.float32: _float32,
-    ColumnType.float64: _finite,
-    ColumnType.date: _date,
-    ColumnType.timestamp: _timestamp,
-    ColumnType.timestamp_ntz: _timestamp_ntz,
+#: Per type read here: the type pyarrow's reader reads it as (the table's own where the
+#: reader reads JSON the row path's way), and the conversion to the table's type.
+_PRIMITIVES: dict[ColumnType, tuple[pa.DataType, Convert]] = {
+    ColumnType.string: (pa.string(), _same),
+    ColumnType.boolean: (pa.bool_(), _same),
+    ColumnType.int8: (pa.int8(), _same),
+    ColumnType.int16: (pa.int16(), _same),
+    ColumnType.int32: (pa.int32(), _same),
+    ColumnType.int64: (pa.int64(), _same),
+    ColumnType.float32: (pa.float64(), _float32),
+    ColumnType.float64: (pa.float64(), _finite),
+    ColumnType.date: (pa.string(), _date),
+    ColumnType.timestamp: (pa.string(), _timestamp),
+    ColumnType.timestamp_ntz: (pa.string(), _timestamp_ntz),
 }
 
 

@@ -53,9 +53,16 @@ import pyarrow.parquet as pq
 
 from loader.core.errors import BadRequest, Invalid, TooLarge
 from loader.core.schema import TableSchema
-from loader.core.updates import MAX_RECORD_BYTES
 from loader.intake.file_types import Unloadable, _shape_difference, _shown, _types_in, conform, is_nested
-from loader.intake.requests import EXPANSION, UpdateRequest, _data_until, _maybe_number, _media_type, _width
+from loader.intake.requests import (
+    EXPANSION,
+    UpdateRequest,
+    _data_until,
+    _maybe_number,
+    _media_type,
+    _width,
+    expansion_limit,
+)
 from loader.intake.rows import RESEND, check_partition_values
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -70,11 +77,6 @@ def is_columnar(content_type: str | None) -> bool:
     return _media_type(content_type) in COLUMNAR_TYPES
 
 
-def decoded_limit(max_body_bytes: int) -> int:
-    """The bytes a body's columns may take in memory: as for a JSON body's rows (``check_expansion``)."""
-    return min(EXPANSION * max_body_bytes, MAX_RECORD_BYTES // 2)
-
-
 def parse_columnar(
     body: bytes,
     content_type: str | None,
@@ -87,7 +89,7 @@ def parse_columnar(
     """A columnar body of ``POST /v1/tables/{table}/updates`` as an update of checked columns;
     BadRequest (unreadable), Invalid (columns or values), TooLarge (what it decodes to)."""
     until = _data_until(_maybe_number(data_until_param)) if data_until_param is not None else None
-    limit = decoded_limit(max_body_bytes)
+    limit = expansion_limit(max_body_bytes)
     arrow = _media_type(content_type) == ARROW_STREAM
     try:
         if arrow:

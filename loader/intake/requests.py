@@ -22,7 +22,7 @@ import pyarrow as pa
 from loader.core.errors import BadRequest, Invalid, NotFound, TooLarge, Unsupported
 from loader.core.schema import Array, ColumnType, DataTypeValue, Map, Primitive, Struct, TableSchema, check_name
 from loader.core.updates import MAX_RECORD_BYTES
-from loader.intake.columnar import COLUMNS_FROM, read_json_rows, read_ndjson
+from loader.intake.columnar import read_json_rows, read_ndjson, reads_as_columns
 from loader.intake.rows import QUOTE_CHARS, _Bad, parse_timestamp, quote
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-lines")
@@ -227,7 +227,7 @@ def parse_single(
     NDJSON rows are read as columns where they can be (loader/intake/columnar.py)."""
     media = _media_type(content_type)
     if media in NDJSON_TYPES:
-        columns = read_ndjson(body, schema, table) if schema is not None and len(body) >= COLUMNS_FROM else None
+        columns = read_ndjson(body, schema, table) if schema is not None and reads_as_columns(body, schema) else None
         rows = None
         if columns is None:
             rows = []
@@ -241,7 +241,7 @@ def parse_single(
             f"content type {media!r} is not supported; use application/json, application/x-ndjson, "
             "application/vnd.apache.arrow.stream or application/vnd.apache.parquet"
         )
-    columns = read_json_rows(body, schema, table) if schema is not None and len(body) >= COLUMNS_FROM else None
+    columns = read_json_rows(body, schema, table) if schema is not None and reads_as_columns(body, schema) else None
     if columns is not None:
         request = UpdateRequest(table=table, rows=None, files=None, data_until=None, columns=columns)
     else:
@@ -351,7 +351,7 @@ def check_expansion(
     least one byte of it (a separator or a bracket), so the elements cost at most that many
     times the widest element: when even that fits, the rows' values are not walked (a walk
     of a nested request cost 5 ms of its 30 at 500 rows of 750 bytes)."""
-    limit = min(EXPANSION * max_body_bytes, MAX_RECORD_BYTES // 2)
+    limit = expansion_limit(max_body_bytes)
     total = 0
     for request in requests:
         if request.rows is None and request.columns is None:
@@ -360,7 +360,7 @@ def check_expansion(
         width = sum(_width(c.type) for c in schema.columns)
         count = len(request.rows) if request.rows is not None else request.columns.num_rows  # type: ignore[union-attr]
         total += count * width
-        if request.rows is None:  # (read as columns, which ``columns_fit`` let through: flat)
+        if request.rows is None:  # (columns already made: their values are not walked)
             if total > limit:
                 raise TooLarge(_expanded(total, count, request.table, width, limit))
             continue
@@ -389,10 +389,14 @@ def columns_fit(body: bytes, schema: TableSchema, max_body_bytes: int) -> bool:
     """Whether a body of ``schema``'s rows may be read as columns: pyarrow's reader builds
     every column of every row it reads (15,000 rows ``{}`` of 64 columns: 45 KB of body,
     7.7 MB of columns), so a body that could hold more rows than ``check_expansion`` allows
-    goes to the row path, which refuses it before converting anything. Each row of a flat
-    table is one "{"."""
-    limit = min(EXPANSION * max_body_bytes, MAX_RECORD_BYTES // 2)
-    return body.count(b"{") * sum(_width(c.type) for c in schema.columns) <= limit
+    goes to the row path, which refuses it before converting anything. Each row is at least
+    one "{" (a nested row more)."""
+    return body.count(b"{") * sum(_width(c.type) for c in schema.columns) <= expansion_limit(max_body_bytes)
+
+
+def expansion_limit(max_body_bytes: int) -> int:
+    """The bytes a request's rows may take in memory as columns, whatever their body's form."""
+    return min(EXPANSION * max_body_bytes, MAX_RECORD_BYTES // 2)
 
 
 def _maybe_number(value: str) -> Any:

@@ -46,7 +46,7 @@ from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, r
 from loader.core.schema import Column, TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
-from loader.intake.columnar import COLUMNS_FROM, reads_as_columns
+from loader.intake.columnar import reads_as_columns
 from loader.intake.columnar_bodies import is_columnar, parse_columnar
 from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
 from loader.intake.inference import (
@@ -256,7 +256,7 @@ class Intake:
             by_pyarrow = True
         else:
             columnar = schema if columns_fit(body, schema, self.max_body_bytes) else None
-            by_pyarrow = columnar is not None and len(body) >= COLUMNS_FROM and reads_as_columns(schema)
+            by_pyarrow = columnar is not None and reads_as_columns(body, schema)
             read = functools.partial(
                 parse_single, body, request.content_type, table, request.data_until, schema.exact_numbers, columnar
             )

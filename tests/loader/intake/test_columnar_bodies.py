@@ -15,7 +15,8 @@ import pytest
 
 from loader.core.errors import BadRequest, Invalid, ServiceError, TooLarge
 from loader.core.schema import TableSchema
-from loader.intake.columnar_bodies import ARROW_STREAM, PARQUET, decoded_limit, is_columnar, parse_columnar
+from loader.intake.columnar_bodies import ARROW_STREAM, PARQUET, is_columnar, parse_columnar
+from loader.intake.requests import expansion_limit
 from loader.intake.rows import rows_to_arrow
 
 UTC = dt.UTC
@@ -332,7 +333,7 @@ def test_a_parquet_dictionary_is_measured_before_it_is_decoded() -> None:
     assert len(body) < 64 << 10
     error = refusal(body, PARQUET, limit=LIMIT_SMALL, schema=schema)
     assert isinstance(error, TooLarge) and "would take" in error.message, error.message
-    assert decoded_limit(LIMIT_SMALL) == 4 * LIMIT_SMALL
+    assert expansion_limit(LIMIT_SMALL) == 4 * LIMIT_SMALL
 
 
 LISTS = TableSchema.model_validate(
