@@ -135,7 +135,7 @@ def delta_rows(warehouse: Path) -> int:
     return total
 
 
-def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[str, Any]:
+def service_run(args: Any, form: str, seed: int, loading: bool = True, acceptors: int = 0) -> dict[str, Any]:
     rng = random.Random(seed)
     per_body = args.arrow_rows if form == "arrow" else args.rows
     rows = [event_rows(rng, k * per_body, per_body) for k in range(len(TABLES))]
@@ -151,6 +151,7 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
         for t, b in zip(TABLES, bodies)
     ]
     extra = {"tables": [{"name": t, "schema": EVENT} for t in TABLES], "spill": {"memory_budget_bytes": 1 << 30}}
+    extra["intake"] = {"acceptors": acceptors}
     with srv.running_service(tables=[], workers=2, extra=extra) as service:
         data = service.workdir / "data"
         if not loading:
@@ -179,6 +180,7 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
         stored = delta_rows(data / "warehouse")
     per_second = record["requests_per_second"]
     out = {
+        "acceptors": acceptors,
         "body_bytes": statistics.mean(len(b) for b in bodies),
         "json_bytes": json_bytes,
         "requests_s": per_second,
@@ -197,7 +199,8 @@ def service_run(args: Any, form: str, seed: int, loading: bool = True) -> dict[s
     out["ceiling_mb_s"] = min(out["parse_mb_s"], out["disk_mb_s"]) if form == "ndjson" else out["disk_mb_s"]
     out["share"] = out["json_mb_s" if form == "ndjson" else "mb_s"] / out["ceiling_mb_s"]
     log(
-        f"[{form}] {out['rows_s']:,.0f} rows/s, {out['mb_s']:.1f} MB/s, {out['share']:.0%} of the ceiling, "
+        f"[{form}, {acceptors} acceptors] {out['rows_s']:,.0f} rows/s, {out['mb_s']:.1f} MB/s, "
+        f"{out['share']:.0%} of the ceiling, "
         f"visible {out['visible_s']:.2f} s after; Delta rows {stored:,} of {acknowledged:,} acknowledged"
     )
     return out
@@ -208,36 +211,41 @@ def measure(run: Run) -> dict[str, Any]:
     run.meta.update(
         rows=args.rows, arrow_rows=args.arrow_rows, seconds=args.seconds, connections=args.connections, forms=args.forms
     )
+    run.meta.update(acceptors=args.acceptors)
     by_form: dict[str, list[dict[str, Any]]] = {}
+    counts = [int(n) for n in str(args.acceptors).split(",")]
     for k in range(args.repeats):
         for form in args.forms.split(","):
-            log(f"run {k + 1}/{args.repeats}: {form}")
-            by_form.setdefault(form, []).append(service_run(args, form, args.seed + k))
+            for n in counts:  # interleaved: the ways compared side by side in one run
+                way = form if n == 0 else f"{form}, {n} acceptors"
+                log(f"run {k + 1}/{args.repeats}: {way}")
+                by_form.setdefault(way, []).append(service_run(args, form, args.seed + k, acceptors=n))
     return {"runs": by_form, "median": {form: medians(runs) for form, runs in by_form.items()}}
 
 
 def render(results: dict[str, Any]) -> str:
     meta, m = results["meta"], results["median"]
-    rows = [dict(r, form=form, run=k + 1) for form in results["runs"] for k, r in enumerate(results["runs"][form])]
+    runs = results["runs"]
+    rows = [dict(r, form=way.split(",")[0], run=k + 1) for way in runs for k, r in enumerate(runs[way])]
     verdicts = {}
-    if "ndjson" in m:
-        n = m["ndjson"]
-        met = n["share"] >= TARGET and n["visible_s"] <= VISIBLE_SECONDS
-        verdicts["ndjson"] = ("met" if met else "**missed**", n)
-    if "arrow" in m:
-        a = m["arrow"]
-        verdicts["arrow"] = ("met" if a["share"] >= TARGET else "**missed**", a)
+    for way, figures in m.items():  # "ndjson", "arrow", "ndjson, 2 acceptors", ...
+        if way.startswith("ndjson"):
+            met = figures["share"] >= TARGET and figures["visible_s"] <= VISIBLE_SECONDS
+        else:
+            met = figures["share"] >= TARGET
+        verdicts[way] = ("met" if met else "**missed**", figures)
     values = {"meta": meta, "target": TARGET * 100, "visible": VISIBLE_SECONDS, "verdicts": _verdicts(verdicts)}
-    values["table"] = T.table("table", rows, "lrrrrrrrrrrrr")
+    values["table"] = T.table("table", rows, "lrrrrrrrrrrrrrr")
     return T("section", machine=machine_markdown(meta, "loader"), **values)
 
 
 def _verdicts(verdicts: dict[str, tuple[str, dict[str, Any]]]) -> str:
     lines = []
     for form, (verdict, m) in verdicts.items():
+        ndjson = form.startswith("ndjson")
         lines.append(
-            f"- {form}: {m['share']:.0%} of the {'lower ceiling' if form == 'ndjson' else 'disk ceiling'} "
-            f"({m['json_mb_s' if form == 'ndjson' else 'mb_s']:.1f} of {m['ceiling_mb_s']:.0f} MB/s), every row "
+            f"- {form}: {m['share']:.0%} of the {'lower ceiling' if ndjson else 'disk ceiling'} "
+            f"({m['json_mb_s' if ndjson else 'mb_s']:.1f} of {m['ceiling_mb_s']:.0f} MB/s), every row "
             f"visible {m['visible_s']:.2f} s after the last acknowledgement: {verdict}"
         )
     return "\n".join(lines)
@@ -248,6 +256,11 @@ def options(parser: Any) -> None:
     parser.add_argument("--arrow-rows", type=int, default=10_000, help="rows an Arrow body (default 10,000)")
     parser.add_argument("--connections", type=int, default=4, help="closed-loop clients (default 4)")
     parser.add_argument("--forms", default="ndjson,arrow", help="body forms, comma-separated: ndjson, arrow")
+    parser.add_argument(
+        "--acceptors",
+        default="0,2",
+        help="intake.acceptors settings to compare, comma-separated (default 0,2; 0 = HTTP in the service's process)",
+    )
 
 
 BENCHMARK = Benchmark(

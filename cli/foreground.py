@@ -37,6 +37,7 @@ from types import FrameType
 
 import uvicorn
 
+from api.acceptors.gateway import Gateway
 from api.app import LoaderApp
 from loader.config import Settings
 from loader.core.errors import StartError
@@ -154,14 +155,18 @@ class Foreground:
 
     async def _serve(self, service: LoaderService, sock: socket.socket) -> int:
         assert self._stop is not None
-        server = _Server(
-            uvicorn.Config(
-                self.app,
-                lifespan="off",
-                log_level="warning",
-                timeout_graceful_shutdown=GRACEFUL_HTTP_SECONDS,
+        server: _Server | Gateway
+        if self.settings.intake.acceptors:  # HTTP in acceptor processes (api/acceptors/gateway.py)
+            server = Gateway(self.app, self.settings, GRACEFUL_HTTP_SECONDS)
+        else:
+            server = _Server(
+                uvicorn.Config(
+                    self.app,
+                    lifespan="off",
+                    log_level="warning",
+                    timeout_graceful_shutdown=GRACEFUL_HTTP_SECONDS,
+                )
             )
-        )
         host, port = sock.getsockname()[:2]
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         self.on_serving(f"http://{host if ':' not in host else f'[{host}]'}:{port}")

@@ -216,12 +216,14 @@ def group_cpu(pgid: int) -> dict[str, float]:
 
 #: How a load worker process of the service shows in its command line.
 WORKER_MODULE = "loader.loading.workers.process"
+ACCEPTOR_MODULE = "api.acceptors.process"
 
 
 def tree_cpu(root: int) -> dict[str, float]:
     """CPU seconds (user + system) of a server and every live process it started, by kind:
-    ``service`` (the server process itself), ``workers`` (its load worker processes) and
-    ``spark`` (the Spark Connect server's or the driver's JVM and their Python helpers).
+    ``service`` (the server process itself), ``workers`` (its load worker processes),
+    ``acceptors`` (its HTTP acceptor processes, api/acceptors/) and ``spark`` (the Spark
+    Connect server's or the driver's JVM and their Python helpers).
 
     By parentage, not process group: in connect mode the workers and the Spark server run in
     process groups of their own."""
@@ -230,7 +232,7 @@ def tree_cpu(root: int) -> dict[str, float]:
     for pid, fields in _processes():
         parent[pid] = int(fields[1])
         seconds[pid] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    out = {"service": seconds.get(root, 0.0), "workers": 0.0, "spark": 0.0}
+    out = {"service": seconds.get(root, 0.0), "workers": 0.0, "acceptors": 0.0, "spark": 0.0}
     children: dict[int, list[int]] = {}
     for pid, ppid in parent.items():
         children.setdefault(ppid, []).append(pid)
@@ -242,7 +244,13 @@ def tree_cpu(root: int) -> dict[str, float]:
                 command = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 command = b""
-            kind = "workers" if WORKER_MODULE.encode() in command else "spark"
+            kind = (
+                "workers"
+                if WORKER_MODULE.encode() in command
+                else "acceptors"
+                if ACCEPTOR_MODULE.encode() in command
+                else "spark"
+            )
         out[kind] += seconds.get(pid, 0.0)
         stack.extend((child, kind) for child in children.get(pid, []))
     return out

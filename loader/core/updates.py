@@ -119,6 +119,9 @@ class WalRecord:
     request_hash: str | None = None
     response: dict[str, Any] | None = None
     created_at: float = field(default_factory=time.time)
+    #: The rows' record batch as an Arrow IPC message, when intake received them so: written
+    #: as they are (loader/durability/wal_format.py), not encoded again. Never read back.
+    rows_message: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

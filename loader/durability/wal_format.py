@@ -120,17 +120,22 @@ _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _SCHEMA_MESSAGES: dict[pa.Schema, bytes] = {}
 
 
-def _rows_to_ipc(rows: pa.Table) -> bytes:
+def rows_to_ipc(rows: pa.Table) -> bytes:
     """An Arrow IPC stream of ``rows``, byte for byte what ``pa.ipc.new_stream`` writes, from
     the schema's message (cached) and each batch's: a quarter of the writer's cost, and
     this runs on the event loop for every update."""
-    schema = rows.schema
+    head = schema_message(rows.schema)
+    return b"".join([head, *(batch.serialize().to_pybytes() for batch in rows.to_batches()), _IPC_EOS])
+
+
+def schema_message(schema: pa.Schema) -> bytes:
+    """The schema's IPC message (cached: a table's updates share it)."""
     head = _SCHEMA_MESSAGES.get(schema)
     if head is None:
         if len(_SCHEMA_MESSAGES) >= 1024:
             _SCHEMA_MESSAGES.clear()
         head = _SCHEMA_MESSAGES[schema] = schema.serialize().to_pybytes()
-    return b"".join([head, *(batch.serialize().to_pybytes() for batch in rows.to_batches()), _IPC_EOS])
+    return head
 
 
 def encode_group(records: Sequence[WalRecord]) -> bytes:
@@ -155,7 +160,12 @@ def encode_group(records: Sequence[WalRecord]) -> bytes:
             "more": len(records) - 1 - i,
         }
         head = _HEADER_JSON.encode(header).encode()
-        body = _rows_to_ipc(update.rows) if update.rows is not None else b""
+        if update.rows is None:
+            body = b""
+        elif record.rows_message is not None:  # as received: the stream rows_to_ipc would write
+            body = b"".join((schema_message(update.rows.schema), record.rows_message, _IPC_EOS))
+        else:
+            body = rows_to_ipc(update.rows)
         payload = b"".join((_U32.pack(len(head)), head, body))
         if len(payload) > MAX_RECORD_BYTES:
             raise ValueError(

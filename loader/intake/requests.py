@@ -49,6 +49,9 @@ class ValidUpdate:
     data_until: float | None
     rows: pa.Table | None = None
     files: tuple[Any, ...] = ()
+    #: The rows as one Arrow IPC record batch message, when they came so (an acceptor's,
+    #: api/acceptors/): the WAL writes these bytes rather than encoding the rows again.
+    message: bytes | None = None
 
     @property
     def resident_bytes(self) -> int:

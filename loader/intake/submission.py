@@ -25,9 +25,7 @@ The later stages are reached through the ports of ``loader.abc`` only.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
-import functools
 import logging
 import time
 from collections import Counter
@@ -46,8 +44,6 @@ from loader.core.errors import Invalid, TooLarge, Unavailable, WalWriteFailed, r
 from loader.core.schema import Column, TableSchema
 from loader.core.tasks import shielded
 from loader.core.updates import Update, WalRecord
-from loader.intake.columnar import reads_as_columns
-from loader.intake.columnar_bodies import is_columnar, parse_columnar
 from loader.intake.idempotency import IdempotencyStore, check_key, request_hash
 from loader.intake.inference import (
     MAX_INFERRED_DEPTH,
@@ -55,17 +51,15 @@ from loader.intake.inference import (
     infer_columns,
     known_fields,
     nested_columns,
-    unknown_fields,
 )
 from loader.intake.landing import accept_files
+from loader.intake.reading import CheckedUpdate, StaleSchema, changed_by_feed, checked, checked_against, read_single
 from loader.intake.requests import (
     UpdateRequest,
     ValidUpdate,
     check_expansion,
     check_table_name,
-    columns_fit,
     parse_multi,
-    parse_single,
 )
 from loader.intake.rows import RESEND, rows_to_arrow
 from loader.intake.sequencing import TableSequence, iso, plan_updates
@@ -75,23 +69,6 @@ log = logging.getLogger(__name__)
 #: How often a failed WAL is tried again (loader/ops/maintenance.py), and the Retry-After of
 #: requests refused meanwhile.
 WAL_HEAL_SECONDS = 1.0
-
-
-#: Bodies from this size up are parsed on a thread (below it, the hop costs more than it frees).
-PARSE_THREAD_BYTES = 64 << 10
-#: The one thread that parses them: it frees the event loop's core; more would each keep a
-#: heap of pyarrow's allocator (mimalloc) of their own.
-_PARSER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-parse")
-
-
-def _released(read: Callable[[], UpdateRequest]) -> UpdateRequest:
-    """``read()``, then what pyarrow's allocator (mimalloc) holds of its reader's scratch
-    buffers given back (about 1 µs): kept, they grew the service by 30 MiB in a 96 MiB burst
-    of 400 KB bodies, against 14 MiB when rows were read by Python (tests/system/test_spill_e2e.py)."""
-    try:
-        return read()
-    finally:
-        pa.default_memory_pool().release_unused()
 
 
 @dataclass(frozen=True)
@@ -240,34 +217,15 @@ class Intake:
         self.check_open(table)  # 410 before reading the body
         schema = self.schema(table)  # 404 before reading the body
         body = await request.read_body()
-        read: Callable[[], UpdateRequest]
-        if is_columnar(request.content_type):  # Arrow IPC or Parquet: checked columns (columnar_bodies.py)
-            new_fields = self.new_fields.get(table, "reject")
-            read = functools.partial(
-                parse_columnar,
-                body,
-                request.content_type,
-                table,
-                request.data_until,
-                schema,
-                new_fields,
-                self.max_body_bytes,
-            )
-            by_pyarrow = True
-        else:
-            columnar = schema if columns_fit(body, schema, self.max_body_bytes) else None
-            by_pyarrow = columnar is not None and reads_as_columns(body, schema)
-            read = functools.partial(
-                parse_single, body, request.content_type, table, request.data_until, schema.exact_numbers, columnar
-            )
-        # A large body that pyarrow reads is read off the event loop: its readers let go of the
-        # GIL, so one request's rows are read on the other core while the loop serves the rest.
-        # (Rows read by Python hold the GIL: on a thread they only cost the hop, 30% of a
-        # nested 0.5 MB body's intake.)
-        if by_pyarrow and len(body) >= PARSE_THREAD_BYTES:
-            parsed = await asyncio.get_running_loop().run_in_executor(_PARSER, _released, read)
-        else:
-            parsed = read()
+        parsed = await read_single(
+            body,
+            request.content_type,
+            table,
+            request.data_until,
+            schema,
+            self.new_fields.get(table, "reject"),
+            self.max_body_bytes,
+        )
         (parsed,) = await self.fields_from_feed([parsed])
         check_expansion([parsed], {table: self.schema(table)}, self.max_body_bytes, len(body))
         # Only a request with a key is ever looked up by it (a SHA-256 of a 200 KB body: 0.1 ms).
@@ -291,6 +249,30 @@ class Intake:
         digest = request_hash("POST", request.path, body) if key is not None else ""
         return await self.submit_once(key, digest, lambda: self.validate(parsed))
 
+    async def submit_checked(
+        self, items: list[CheckedUpdate], key: str | None, digest: str
+    ) -> tuple[dict[str, Any], bool]:
+        """Updates an acceptor process (api/acceptors/) read and checked against the schemas
+        their fingerprints name: from here on as ``submit_one`` and ``submit_many``. The
+        acceptor did the steps before (key, table name, permission, body, rows); what only
+        this process knows is checked again: the table open, its schema the one checked
+        against (``StaleSchema`` otherwise: the acceptor sends the request as it came)."""
+        valid = []
+        for item in items:
+            self.check_open(item.table)
+            schema = self.schema(item.table)
+            fingerprint, arrow = checked_against(schema, self.new_fields.get(item.table, "reject"))
+            if item.fingerprint != fingerprint:
+                raise StaleSchema(item.table)
+            try:
+                batch = pa.ipc.read_record_batch(pa.py_buffer(item.message), arrow)
+                batch.validate()
+            except (pa.ArrowException, ValueError) as exc:  # (not what it was checked as: read it again)
+                raise StaleSchema(item.table) from exc
+            rows = pa.Table.from_batches([batch])
+            valid.append(ValidUpdate(item.table, item.data_until, rows=rows, message=bytes(item.message)))
+        return await self.submit_once(key, digest, lambda: valid)
+
     async def fields_from_feed(self, requests: list[UpdateRequest]) -> list[UpdateRequest]:
         """Rows' fields their table lacks, by the table's ``on_new_fields``: ``reject`` leaves
         them to validation (a 422 naming the field), ``ignore`` drops them, ``add`` adds them
@@ -300,14 +282,11 @@ class Intake:
         out = []
         for request in requests:
             policy = self.new_fields.get(request.table, "reject")
-            if policy == "reject" or not request.rows:
-                out.append(request)
-                continue
             schema = self.schema(request.table)
-            nested = nested_columns(schema)
-            if not nested and not unknown_fields(request.rows, frozenset(schema.names)):
+            if not changed_by_feed(request, schema, policy):
                 out.append(request)
                 continue
+            nested = nested_columns(schema)
             if policy == "add":
                 columns = infer_columns(request.rows, schema, request.table, self.max_depth)
                 if columns:
@@ -334,11 +313,8 @@ class Intake:
         valid: list[ValidUpdate] = []
         for request in requests:
             schema = self.schema(request.table)
-            if request.columns is not None:
-                valid.append(ValidUpdate(request.table, request.data_until, rows=request.columns))
-            elif request.rows is not None:
-                rows = rows_to_arrow(request.rows, schema, request.table)
-                valid.append(ValidUpdate(request.table, request.data_until, rows=rows))
+            if request.columns is not None or request.rows is not None:
+                valid.append(checked(request, schema))
             else:
                 if request.files and schema.latest:
                     raise Invalid(
@@ -450,8 +426,9 @@ class Intake:
                 idempotency_key=idempotency_key if k == 0 else None,
                 request_hash=request_hash,
                 response=response if k == 0 else None,
+                rows_message=item.message,
             )
-            for k, u in enumerate(updates)
+            for k, (u, item) in enumerate(zip(updates, valid, strict=True))
         ]
         try:
             append = self.log.append_future(records)

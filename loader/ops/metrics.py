@@ -595,6 +595,18 @@ class Metrics:
             "Load worker processes that ended mid-batch (killed, out of memory); each was replaced, its batch retried.",
             registry=r,
         )
+        self.acceptor_requests = Counter(
+            "loader_acceptor_requests",
+            "Requests the acceptor processes handed the service (intake.acceptors): way=checked, rows checked "
+            "by the acceptor; way=passed_on, the request as it came (other routes, refusals, new fields, files).",
+            ["way"],
+            registry=r,
+        )
+        self.acceptor_restarts = Counter(
+            "loader_acceptor_restarts",
+            "Acceptor processes that ended while the service ran; each was started again.",
+            registry=r,
+        )
         self.spark_server_restarts = Counter(
             "loader_spark_server_restarts",
             "Restarts of the loader's own Spark Connect server after it died.",

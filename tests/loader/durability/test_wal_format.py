@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.durability.wal_format import _rows_to_ipc
+from loader.durability.wal_format import rows_to_ipc
 from testing.depth import examples
 
 SCHEMA = pa.schema(
@@ -49,7 +49,7 @@ def test_row_bodies_are_byte_for_byte_what_the_ipc_stream_writer_writes(rows: li
     several batches too."""
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     for variant in (table, table.slice(min(cut, len(rows))), pa.concat_tables([table] * copies)):
-        body = _rows_to_ipc(variant)
+        body = rows_to_ipc(variant)
         assert body == _stream_writer(variant)
         assert pa.ipc.open_stream(body).read_all().equals(variant)
 
@@ -100,6 +100,6 @@ def test_nested_rows_round_trip_through_a_row_body() -> None:
         ],
         schema=schema.arrow(),
     )
-    body = _rows_to_ipc(rows)
+    body = rows_to_ipc(rows)
     back = pa.ipc.open_stream(body).read_all()
     assert back.schema == schema.arrow() and back.equals(rows)

@@ -1,0 +1,1 @@
+"""Acceptor processes: HTTP served by several processes, intake still numbered and logged by one (gateway.py)."""
