@@ -30,7 +30,10 @@ from tests.spark_fixtures import ConnectEndpoint
 
 OPERATOR = "operator-token-0123456789"
 PRODUCER = "producer-token-0123456789"
-TOKENS = [{"token": OPERATOR, "role": "operator", "name": "ops"}, {"token": PRODUCER, "role": "producer", "name": "feed"}]
+TOKENS = [
+    {"token": OPERATOR, "role": "operator", "name": "ops"},
+    {"token": PRODUCER, "role": "producer", "name": "feed"},
+]
 TABLES = [
     {
         "name": "orders",
