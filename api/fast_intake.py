@@ -70,7 +70,7 @@ def _json(content: Any) -> bytes:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
 
 
-async def _answer(send: Send, status: int, content: Any, headers: dict[str, str]) -> None:
+async def answer(send: Send, status: int, content: Any, headers: dict[str, str]) -> None:
     body = _json(content)
     raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
     raw += [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
@@ -102,7 +102,7 @@ class FastIntake:
         async def reply(code: int, content: Any, headers: dict[str, str]) -> None:
             nonlocal status, started
             status, started = code, True
-            await _answer(send, code, content, headers)
+            await answer(send, code, content, headers)
 
         try:
             try:

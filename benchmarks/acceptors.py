@@ -60,26 +60,33 @@ def measure(run: Run) -> dict[str, Any]:
     for _ in range(args.repeats):
         for n in counts:
             runs.setdefault(str(n), []).append(one_setting(n, timing))
-    summary = {}
-    for n, settings in runs.items():
-        summary[n] = {
-            "paused_rps": medians(r["paused"] for r in settings)["median_requests_per_second"],
-            "single_rps": medians(r["single"] for r in settings)["median_requests_per_second"],
-            "single_p99_ms": medians(r["single"] for r in settings)["median_p99_ms"],
-            "multi_ups": medians(r["multi"] for r in settings)["median_updates_per_second"],
-            "open_p99_ms": medians(r["open"] for r in settings)["p99_ms"],
-            "open_answered": medians(r["open"] for r in settings)["answered_per_second"],
-            "cores_single": medians(r["single"]["median_cores"] for r in settings),
-            "cores_paused": medians(r["paused"]["median_cores"] for r in settings),
-        }
-    return {"ceiling": ceiling, "runs": runs, "summary": summary}
+            run.save({"ceiling": ceiling, "runs": runs})  # (an interrupted run keeps what it measured)
+    return {"ceiling": ceiling, "runs": runs}
+
+
+def summary(settings: list[dict[str, Any]]) -> dict[str, Any]:
+    """One setting's medians over its runs."""
+
+    def median_of(part: str, key: str) -> float:
+        return medians([r[part] for r in settings], [key])[key]
+
+    return {
+        "paused_rps": median_of("paused", "median_requests_per_second"),
+        "single_rps": median_of("single", "median_requests_per_second"),
+        "single_p99_ms": median_of("single", "median_p99_ms"),
+        "multi_ups": median_of("multi", "median_updates_per_second"),
+        "open_p99_ms": median_of("open", "p99_ms"),
+        "open_answered": median_of("open", "answered_per_second"),
+        "cores_single": medians(r["single"]["median_cores"] for r in settings),
+        "cores_paused": medians(r["paused"]["median_cores"] for r in settings),
+    }
 
 
 def render(results: dict[str, Any]) -> str:
-    meta, summary = results["meta"], results["summary"]
+    meta = results["meta"]
     ceiling = results["ceiling"]["median_requests_per_second"]
     rows = []
-    for n, s in summary.items():
+    for n, s in ((n, summary(settings)) for n, settings in results["runs"].items()):
         rows.append(
             {
                 **s,

@@ -49,7 +49,7 @@ from api.acceptors.wire import (
     with_head,
 )
 from api.auth import Authenticator
-from api.fast_intake import SUBMIT_ONE, _answer, route_path, submit_route
+from api.fast_intake import SUBMIT_ONE, answer, route_path, submit_route
 from loader.config import TokenConfig
 from loader.core.errors import ServiceError
 from loader.core.schema import TableSchema
@@ -104,12 +104,12 @@ class Link:
             else:
                 conn[1].close()
 
-    async def call(self, kind: bytes, payload: bytes, answer: bytes) -> bytes:
+    async def call(self, kind: bytes, payload: bytes, expect: bytes) -> bytes:
         async with self.connection() as (reader, writer):
             writer.write(frame(kind, payload))
             got, body = await read_frame(reader)
-            if got != answer:
-                raise LinkClosed(f"expected a {answer!r} frame from the service, got {got!r}")
+            if got != expect:
+                raise LinkClosed(f"expected a {expect!r} frame from the service, got {got!r}")
             return body
 
 
@@ -162,9 +162,9 @@ class Acceptor:
             return  # the client went away: nothing was submitted, nothing to answer
         try:
             if scope["method"] == "POST" and (route := submit_route(route_path(scope))) is not None:
-                answer = await self._checked(route[0], route[1], scope, headers, body, began)
-                if answer is not None:
-                    await _answer(send, *answer)
+                reply = await self._checked(route[0], route[1], scope, headers, body, began)
+                if reply is not None:
+                    await answer(send, *reply)
                     return
             await self._forward(scope, body, send)
         except (LinkClosed, ConnectionError) as exc:
@@ -173,7 +173,7 @@ class Acceptor:
                 "the service could not be reached to answer this request; an update it held may or may not have "
                 "been accepted: retry it with the same Idempotency-Key"
             )
-            await _answer(send, 503, {"error": "unavailable", "message": message}, {"Retry-After": "1"})
+            await answer(send, 503, {"error": "unavailable", "message": message}, {"Retry-After": "1"})
 
     async def _body(self, receive: Receive, declared: str | None) -> bytes | None:
         """The body, but never more than one byte past the limit: the service answers 413."""
@@ -212,11 +212,11 @@ class Acceptor:
                 for (u, ipc), f in zip(updates, fingerprints, strict=True)
             ],
         }
-        answer = json.loads(await self.link.call(CHECKED, with_head(head, *(ipc for _, ipc in updates)), RESULT))
-        if answer.get("stale"):
+        result = json.loads(await self.link.call(CHECKED, with_head(head, *(ipc for _, ipc in updates)), RESULT))
+        if result.get("stale"):
             self._refresh_soon()
             return None
-        return answer["status"], answer["content"], answer["headers"]
+        return result["status"], result["content"], result["headers"]
 
     async def _check(
         self, route: str, table: str | None, scope: Scope, headers: dict[str, str], body: bytes
