@@ -18,7 +18,7 @@ from benchmarks.harness import service as serving
 from benchmarks.harness.cli import Benchmark, Run
 from benchmarks.harness.markdown import Template
 from benchmarks.harness.results import medians
-from benchmarks.isolation.__main__ import bare_server, closed, open_loop
+from benchmarks.isolation.__main__ import bare_server, closed, drain, open_loop
 from testing import service_server as srv
 from testing.report import log, machine_markdown
 
@@ -36,8 +36,13 @@ def one_setting(acceptors: int, timing: tuple[float, float]) -> dict[str, Any]:
         serving.pause(service, True)
         out["paused"] = closed(target, 1, timing, 1)
         serving.pause(service, False)
+        # Each part starts with nothing left to load: a backlog from the part before would
+        # compete with it (and the faster intake left the larger one).
+        drain(service)
         out["single"] = closed(target, 1, timing, 1)
+        drain(service)
         out["multi"] = closed(target, 100, timing, 1)
+        drain(service)
         out["open"] = open_loop(target, 1, 1000, timing)
     log(
         f"[{acceptors} acceptors] paused {out['paused']['median_requests_per_second']:,.0f} req/s, loading on "

@@ -64,7 +64,7 @@ def open_loop(target: tuple[int, int], size: int, rate: int, timing: tuple[float
     return drive(target, size, spec)
 
 
-def _drain(service: srv.Service) -> float:
+def drain(service: srv.Service) -> float:
     with service.client(timeout=60) as http:
         loaded, seconds = srv.wait_loaded(http, timeout=600)
     if not loaded:
@@ -82,11 +82,11 @@ def run_mode(mode: str, timing: tuple[float, float], quick: bool, repeats: int) 
         out["paused"]["closed"] = closed(target, 1, timing, repeats)
         out["paused"]["open"] = open_loop(target, 1, TARGET_RATE, timing)
         serving.pause(service, False)
-        out["paused"]["backlog_seconds"] = _drain(service)
+        out["paused"]["backlog_seconds"] = drain(service)
         for size in ENDPOINTS:
-            out["closed"].append(closed(target, size, timing, repeats) | {"drain_seconds": _drain(service)})
+            out["closed"].append(closed(target, size, timing, repeats) | {"drain_seconds": drain(service)})
             for rate in (TARGET_RATE,) if quick else RATES:
-                out["open"].append(open_loop(target, size, rate, timing) | {"drain_seconds": _drain(service)})
+                out["open"].append(open_loop(target, size, rate, timing) | {"drain_seconds": drain(service)})
     return out
 
 
