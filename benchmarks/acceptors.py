@@ -121,8 +121,24 @@ def render(results: dict[str, Any]) -> str:
         f"- 100-update requests, loading on: {multi:,.0f} updates/s at best (target {TARGET_MULTI_UPDATES:,.0f}): "
         + ("met" if multi >= TARGET_MULTI_UPDATES else "**missed**"),
     ]
+    base = next(r for r in rows if r["acceptors"] == 0)
+    split = min((r for r in rows if r["acceptors"] > 0), key=lambda r: r["us_paused"], default=base)
+    multi_row = max(rows, key=lambda r: r["multi_ups"])
+    cause = T(
+        "cause",
+        us0=base["us_paused"],
+        us1=split["us_paused"],
+        spark=base["spark"],
+        workers=base["workers"],
+        service=base["service"],
+        share=base["share"],
+        rps=base["single_rps"],
+        per_update=1e6 * (multi_row["service"] + multi_row["acceptor_cores"]) / multi_row["multi_ups"],
+        need=TARGET_MULTI_UPDATES * (multi_row["service"] + multi_row["acceptor_cores"]) / multi_row["multi_ups"],
+    )
     return T(
         "section",
+        cause=cause,
         machine=machine_markdown(meta, "loader"),
         meta=meta,
         ceiling=ceiling,

@@ -235,6 +235,7 @@ def render(results: dict[str, Any]) -> str:
             met = figures["share"] >= TARGET
         verdicts[way] = ("met" if met else "**missed**", figures)
     values = {"meta": meta, "target": TARGET * 100, "visible": VISIBLE_SECONDS, "verdicts": _verdicts(verdicts)}
+    values["cause"] = T("cause", n=m["ndjson"], a=m["arrow"]) if {"ndjson", "arrow"} <= set(m) else ""
     values["table"] = T.table("table", rows, "lrrrrrrrrrrrrrr")
     return T("section", machine=machine_markdown(meta, "loader"), **values)
 

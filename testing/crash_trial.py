@@ -168,13 +168,19 @@ MEMORY_BUDGET = 65536
 
 
 def crash_config(
-    workdir: Path, port: int, mode: str = "connect", spark_remote: str = "", memory_budget: int = MEMORY_BUDGET
+    workdir: Path,
+    port: int,
+    mode: str = "connect",
+    spark_remote: str = "",
+    memory_budget: int = MEMORY_BUDGET,
+    acceptors: int = 0,
 ) -> Path:
     """The service under trial: 2 workers, a tiny memory budget (spills), small WAL segments
     truncated every second (crashes meet rolled and deleted segments), tables compacted
     every 5 s (kills from outside may land in a compaction). ``spark_remote``: a running
     Spark Connect server to use (the suite's: each life then skips a JVM start) instead of
-    the service's own, which each kill takes down with it."""
+    the service's own, which each kill takes down with it. ``acceptors``: HTTP served by that
+    many acceptor processes (api/acceptors/), which each kill of the service takes along."""
     return write_config(
         workdir / "loader.toml",
         {
@@ -186,6 +192,7 @@ def crash_config(
             "spark": {"master": "local[2]", "mode": mode, **({"remote": spark_remote} if spark_remote else {})},
             "maintenance": {"wal_truncate_seconds": 1, "compact_seconds": 5, "vacuum_seconds": 0},
             "spill": {"memory_budget_bytes": memory_budget},
+            "intake": {"acceptors": acceptors},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
             "tables": [*({"name": name, "schema": SCHEMA} for name in APPEND_TABLES), LATEST_TABLE],
             "views": [VIEW_DECLARATION],
@@ -467,6 +474,7 @@ class CrashTrial:
         final_spark_remote: str = "",
         pace: float = 0.02,
         memory_budget: int = MEMORY_BUDGET,
+        acceptors: int = 0,
         log: Callable[[str], None] | None = None,
     ):
         """``final_spark_remote``: the final, clean start runs in connect mode over this
@@ -480,7 +488,7 @@ class CrashTrial:
         self.rng = random.Random(seed)
         self.log = log or (lambda message: None)
         self.kinds = KINDS if mode == "connect" else CLASSIC_KINDS
-        config = crash_config(workdir, self.port, mode, spark_remote, memory_budget)
+        config = crash_config(workdir, self.port, mode, spark_remote, memory_budget, acceptors)
         self.server = ServerProcess(workdir, config, self.port, TOKEN)
         self.producers = Producers(
             self.server.base, TOKEN, seed, producers, pace=pace, landing=workdir / "data" / "landing"

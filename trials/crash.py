@@ -84,8 +84,10 @@ def schedule(kills: int, seed: int) -> list[str]:
     return kinds[:kills]
 
 
-def run(kills: int, seed: int, workdir: Path, pace: float = 0.02, final_timeout: float = 900.0) -> Verdict:
-    trial = CrashTrial(workdir, seed, pace=pace, log=log)
+def run(
+    kills: int, seed: int, workdir: Path, pace: float = 0.02, final_timeout: float = 900.0, acceptors: int = 0
+) -> Verdict:
+    trial = CrashTrial(workdir, seed, pace=pace, acceptors=acceptors, log=log)
     try:
         trial.run(schedule(kills, seed))
         return trial.finish(final_timeout)
@@ -294,6 +296,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--final-timeout", type=float, default=900.0, help="seconds the final start may take to load the backlog"
     )
+    parser.add_argument(
+        "--acceptors", type=int, default=0, help="the service's HTTP in this many acceptor processes (intake.acceptors)"
+    )
     parser.add_argument("--json", type=Path, help="results file (default results/crash_trials[-quick].json)")
     parser.add_argument("--write", action="store_true", help="rewrite RELIABILITY.md even for a short run")
     parser.add_argument("--no-write", action="store_true", help="never rewrite RELIABILITY.md")
@@ -319,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.kills < LONG_KILLS,
             "seed": args.seed,
             "pace": args.pace,
+            "acceptors": args.acceptors,
             "machine": machine,
         }
         scratch = None if args.workdir else tempfile.mkdtemp(prefix="crash-trial-")
@@ -326,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         log(f"crash trial: {args.kills} kills, seed {args.seed}, data in {workdir}")
         with LoadMonitor() as monitor:
-            verdict = run(args.kills, args.seed, workdir, args.pace, args.final_timeout)
+            verdict = run(args.kills, args.seed, workdir, args.pace, args.final_timeout, args.acceptors)
         meta["run_seconds"] = time.perf_counter() - started
         meta["loadavg_end"] = load_average()
         meta["loadavg_peak"] = monitor.peak
