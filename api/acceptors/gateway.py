@@ -24,13 +24,14 @@ a connection must first present the secret the service gave the acceptor on its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
 import os
 import secrets
-import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ from api.acceptors.wire import (
     HELLO,
     RAW,
     RESULT,
+    SECRET_BYTES,
     START,
     TABLES,
     WELCOME,
@@ -61,12 +63,35 @@ from loader.intake.reading import CheckedUpdate, StaleSchema, checked_against
 
 log = logging.getLogger("loader.acceptors")
 
+#: What Starlette's ServerErrorMiddleware answers when nothing else could.
+INTERNAL_ERROR = {"status": 500, "headers": [["content-length", "21"], ["content-type", "text/plain; charset=utf-8"]]}
+
+
+class _Exited:
+    """In place of an acceptor that could not be started: seen as one that exited at once."""
+
+    pid = 0
+    returncode = "not started"
+    stdin = None
+
+    def poll(self) -> str:
+        return self.returncode
+
 #: The project's root, for the acceptors' ``python -m``.
 ROOT = Path(__file__).resolve().parents[2]
 #: Connections the kernel queues for the acceptors while each is busy.
 BACKLOG = 2048
-#: An acceptor that exits sooner than this after its start is started again only after a pause.
+#: An acceptor that exits sooner than this after its start is started again only after a pause
+#: that doubles with each such exit (up to MAX_PAUSE_SECONDS).
 QUICK_EXIT_SECONDS = 5.0
+MAX_PAUSE_SECONDS = 30.0
+#: Quick exits in a row after which the log says so as an error: HTTP is not being served.
+QUICK_EXITS_ERROR = 5
+#: Seconds a new connection to the link has to present the secret.
+HELLO_SECONDS = 5.0
+#: Connections to the link the kernel queues while the service's loop is busy.
+LINK_BACKLOG = 1024
+_PEER = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class Gateway:
@@ -84,8 +109,12 @@ class Gateway:
         self._secret = secrets.token_bytes(32)
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._started: dict[int, float] = {}
+        self._quick_exits: dict[int, int] = {}
         self._tokens = settings.auth_tokens or generated_tokens(settings)
         self._ways: dict[str, Any] = {}
+        #: The largest frame an acceptor may send: a body, or the columns it checked (bounded by
+        #: intake's expansion limit, 4 x the body limit), and their head.
+        self._frame_limit = 8 * settings.intake.max_body_bytes + (1 << 20)
 
     # -- the processes ------------------------------------------------------------------------
     async def serve(self, sockets: list[socket.socket]) -> None:
@@ -93,32 +122,54 @@ class Gateway:
         counter = self.app.state.service.metrics.acceptor_requests
         self._ways = {way: counter.labels(way) for way in ("checked", "passed_on")}
         sock.listen(BACKLOG)
-        server = await asyncio.start_unix_server(self._link, path=self.address)
+        server = await asyncio.start_unix_server(self._link, path=self.address, backlog=LINK_BACKLOG)
         try:
             for index in range(self.count):
-                self._spawn(index, sock)
+                await self._spawn(index, sock)
+            respawn: dict[int, float] = {}  # index -> when the exited acceptor starts again
             while not self.should_exit:
                 await asyncio.sleep(0.1)
                 for index, child in list(self._children.items()):
-                    if child.poll() is not None and not self.should_exit:
-                        lived = time.monotonic() - self._started[index]
-                        log.warning(
-                            "acceptor %d (pid %d) exited with status %s after %.1f s; starting it again",
-                            index,
-                            child.pid,
-                            child.returncode,
-                            lived,
-                        )
-                        self.app.state.service.metrics.acceptor_restarts.inc()
-                        if lived < QUICK_EXIT_SECONDS:
-                            await asyncio.sleep(1.0)
-                        self._spawn(index, sock)
+                    if self.should_exit:
+                        break
+                    if index in respawn:
+                        if time.monotonic() >= respawn[index]:
+                            del respawn[index]
+                            await self._spawn(index, sock)
+                    elif child.poll() is not None:
+                        respawn[index] = time.monotonic() + self._exited(index, child)
         finally:
             await self._stop_children()
             server.close()
             await server.wait_closed()
 
-    def _spawn(self, index: int, sock: socket.socket) -> None:
+    def _exited(self, index: int, child: subprocess.Popen[bytes]) -> float:
+        """An acceptor exited while serving: logged and counted; the pause before its restart,
+        doubling with each exit in a row that came soon after its start."""
+        lived = time.monotonic() - self._started[index]
+        quick = self._quick_exits.get(index, 0) + 1 if lived < QUICK_EXIT_SECONDS else 0
+        self._quick_exits[index] = quick
+        pause = min(MAX_PAUSE_SECONDS, 2.0 ** (quick - 1)) if quick else 0.0
+        failing = quick >= QUICK_EXITS_ERROR
+        log.log(
+            logging.ERROR if failing else logging.WARNING,
+            "acceptor %d (pid %d) exited with status %s after %.1f s; starting it again in %.0f s%s",
+            index,
+            child.pid,
+            child.returncode,
+            lived,
+            pause,
+            f" ({quick} quick exits in a row: its log lines above say why)" if failing else "",
+        )
+        self.app.state.service.metrics.acceptor_restarts.inc()
+        self._close_stdin(child)
+        return pause
+
+    async def _spawn(self, index: int, sock: socket.socket) -> None:
+        """Start acceptor ``index``. Its configuration (with the secret and the tokens: never in
+        argv or a file) goes on its stdin, which stays open: closing it tells the acceptor to
+        stop (it ignores SIGINT and SIGTERM, which a terminal or a supervisor may send the
+        whole group while this process runs its own orderly stop)."""
         config = {
             "index": index,
             "parent": os.getpid(),
@@ -132,25 +183,47 @@ class Gateway:
         }
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        child = subprocess.Popen(  # noqa: S603 (our own interpreter and module)
-            [sys.executable, "-m", "api.acceptors.process"],
-            stdin=subprocess.PIPE,
-            pass_fds=(sock.fileno(),),
-            start_new_session=True,  # a terminal's Ctrl-C is this process's to handle: it stops them
-            env=env,
-        )
-        assert child.stdin is not None
-        child.stdin.write(json.dumps(config).encode())  # the secret and tokens: never in argv or a file
-        child.stdin.close()
+        try:
+            child = subprocess.Popen(  # noqa: S603 (our own interpreter and module)
+                # -P: the working directory is not on the path (a package named api/ or loader/
+                # there must not be imported in place of ours, and handed the tokens).
+                [sys.executable, "-P", "-m", "api.acceptors.process"],
+                stdin=subprocess.PIPE,
+                pass_fds=(sock.fileno(),),
+                env=env,
+                # A process group of its own (a terminal's Ctrl-C is this process's to handle)
+                # in this process's session (as the load workers: loader/loading/workers/pool.py).
+                process_group=0,
+            )
+        except OSError as exc:
+            log.warning("acceptor %d could not be started (%s); trying again in 1 s", index, exc)
+            self._started[index] = time.monotonic()
+            self._children[index] = _Exited()  # type: ignore[assignment]
+            return
+        stdin = child.stdin
+        assert stdin is not None
+        line = json.dumps(config).encode() + b"\n"
+
+        def write() -> None:
+            with contextlib.suppress(OSError):  # (it died at once: seen as an exit)
+                stdin.write(line)
+                stdin.flush()
+
+        await asyncio.to_thread(write)  # (a pipe holds 64 KiB; the child reads after its imports)
         self._children[index] = child
         self._started[index] = time.monotonic()
         log.info("acceptor %d started (pid %d)", index, child.pid)
 
+    @staticmethod
+    def _close_stdin(child: subprocess.Popen[bytes]) -> None:
+        if child.stdin is not None:
+            with contextlib.suppress(OSError):
+                child.stdin.close()
+
     async def _stop_children(self) -> None:
-        children = list(self._children.values())
+        children = [c for c in self._children.values() if isinstance(c, subprocess.Popen)]
         for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+            self._close_stdin(child)  # the acceptor stops: its open requests are answered first
         deadline = time.monotonic() + self.graceful_seconds + 5.0
         for child in children:
             while child.poll() is None and time.monotonic() < deadline:
@@ -164,25 +237,29 @@ class Gateway:
     # -- the link -----------------------------------------------------------------------------
     async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            kind, payload = await read_frame(reader)
-            if kind != HELLO or not hmac.compare_digest(payload, self._secret):
+            peer = writer.get_extra_info("socket")
+            _, uid, _ = _PEER.unpack(peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER.size))
+            kind, payload = await asyncio.wait_for(read_frame(reader, SECRET_BYTES), HELLO_SECONDS)
+            if uid != os.getuid() or kind != HELLO or not hmac.compare_digest(payload, self._secret):
                 log.warning("a connection to the acceptors' link did not present the secret; closed")
                 return
             writer.write(frame(WELCOME))
             while True:
-                kind, payload = await read_frame(reader)
+                kind, payload = await read_frame(reader, self._frame_limit)
                 if kind == CHECKED:
                     self._ways["checked"].inc()
                     await self._checked(payload, writer)
                 elif kind == RAW:
                     self._ways["passed_on"].inc()
-                    await self._raw(payload, writer)
+                    kind, body = await read_frame(reader, self._frame_limit)
+                    if kind != BODY or not await self._raw(payload, body, writer):
+                        return
                 elif kind == CATALOG:
                     writer.write(frame(TABLES, json.dumps(self._catalog()).encode()))
                 else:
                     log.warning("unknown frame %r on the acceptors' link; connection closed", kind)
                     return
-        except (LinkClosed, ConnectionError):
+        except (TimeoutError, LinkClosed, ConnectionError, OSError):
             pass
         finally:
             writer.close()
@@ -219,14 +296,15 @@ class Gateway:
             status, content, headers = error.status, error.body(), error_headers(error)
         except Exception:
             log.exception("checked updates from an acceptor failed")
-            status, content = 500, None
+            status, content = 500, "Internal Server Error"
         self.app.request_counts.record(head["route"], status, max(0.0, time.time() - head["began"]))
         answer = {"status": status, "content": content, "headers": headers}
         writer.write(frame(RESULT, json.dumps(answer, ensure_ascii=False, allow_nan=False).encode()))
 
-    async def _raw(self, payload: bytes, writer: asyncio.StreamWriter) -> None:
-        """A request as it came, through the service's own ASGI app; the answer streamed back."""
-        head, body = split_head(payload)
+    async def _raw(self, payload: bytes, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        """A request as it came, through the service's own ASGI app; the answer streamed back.
+        False when the answer was cut short (the link is then closed without its end)."""
+        head, _ = split_head(payload)
         scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -241,7 +319,7 @@ class Gateway:
             "client": tuple(head["client"]) if head["client"] else None,
             "server": tuple(head["server"]) if head["server"] else None,
         }
-        messages = [{"type": "http.request", "body": bytes(body), "more_body": False}]
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
         started = ended = False
 
         async def receive() -> dict[str, Any]:
@@ -273,5 +351,10 @@ class Gateway:
             raise
         except Exception:  # as uvicorn logs it; Starlette answered 500 if it could
             log.exception("Exception in ASGI application (a request an acceptor passed on)")
-        if not ended:
-            writer.write((b"" if started else frame(START, b'{"status":500,"headers":[]}')) + frame(END))
+        if ended:
+            return True
+        if started:
+            return False  # cut short: the acceptor drops its client's connection
+        writer.write(frame(START, json.dumps(INTERNAL_ERROR).encode()) + frame(BODY, b"Internal Server Error"))
+        writer.write(frame(END))
+        return True

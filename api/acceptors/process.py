@@ -10,7 +10,9 @@ it cannot take that far goes to the service as it came, to be answered there: ev
 route, a refusal (so that the answer's words and metrics are the service's), landing
 files, fields a table adds from its feed, a table it has not heard of yet.
 
-It dies with the service: a service killed mid-run leaves no process holding its port.
+It stops when the service closes its stdin (SIGINT and SIGTERM are ignored: they are the
+service's, which stops its acceptors first), and dies with the service: a service killed
+mid-run leaves no process holding its port.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -34,6 +36,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from api.acceptors.wire import (
+    BODY,
     CATALOG,
     CHECKED,
     END,
@@ -55,7 +58,7 @@ from loader.core.errors import ServiceError
 from loader.core.schema import TableSchema
 from loader.intake.idempotency import check_key, request_hash
 from loader.intake.reading import batch_message, changed_by_feed, checked, read_single
-from loader.intake.requests import check_expansion, check_table_name, parse_multi
+from loader.intake.requests import ValidUpdate, check_expansion, check_table_name, parse_multi
 
 log = logging.getLogger("loader.acceptor")
 
@@ -75,20 +78,24 @@ class Link:
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        # Connected here, not by the loop: uvloop takes no address in the abstract namespace.
+        # Connected here, not by the loop (uvloop takes no address in the abstract namespace),
+        # on a thread: a connect waits while the service's backlog of new connections is full.
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(self.address)  # (a local socket: at once)
-        except OSError:
+            await asyncio.to_thread(sock.connect, self.address)
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_unix_connection(sock=sock)
+        except BaseException:
             sock.close()
             raise
-        sock.setblocking(False)
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
-        writer.write(frame(HELLO, self.secret))
-        kind, _ = await read_frame(reader)
-        if kind != WELCOME:
+        try:
+            writer.write(frame(HELLO, self.secret))
+            kind, _ = await read_frame(reader)
+            if kind != WELCOME:
+                raise LinkClosed("the service refused the link")
+        except BaseException:
             writer.close()
-            raise LinkClosed("the service refused the link")
+            raise
         return reader, writer
 
     @contextlib.asynccontextmanager
@@ -157,17 +164,26 @@ class Acceptor:
         for key, value in scope["headers"]:  # the first of repeated headers, as Starlette's Headers.get
             headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
         began = time.time()
-        body = await self._body(receive, headers.get("content-length"))
-        if body is None:
-            return  # the client went away: nothing was submitted, nothing to answer
+        route = submit_route(route_path(scope)) if scope["method"] == "POST" else None
+        started: list[bool] = []
         try:
-            if scope["method"] == "POST" and (route := submit_route(route_path(scope))) is not None:
+            if not self._may_send_body(route, scope, headers):
+                # Refused before its body, as the service refuses it: the service is asked
+                # without the body (it answers before reading one), and nothing is buffered.
+                await self._forward(scope, b"", send, started)
+                return
+            body = await self._body(receive, headers.get("content-length"))
+            if body is None:
+                return  # the client went away: nothing was submitted, nothing to answer
+            if route is not None and len(body) <= self.max_body_bytes:
                 reply = await self._checked(route[0], route[1], scope, headers, body, began)
                 if reply is not None:
                     await answer(send, *reply)
                     return
-            await self._forward(scope, body, send)
+            await self._forward(scope, body, send, started)
         except (LinkClosed, ConnectionError) as exc:
+            if started:
+                raise  # an answer cut short: the client's connection is dropped, as the service's would be
             log.warning("the service did not answer a request (%s)", exc)
             message = (
                 "the service could not be reached to answer this request; an update it held may or may not have "
@@ -175,8 +191,27 @@ class Acceptor:
             )
             await answer(send, 503, {"error": "unavailable", "message": message}, {"Retry-After": "1"})
 
+    def _may_send_body(self, route: tuple[str, str | None] | None, scope: Scope, headers: dict[str, str]) -> bool:
+        """Whether the request gets past the checks the service makes before it reads a body:
+        a token (any route that has a body: those without a token answer 401 first), and for a
+        submit route its Idempotency-Key, and for ``POST /v1/tables/{t}/updates`` the table's
+        name and the caller's permission for it."""
+        if route is None and headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers:
+            return True  # (no body to hold)
+        try:
+            caller = self.authenticator.authenticate(headers.get("authorization"))
+            if route is not None:
+                check_key(headers.get("idempotency-key"))
+                if route[1] is not None:
+                    check_table_name(route[1])
+                    Authenticator.require_submit(caller, route[1])
+        except ServiceError:
+            return False
+        return True
+
     async def _body(self, receive: Receive, declared: str | None) -> bytes | None:
-        """The body, but never more than one byte past the limit: the service answers 413."""
+        """The body, but never more than one byte past the limit, which the service refuses
+        (413) whether it sees the Content-Length or the byte past the limit; never checked here."""
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return b""  # (the service refuses it by its Content-Length before reading anything)
         chunks, size = [], 0
@@ -196,23 +231,24 @@ class Acceptor:
         """The service's answer to the updates checked here; None when the service should see
         the request as it came."""
         try:
-            updates, fingerprints, key, digest = await self._check(route, table, scope, headers, body)
+            checked_updates = await self._check(route, table, scope, headers, body)
         except ServiceError:
             return None  # refused: the service refuses it again, in its words and in its metrics
-        if updates is None:
-            self._refresh_soon()
+        if checked_updates is None:
             return None
+        updates, key, digest = checked_updates
         head = {
             "route": route,
             "key": key,
             "hash": digest,
             "began": began,
             "updates": [
-                {"table": u.table, "data_until": u.data_until, "fingerprint": f, "size": len(ipc)}
-                for (u, ipc), f in zip(updates, fingerprints, strict=True)
+                {"table": u.table, "data_until": u.data_until, "fingerprint": f, "size": len(message)}
+                for u, message, f in updates
             ],
         }
-        result = json.loads(await self.link.call(CHECKED, with_head(head, *(ipc for _, ipc in updates)), RESULT))
+        payload = with_head(head, *(message for _, message, _ in updates))
+        result = json.loads(await self.link.call(CHECKED, payload, RESULT))
         if result.get("stale"):
             self._refresh_soon()
             return None
@@ -220,10 +256,11 @@ class Acceptor:
 
     async def _check(
         self, route: str, table: str | None, scope: Scope, headers: dict[str, str], body: bytes
-    ) -> tuple[Any, list[str], str | None, str]:
-        """As ``Intake.submit_one`` / ``submit_many`` up to their ``submit_once``: (updates
-        with their IPC bytes, fingerprints, key, hash), or (None, ...) when the service
-        must decide."""
+    ) -> tuple[list[tuple[ValidUpdate, bytes, str]], str | None, str] | None:
+        """As ``Intake.submit_one`` / ``submit_many`` up to their ``submit_once``: each update
+        with its record batch message and the fingerprint of what it was checked against, the
+        key and the request's hash; None when the service must decide (a refusal raises)."""
+        catalog = self.catalog  # one snapshot for the whole request: a refresh may replace it
         key = check_key(headers.get("idempotency-key"))
         caller = self.authenticator.authenticate(headers.get("authorization"))
         query = scope.get("query_string", b"").decode()
@@ -233,10 +270,10 @@ class Acceptor:
             assert table is not None
             check_table_name(table)
             Authenticator.require_submit(caller, table)
-            entry = self.catalog.get(table)
-            if entry is None:
-                return None, [], key, ""
-            schema, policy, fingerprint = entry
+            if table not in catalog:
+                self._refresh_soon()  # (a table registered since: the service answers this one)
+                return None
+            schema, policy, _ = catalog[table]
             data_until = dict(parse_qsl(query, keep_blank_values=True)).get("data_until") if query else None
             parsed = [await read_single(body, content_type, table, data_until, schema, policy, self.max_body_bytes)]
             digest = request_hash("POST", path, query, body) if key is not None else ""
@@ -244,24 +281,30 @@ class Acceptor:
             parsed = parse_multi(body, content_type)
             for item in parsed:
                 Authenticator.require_submit(caller, item.table)
-            if any(item.table not in self.catalog for item in parsed):
-                return None, [], key, ""
-            if any(self.catalog[item.table][0].exact_numbers for item in parsed):
+            if any(item.table not in catalog for item in parsed):
+                self._refresh_soon()
+                return None
+            if any(catalog[item.table][0].exact_numbers for item in parsed):
                 parsed = parse_multi(body, content_type, exact=True)
             digest = request_hash("POST", path, body) if key is not None else ""
-        schemas = {item.table: self.catalog[item.table][0] for item in parsed}
+        schemas = {item.table: catalog[item.table][0] for item in parsed}
         for item in parsed:
-            schema, policy, _ = self.catalog[item.table]
+            schema, policy, _ = catalog[item.table]
             if item.files or changed_by_feed(item, schema, policy):
-                return None, [], key, ""
+                return None  # landing files, fields to add or drop: the service's to do
         check_expansion(parsed, schemas, self.max_body_bytes, len(body))
-        valid = [checked(item, schemas[item.table]) for item in parsed]
-        updates = [(u, batch_message(u.rows)) for u in valid]
-        if any(message is None for _, message in updates):
-            return None, [], key, ""
-        return updates, [self.catalog[u.table][2] for u in valid], key, digest
+        out = []
+        for item in parsed:
+            valid = checked(item, schemas[item.table])
+            message = batch_message(valid.rows) if valid.rows is not None else None
+            if message is None:
+                return None
+            out.append((valid, message, catalog[item.table][2]))
+        return out, key, digest
 
-    async def _forward(self, scope: Scope, body: bytes, send: Send) -> None:
+    async def _forward(self, scope: Scope, body: bytes, send: Send, started: list[bool]) -> None:
+        """The request as it came, to the service; its answer streamed back. ``started`` gets
+        an item once the answer's start was sent (a link lost after that cuts the answer)."""
         head = {
             "http_version": scope.get("http_version", "1.1"),
             "method": scope["method"],
@@ -275,13 +318,14 @@ class Acceptor:
             "server": list(scope["server"]) if scope.get("server") else None,
         }
         async with self.link.connection() as (reader, writer):
-            writer.write(frame(RAW, with_head(head, body)))
+            writer.write(frame(RAW, with_head(head)) + frame(BODY, body))
             while True:
                 kind, payload = await read_frame(reader)
                 if kind == START:
                     start = json.loads(payload)
                     raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in start["headers"]]
                     await send({"type": "http.response.start", "status": start["status"], "headers": raw})
+                    started.append(True)
                 elif kind == END:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return
@@ -304,12 +348,20 @@ def _die_with(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the acceptor stops when the service closes its stdin."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
 async def _serve(config: dict[str, Any]) -> None:
     link = Link(config["link"], bytes.fromhex(config["secret"]))
     tokens = [TokenConfig.model_validate(t) for t in config["tokens"]]
     acceptor = Acceptor(link, Authenticator(tokens), config["max_body_bytes"])
     await acceptor.refresh()
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             acceptor,
             lifespan="off",
@@ -317,11 +369,22 @@ async def _serve(config: dict[str, Any]) -> None:
             timeout_graceful_shutdown=config["graceful_seconds"],
         )
     )
+    loop = asyncio.get_running_loop()
+
+    def stop_at_eof() -> None:  # the service closed our stdin: stop (open requests are answered)
+        sys.stdin.buffer.read()
+        loop.call_soon_threadsafe(setattr, server, "should_exit", True)
+
+    threading.Thread(target=stop_at_eof, name="stdin-watch", daemon=True).start()
     await server.serve(sockets=[socket.socket(fileno=config["fd"])])
 
 
 def main() -> int:
-    config = json.loads(sys.stdin.read())
+    # A terminal's Ctrl-C or a supervisor's SIGTERM to the whole group is for the service, which
+    # stops its acceptors in order (their open requests need it running).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    config = json.loads(sys.stdin.buffer.readline())
     _die_with(config["parent"])
     logging.basicConfig(
         level=config["log_level"],

@@ -264,13 +264,16 @@ class Intake:
             fingerprint, arrow = checked_against(schema, self.new_fields.get(item.table, "reject"))
             if item.fingerprint != fingerprint:
                 raise StaleSchema(item.table)
+            # A copy of its own: the rows then hold neither the rest of the acceptor's frame (the
+            # other updates, the head) nor its offsets, which Arrow's 8-byte alignment wants.
+            message = bytes(item.message)
             try:
-                batch = pa.ipc.read_record_batch(pa.py_buffer(item.message), arrow)
+                batch = pa.ipc.read_record_batch(pa.py_buffer(message), arrow)
                 batch.validate()
             except (pa.ArrowException, ValueError) as exc:  # (not what it was checked as: read it again)
                 raise StaleSchema(item.table) from exc
             rows = pa.Table.from_batches([batch])
-            valid.append(ValidUpdate(item.table, item.data_until, rows=rows, message=bytes(item.message)))
+            valid.append(ValidUpdate(item.table, item.data_until, rows=rows, message=message))
         return await self.submit_once(key, digest, lambda: valid)
 
     async def fields_from_feed(self, requests: list[UpdateRequest]) -> list[UpdateRequest]:

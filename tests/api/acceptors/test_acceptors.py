@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
+from api.acceptors.wire import FRAME, frame
 from api.app import create_app
 from loader.config import load_settings
 from testing.server_process import ServerProcess, free_port, until_gone, write_config
@@ -144,6 +145,16 @@ async def _reference(data: Path) -> list[tuple[int, Any, str | None]]:
             ]
 
 
+def _link_name(server: ServerProcess) -> str:
+    """The service's link to its acceptors, from the kernel's list of Unix sockets."""
+    assert server.proc is not None
+    for line in Path("/proc/net/unix").read_text().splitlines():
+        name = line.split()[-1]
+        if name.startswith(f"@loader-acceptors-{server.proc.pid}-"):
+            return "\0" + name[1:]
+    raise AssertionError("the acceptors' link is not listening")
+
+
 def _metric(text: str, name: str) -> float:
     match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(match.group(1)) if match else 0.0
@@ -173,6 +184,25 @@ def test_acceptor_processes_answer_as_the_service_does_load_every_row_once_and_d
             for sent, want, have in zip(_requests(), expected, got, strict=True):
                 assert have == want, f"{sent[0]} {sent[1]} {sent[3][:80]!r}"
             accepted = sum(rows for *_, rows in _requests())
+
+            # A body past the limit sent in chunks (no Content-Length) is refused whole, never
+            # cut at the limit and checked (a cut on a line boundary would parse).
+            lines = [json.dumps(r).encode() + b"\n" for r in _order_rows(7000, 8000)]
+            chunked = http.post(
+                "/v1/tables/orders/updates",
+                content=iter(lines),
+                headers={**AUTH, "Content-Type": "application/x-ndjson"},
+            )
+            assert chunked.status_code == 413, chunked.text
+
+            # The link answers no stranger: a wrong secret, or a frame too long to be one, closes it.
+            name = _link_name(server)
+            for hello in (frame(b"K", b"x" * 32), FRAME.pack(1 << 32, ord("K"))):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stranger:
+                    stranger.settimeout(10)
+                    stranger.connect(name)
+                    stranger.sendall(hello)
+                    assert stranger.recv(16) == b"", "the link answered a connection without the secret"
             metrics = http.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"}).text
             assert _metric(metrics, 'loader_acceptor_requests_total{way="checked"}') >= 6, metrics
             assert _metric(metrics, 'loader_acceptor_requests_total{way="passed_on"}') >= 8, metrics
