@@ -65,8 +65,8 @@ class IntakeConfig(BaseModel):
     max_schema_fields: int = Field(default=MAX_SCHEMA_FIELDS, ge=1, le=1_000_000)
     #: Processes that accept HTTP for the service (api/acceptors/): each parses requests and
     #: checks submitted rows, and the service's own process only numbers, logs and loads them.
-    #: 0: the service's process serves HTTP itself. More than one pays on a machine with cores
-    #: to spare beside the loads (docs/scaling.md).
+    #: 0: the service's process serves HTTP itself. Pays where producers batch or cores are
+    #: spare beside the loads (docs/tuning.md).
     acceptors: int = Field(default=0, ge=0, le=64)
 
 

@@ -155,6 +155,19 @@ def _link_name(server: ServerProcess) -> str:
     raise AssertionError("the acceptors' link is not listening")
 
 
+def _bindable(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (the kernel closes a dead process's
+    sockets as it tears the process down: polled, with a deadline)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            probe.listen()
+        except OSError:
+            return False
+    return True
+
+
 def _metric(text: str, name: str) -> float:
     match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(match.group(1)) if match else 0.0
@@ -241,10 +254,22 @@ def test_acceptor_processes_answer_as_the_service_does_load_every_row_once_and_d
         server.proc.wait(30)
         for pid in acceptors:
             until_gone(pid, 10, "an acceptor of the killed service")
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(("127.0.0.1", port))
-            probe.listen()
+        server.until(lambda: _bindable(port), "the killed service's port free again", 10)
+
+        # Started again on the same port; a stop signal to the whole group (a terminal's Ctrl-C,
+        # a supervisor's stop) is the service's: it stops its acceptors, none is started again,
+        # and it exits 0.
+        server.start()
+        assert server.wait_ready(), server.log_tail()
+        assert server.proc is not None
+        os.killpg(server.proc.pid, signal.SIGINT)
+        assert server.wait_exit(60) == 0, server.log_tail()
+        log = server.log_text()
+        again = [int(pid) for _, pid in STARTED.findall(log)]
+        assert len(again) == 2, log[-3000:]
+        for pid in again:
+            until_gone(pid, 10, "an acceptor of the stopped service")
+        assert "exited with status" not in log, log[-3000:]
     finally:
         if server.alive:
             with contextlib.suppress(Exception):
