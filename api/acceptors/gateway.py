@@ -66,17 +66,6 @@ log = logging.getLogger("loader.acceptors")
 #: What Starlette's ServerErrorMiddleware answers when nothing else could.
 INTERNAL_ERROR = {"status": 500, "headers": [["content-length", "21"], ["content-type", "text/plain; charset=utf-8"]]}
 
-
-class _Exited:
-    """In place of an acceptor that could not be started: seen as one that exited at once."""
-
-    pid = 0
-    returncode = "not started"
-    stdin = None
-
-    def poll(self) -> str:
-        return self.returncode
-
 #: The project's root, for the acceptors' ``python -m``.
 ROOT = Path(__file__).resolve().parents[2]
 #: Connections the kernel queues for the acceptors while each is busy.
@@ -124,19 +113,21 @@ class Gateway:
         sock.listen(BACKLOG)
         server = await asyncio.start_unix_server(self._link, path=self.address, backlog=LINK_BACKLOG)
         try:
+            respawn: dict[int, float] = {}  # index -> when an acceptor not running starts (again)
             for index in range(self.count):
-                await self._spawn(index, sock)
-            respawn: dict[int, float] = {}  # index -> when the exited acceptor starts again
+                if not await self._spawn(index, sock):
+                    respawn[index] = time.monotonic() + 1.0
             while not self.should_exit:
                 await asyncio.sleep(0.1)
-                for index, child in list(self._children.items()):
+                for index in range(self.count):
                     if self.should_exit:
                         break
                     if index in respawn:
                         if time.monotonic() >= respawn[index]:
                             del respawn[index]
-                            await self._spawn(index, sock)
-                    elif child.poll() is not None:
+                            if not await self._spawn(index, sock):
+                                respawn[index] = time.monotonic() + 1.0
+                    elif (child := self._children[index]).poll() is not None:
                         respawn[index] = time.monotonic() + self._exited(index, child)
         finally:
             await self._stop_children()
@@ -165,11 +156,12 @@ class Gateway:
         self._close_stdin(child)
         return pause
 
-    async def _spawn(self, index: int, sock: socket.socket) -> None:
-        """Start acceptor ``index``. Its configuration (with the secret and the tokens: never in
-        argv or a file) goes on its stdin, which stays open: closing it tells the acceptor to
-        stop (it ignores SIGINT and SIGTERM, which a terminal or a supervisor may send the
-        whole group while this process runs its own orderly stop)."""
+    async def _spawn(self, index: int, sock: socket.socket) -> bool:
+        """Start acceptor ``index``; False when no process could be started (tried again in 1 s).
+        Its configuration (with the secret and the tokens: never in argv or a file) goes on its
+        stdin, which stays open: closing it tells the acceptor to stop (it ignores SIGINT and
+        SIGTERM, which a terminal or a supervisor may send the whole group while this process
+        runs its own orderly stop)."""
         config = {
             "index": index,
             "parent": os.getpid(),
@@ -197,9 +189,7 @@ class Gateway:
             )
         except OSError as exc:
             log.warning("acceptor %d could not be started (%s); trying again in 1 s", index, exc)
-            self._started[index] = time.monotonic()
-            self._children[index] = _Exited()  # type: ignore[assignment]
-            return
+            return False
         stdin = child.stdin
         assert stdin is not None
         line = json.dumps(config).encode() + b"\n"
@@ -213,6 +203,7 @@ class Gateway:
         self._children[index] = child
         self._started[index] = time.monotonic()
         log.info("acceptor %d started (pid %d)", index, child.pid)
+        return True
 
     @staticmethod
     def _close_stdin(child: subprocess.Popen[bytes]) -> None:
@@ -221,7 +212,7 @@ class Gateway:
                 child.stdin.close()
 
     async def _stop_children(self) -> None:
-        children = [c for c in self._children.values() if isinstance(c, subprocess.Popen)]
+        children = list(self._children.values())
         for child in children:
             self._close_stdin(child)  # the acceptor stops: its open requests are answered first
         deadline = time.monotonic() + self.graceful_seconds + 5.0

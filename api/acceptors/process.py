@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Generator
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 import uvicorn
@@ -51,7 +51,7 @@ from api.acceptors.wire import (
     read_frame,
     with_head,
 )
-from api.auth import Authenticator
+from api.auth import Authenticator, Principal
 from api.fast_intake import SUBMIT_ONE, answer, route_path, submit_route
 from loader.config import TokenConfig
 from loader.core.errors import ServiceError
@@ -120,6 +120,14 @@ class Link:
             return body
 
 
+class _Admitted(NamedTuple):
+    """A request past the checks before its body: its caller (None: a request with no body
+    on another route) and its Idempotency-Key."""
+
+    caller: Principal | None
+    key: str | None
+
+
 class Acceptor:
     """The acceptor's ASGI app."""
 
@@ -167,7 +175,8 @@ class Acceptor:
         route = submit_route(route_path(scope)) if scope["method"] == "POST" else None
         started: list[bool] = []
         try:
-            if not self._may_send_body(route, scope, headers):
+            admitted = self._before_body(route, headers)
+            if admitted is None:
                 # Refused before its body, as the service refuses it: the service is asked
                 # without the body (it answers before reading one), and nothing is buffered.
                 await self._forward(scope, b"", send, started)
@@ -176,7 +185,7 @@ class Acceptor:
             if body is None:
                 return  # the client went away: nothing was submitted, nothing to answer
             if route is not None and len(body) <= self.max_body_bytes:
-                reply = await self._checked(route[0], route[1], scope, headers, body, began)
+                reply = await self._checked(route[0], route[1], scope, headers, body, began, admitted)
                 if reply is not None:
                     await answer(send, *reply)
                     return
@@ -191,23 +200,22 @@ class Acceptor:
             )
             await answer(send, 503, {"error": "unavailable", "message": message}, {"Retry-After": "1"})
 
-    def _may_send_body(self, route: tuple[str, str | None] | None, scope: Scope, headers: dict[str, str]) -> bool:
-        """Whether the request gets past the checks the service makes before it reads a body:
-        a token (any route that has a body: those without a token answer 401 first), and for a
-        submit route its Idempotency-Key, and for ``POST /v1/tables/{t}/updates`` the table's
-        name and the caller's permission for it."""
+    def _before_body(self, route: tuple[str, str | None] | None, headers: dict[str, str]) -> _Admitted | None:
+        """The checks the service makes before it reads a body; None when one refuses. A token
+        (any route with a body: without one the service answers 401 first), and for a submit
+        route its Idempotency-Key, and for ``POST /v1/tables/{t}/updates`` the table's name and
+        the caller's permission for it."""
         if route is None and headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers:
-            return True  # (no body to hold)
+            return _Admitted(None, None)  # (no body to hold)
         try:
             caller = self.authenticator.authenticate(headers.get("authorization"))
-            if route is not None:
-                check_key(headers.get("idempotency-key"))
-                if route[1] is not None:
-                    check_table_name(route[1])
-                    Authenticator.require_submit(caller, route[1])
+            key = check_key(headers.get("idempotency-key")) if route is not None else None
+            if route is not None and route[1] is not None:
+                check_table_name(route[1])
+                Authenticator.require_submit(caller, route[1])
         except ServiceError:
-            return False
-        return True
+            return None
+        return _Admitted(caller, key)
 
     async def _body(self, receive: Receive, declared: str | None) -> bytes | None:
         """The body, but never more than one byte past the limit, which the service refuses
@@ -226,20 +234,27 @@ class Acceptor:
                 return b"".join(chunks)[: self.max_body_bytes + 1]
 
     async def _checked(
-        self, route: str, table: str | None, scope: Scope, headers: dict[str, str], body: bytes, began: float
+        self,
+        route: str,
+        table: str | None,
+        scope: Scope,
+        headers: dict[str, str],
+        body: bytes,
+        began: float,
+        admitted: _Admitted,
     ) -> tuple[int, Any, dict[str, str]] | None:
         """The service's answer to the updates checked here; None when the service should see
         the request as it came."""
         try:
-            checked_updates = await self._check(route, table, scope, headers, body)
+            checked_updates = await self._check(route, table, scope, headers, body, admitted)
         except ServiceError:
             return None  # refused: the service refuses it again, in its words and in its metrics
         if checked_updates is None:
             return None
-        updates, key, digest = checked_updates
+        updates, digest = checked_updates
         head = {
             "route": route,
-            "key": key,
+            "key": admitted.key,
             "hash": digest,
             "began": began,
             "updates": [
@@ -255,21 +270,20 @@ class Acceptor:
         return result["status"], result["content"], result["headers"]
 
     async def _check(
-        self, route: str, table: str | None, scope: Scope, headers: dict[str, str], body: bytes
-    ) -> tuple[list[tuple[ValidUpdate, bytes, str]], str | None, str] | None:
-        """As ``Intake.submit_one`` / ``submit_many`` up to their ``submit_once``: each update
-        with its record batch message and the fingerprint of what it was checked against, the
-        key and the request's hash; None when the service must decide (a refusal raises)."""
+        self, route: str, table: str | None, scope: Scope, headers: dict[str, str], body: bytes, admitted: _Admitted
+    ) -> tuple[list[tuple[ValidUpdate, bytes, str]], str] | None:
+        """As ``Intake.submit_one`` / ``submit_many`` up to their ``submit_once``, after the
+        checks before the body (``_before_body``): each update with its record batch message
+        and the fingerprint of what it was checked against, and the request's hash; None when
+        the service must decide (a refusal raises)."""
         catalog = self.catalog  # one snapshot for the whole request: a refresh may replace it
-        key = check_key(headers.get("idempotency-key"))
-        caller = self.authenticator.authenticate(headers.get("authorization"))
+        caller, key = admitted
+        assert caller is not None
         query = scope.get("query_string", b"").decode()
         path = scope["path"].replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")  # Starlette's URL.path
         content_type = headers.get("content-type")
         if route == SUBMIT_ONE:
             assert table is not None
-            check_table_name(table)
-            Authenticator.require_submit(caller, table)
             if table not in catalog:
                 self._refresh_soon()  # (a table registered since: the service answers this one)
                 return None
@@ -300,7 +314,7 @@ class Acceptor:
             if message is None:
                 return None
             out.append((valid, message, catalog[item.table][2]))
-        return out, key, digest
+        return out, digest
 
     async def _forward(self, scope: Scope, body: bytes, send: Send, started: list[bool]) -> None:
         """The request as it came, to the service; its answer streamed back. ``started`` gets

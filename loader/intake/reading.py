@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from loader.core.errors import Invalid
 from loader.core.schema import TableSchema
 from loader.intake.columnar import reads_as_columns
 from loader.intake.columnar_bodies import is_columnar, parse_columnar
@@ -86,13 +85,12 @@ def changed_by_feed(request: UpdateRequest, schema: TableSchema, policy: str) ->
 
 
 def checked(request: UpdateRequest, schema: TableSchema) -> ValidUpdate:
-    """One update checked against its table's schema (422 naming the row and column), rows as
-    an Arrow table; an update of landing files is checked by ``Intake`` (it owns the files)."""
+    """One update of rows checked against its table's schema (422 naming the row and column),
+    as an Arrow table. An update of landing files is ``Intake``'s to check: it owns the files."""
     if request.columns is not None:
         return ValidUpdate(request.table, request.data_until, rows=request.columns)
-    if request.rows is not None:
-        return ValidUpdate(request.table, request.data_until, rows=rows_to_arrow(request.rows, schema, request.table))
-    raise Invalid(f"update for table {request.table!r} holds landing files, which the service checks itself")
+    assert request.rows is not None, "an update of landing files"
+    return ValidUpdate(request.table, request.data_until, rows=rows_to_arrow(request.rows, schema, request.table))
 
 
 class StaleSchema(Exception):
