@@ -104,6 +104,10 @@ def export_trace_command(
     schedule_out: Annotated[
         Path | None, typer.Option("--schedule-out", help="Also write the recorded batches here (schedule format).")
     ] = None,
+    jobs_out: Annotated[
+        Path | None,
+        typer.Option("--jobs-out", help="Also write the newest jobs' timelines here (loader simulate/compare --jobs)."),
+    ] = None,
     url: Annotated[str, typer.Option(help="Service URL.")] = "http://127.0.0.1:8000",
     token: Annotated[
         str | None, typer.Option(envvar="LOADER_TOKEN", help="Bearer token (default: the generated operator token).")
@@ -120,7 +124,7 @@ def export_trace_command(
 
     from cli.client import ClientError, LoaderClient, token_for
 
-    for target in (out, schedule_out):
+    for target in (out, schedule_out, jobs_out):
         if target is not None and not target.parent.is_dir():
             raise fail(f"cannot write {target}: directory {target.parent} does not exist; create it first")
     if since is not None and since <= 0:
@@ -149,6 +153,9 @@ def export_trace_command(
                 + (f"; {lost:,} older batches were dropped by the ring" if lost else ""),
                 soft_wrap=True,
             )
+        if jobs_out is not None:
+            done = client.download("/v1/admin/jobs", {"since": since}, jobs_out)
+            err_console.print(f"wrote {jobs_out}: {int(done.get('x-jobs-lines', '0')):,} jobs", soft_wrap=True)
     except ClientError as exc:
         raise fail(str(exc)) from None
     except httpx.TransportError as exc:
@@ -160,8 +167,10 @@ def export_trace_command(
     policy, workers = trace.get("x-loader-policy", "myopic"), trace.get("x-loader-workers", "2")
     policy = policy.split("+")[0]  # "myopic+chain": the Chain mode wraps the policy
     report = f"--schedule {schedule_out}" if schedule_out is not None else f"--policy {policy} --workers {workers}"
+    staged = f" --jobs {jobs_out}" if jobs_out is not None else ""
     err_console.print(
-        f"the service runs {policy} on {workers} workers; next: loader compare --trace {out} --workers {workers}, "
+        f"the service runs {policy} on {workers} workers; next: "
+        f"loader compare --trace {out} --workers {workers}{staged}, "
         f"loader report --trace {out} {report} --out-dir plots",
         soft_wrap=True,
     )

@@ -28,6 +28,7 @@ from schedulers.keys.workloads import KEYED_SHAPES, keyed_workload, with_latest_
 from schedulers.model import Trace
 from schedulers.registry import GROUPABLE, POLICIES, make_policy
 from schedulers.simulator import SimulationError, SimulationResult, simulate
+from schedulers.stage_costs import StageCosts, fit_stage_costs
 from schedulers.traces import TraceError, read_schedule, read_trace, write_schedule, write_trace
 
 commands = typer.Typer()
@@ -53,6 +54,14 @@ JobOverheadOption = Annotated[
         min=0.0,
         help="Fixed cost (s) of any job, part of each table's overhead and paid once by a multi-table job "
         "(the service measures it: X-Loader-Job-Overhead of loader export-trace).",
+    ),
+]
+JobsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--jobs",
+        help="The service's jobs export (loader export-trace --jobs-out): the simulator takes the stage costs its "
+        "timelines measured, each table of a job visible at its own commit (docs/simulator.md).",
     ),
 ]
 GroupRule = Enum("GroupRule", {name: name for name in RULES}, type=str)  # type: ignore[misc]
@@ -95,6 +104,7 @@ def _run(
     max_tables: int = 1,
     job_overhead: float = 0.0,
     rule: str = "rate",
+    stages: StageCosts | None = None,
 ) -> SimulationResult:
     try:
         instance = make_policy(
@@ -112,7 +122,15 @@ def _run(
     if collecting:
         gc.disable()
     try:
-        return simulate(trace, instance, workers, record_schedule=schedule, progress=update, job_overhead=job_overhead)
+        return simulate(
+            trace,
+            instance,
+            workers,
+            record_schedule=schedule,
+            progress=update,
+            job_overhead=job_overhead,
+            stages=stages,
+        )
     except (SimulationError, ValueError) as exc:
         raise fail(f"simulation of {policy} failed: {exc}") from None
     finally:
@@ -120,6 +138,27 @@ def _run(
             gc.freeze()
             gc.enable()
         close()
+
+
+def _stages(path: Path | None) -> StageCosts | None:
+    """The stage costs a jobs export's timelines measured (``schedulers.stage_costs``)."""
+    if path is None:
+        return None
+    from loader.core.timeline import JobTimeline
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        timelines = [JobTimeline.from_dict(json.loads(line)) for line in lines if line.strip()]
+    except OSError as exc:
+        raise fail(f"cannot read {path}: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise fail(
+            f"{path} is not a jobs export ({type(exc).__name__}: {exc}); write one with loader export-trace --jobs-out"
+        ) from None
+    measured = [m for t in timelines if (m := t.measured()) is not None]
+    if not measured:
+        raise fail(f"{path} holds no job that ran a Spark job and committed: nothing to measure stage costs from")
+    return fit_stage_costs(measured)
 
 
 @commands.command("simulate")
@@ -138,6 +177,7 @@ def simulate_command(
     ] = 1,
     job_overhead: JobOverheadOption = 0.0,
     group_rule: GroupRuleOption = "rate",  # type: ignore[assignment]
+    jobs: JobsOption = None,
 ) -> None:
     """Replay a trace through one policy and report staleness, LOW, stretch."""
     for target in (schedule_out, plot):
@@ -154,6 +194,7 @@ def simulate_command(
         max_tables=max_tables_per_job,
         job_overhead=job_overhead,
         rule=getattr(group_rule, "value", group_rule),
+        stages=_stages(jobs),
     )
     if schedule_out is not None and result.schedule is not None:
         with schedule_out.open("w", encoding="utf-8") as handle:
@@ -176,11 +217,12 @@ def _compare(
     max_tables: int = 1,
     job_overhead: float = 0.0,
     rule: str = "rate",
+    stages: StageCosts | None = None,
 ) -> list[SimulationResult]:
     """Every policy single-table; with a job overhead and room for groups, the groupable ones
     again with multi-table jobs (named ``<policy>+groups(k)``)."""
     results = [
-        _run(data, name, workers, interval, schedule=False, progress=progress, job_overhead=job_overhead)
+        _run(data, name, workers, interval, schedule=False, progress=progress, job_overhead=job_overhead, stages=stages)
         for name in POLICIES
     ]
     if max_tables > 1 and job_overhead > 0:
@@ -195,6 +237,7 @@ def _compare(
                 max_tables=max_tables,
                 job_overhead=job_overhead,
                 rule=rule,
+                stages=stages,
             )
             for name in GROUPABLE
         ]
@@ -227,6 +270,7 @@ def compare_command(
     ] = 32,
     job_overhead: JobOverheadOption = 0.0,
     group_rule: GroupRuleOption = "rate",  # type: ignore[assignment]
+    jobs: JobsOption = None,
     keyed: Annotated[
         KeyedShape | None,  # type: ignore[valid-type]
         typer.Option(
@@ -303,6 +347,7 @@ def compare_command(
         max_tables=max_tables_per_job,
         job_overhead=job_overhead,
         rule=getattr(group_rule, "value", group_rule),
+        stages=_stages(jobs),
     )
     if as_json:
         print(json.dumps({"workers": workers, "results": [r.summary() for r in results]}))

@@ -29,6 +29,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from loader.core.timeline import JobTimeline
 from loader.core.updates import Batch, LoadResult, Update, WalRecord
 
 
@@ -218,3 +219,6 @@ class BatchHandler(Protocol):
     def failed(self, failed: FailedBatch) -> None: ...
 
     def quarantined(self, batch: QuarantinedBatch) -> None: ...
+
+    def job_timed(self, timeline: JobTimeline) -> None:
+        """A job that loaded at least one table, stage by stage (after its tables' ``loaded``)."""

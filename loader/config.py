@@ -173,6 +173,12 @@ class LoadingConfig(BaseModel):
     #: Starting estimate of the fixed cost every Spark job pays whatever it loads (seconds);
     #: measured online from the jobs' durations afterwards (loader/loading/estimates.py).
     job_overhead_seconds: float = Field(default=0.1, ge=0, le=60, allow_inf_nan=False)
+    #: ``delta.checkpointInterval`` of the tables the loader creates: a checkpoint every this
+    #: many commits. deltalake replays every commit since the last checkpoint when it commits
+    #: and when a handle is brought up to date, so at a few commits a second per table Delta's
+    #: default of 100 costs a load 14 ms of commit and refresh where 20 costs 7.5 (BENCHMARKS.md,
+    #: "Freshness at 200 to 10,000 tables"). Existing tables keep theirs; 0: Delta's default.
+    checkpoint_interval: int = Field(default=20, ge=0, le=100_000)
     #: Seconds a load worker process may take to answer one job (a load, a multi-table
     #: load, a join view's Spark job) before it is killed and the job fails as if the worker
     #: had died: retried with back-off, a strike toward quarantine. A hang thus shows up as
@@ -277,6 +283,9 @@ class Settings(BaseSettings):
     observed_trace_max_updates: int = Field(default=1_000_000, ge=0, le=1 << 31)
     #: Finished batches kept for ``GET /v1/admin/schedule`` (48 bytes each: 4.8 MB). 0: off.
     observed_schedule_max_batches: int = Field(default=100_000, ge=0, le=1 << 31)
+    #: The newest load jobs' timelines kept for ``GET /v1/admin/jobs`` (about 1 KB a job of
+    #: ten tables); 0 turns the record off (the per-stage metrics stay).
+    observed_jobs_max: int = Field(default=10_000, ge=0, le=1_000_000)
 
     #: Bearer tokens. Empty: tokens are generated at start-up into <data_dir>/tokens.json.
     auth_tokens: list[TokenConfig] = Field(default_factory=list)

@@ -54,6 +54,7 @@ from loader.core.errors import Conflict, Invalid, NotFound, StartError, Unavaila
 from loader.core.evolution import SchemaChange, plan_change
 from loader.core.schema import Column, TableSchema, check_limits
 from loader.core.tables import NAMED_IN_MESSAGE, TableConfig
+from loader.core.timeline import JobTimeline
 from loader.core.updates import Batch, LoadResult, Update
 from loader.core.views import ViewConfig, resolve
 from loader.durability.catalog import Catalog, CatalogEntry, RetiredTable, ViewEntry
@@ -147,7 +148,7 @@ class LoaderService:
             retry_base=s.loading.retry_base_seconds,
             max_retry_delay=s.loading.retry_max_seconds,
             max_attempts=s.loading.max_attempts,
-            observed=ObservedRecord(s.observed_trace_max_updates, s.observed_schedule_max_batches),
+            observed=ObservedRecord(s.observed_trace_max_updates, s.observed_schedule_max_batches, s.observed_jobs_max),
             job_overhead=s.loading.job_overhead_seconds,
         )
         self.intake = Intake(
@@ -377,6 +378,9 @@ class LoaderService:
     async def _start_loading(self) -> None:
         try:
             self.sink = await asyncio.to_thread(self._make_sink)
+            if isinstance(self.sink, DeltaTables) and self.settings.loading.checkpoint_interval:
+                interval = str(self.settings.loading.checkpoint_interval)
+                self.sink.table_properties = {"delta.checkpointInterval": interval}
         except Exception as exc:  # surfaced on /readyz and in the log
             self.failure = f"could not start loading: {exc}"
             self.start_error = exc
@@ -1220,6 +1224,14 @@ class LoaderService:
         refusal = table_refusal(failed.error)  # the table's fault: retried, never quarantined
         if refusal is not None:
             self.metrics.on_writes_refused(failed.table, refusal.reason)
+
+    def job_timed(self, timeline: JobTimeline) -> None:
+        m = self.metrics
+        for stage, seconds in timeline.stages().items():
+            m.job_stage.labels(stage).observe(seconds)
+        if timeline.idle_before is not None:
+            m.job_stage.labels("idle").observe(timeline.idle_before)
+        m.job_service_cpu.observe(timeline.service_cpu / max(1, len(timeline.tables)))
 
     def quarantined(self, batch: QuarantinedBatch) -> None:
         self.quarantine.quarantined(batch.batch)  # (a latest table's keys it holds wait from now on)

@@ -37,6 +37,7 @@ from schedulers.freshness import FreshnessLedger, FreshnessSummary, low_bounds
 from schedulers.keys.backlog import KeyBacklog, TakenKey
 from schedulers.keys.staleness import ApplicationStaleness, StalenessFigures
 from schedulers.model import BatchRecord, TableSpec, TableState, Trace
+from schedulers.stage_costs import StageCosts
 
 ProgressCallback = Callable[[int], None]
 
@@ -141,6 +142,7 @@ def simulate(
     sizes: Sequence[int] | None = None,
     job_overhead: float = 0.0,
     key_costs: bool = True,
+    stages: StageCosts | None = None,
 ) -> SimulationResult:
     """Run ``policy`` with ``workers`` workers over ``trace`` and account freshness.
 
@@ -156,6 +158,11 @@ def simulate(
     that (``TableState.set_keys``); ``key_costs=False`` hides it, so the policy predicts a
     latest table's batch as an append table's (all pending updates, ``alpha`` per second
     of data), as the service did before it knew keys: the what-if of BENCHMARKS.md.
+
+    ``stages``: the live machinery's measured stage costs (``schedulers.stage_costs``). A
+    job then lasts what they say for its number of tables, and each table becomes current
+    at its own commit, one after another, rather than all at the job's end; the policy
+    still decides with the tables' estimates and ``job_overhead``, as the live one does.
     """
     if job_overhead < 0 or not math.isfinite(job_overhead):
         raise ValueError("job_overhead must be a finite number of seconds >= 0")
@@ -201,6 +208,8 @@ def simulate(
     free = list(range(workers))  # a sorted list is a valid min-heap
     # finish, job number, worker, [(tid, lo, hi, keys) per table of the job]
     running: list[tuple[float, int, int, list[Member]]] = []
+    #: With ``stages``: per running job, when each member's commit ends.
+    visible: dict[int, list[float]] = {}
     if sizes is not None and len(sizes) != len(trace.update_releases):
         raise ValueError("sizes must give one size per update of the trace")
     # Prefix sums of update sizes per table, aligned with each state's releases.
@@ -231,11 +240,13 @@ def simulate(
         now = t_next
 
         while running and running[0][0] <= now:
-            _, _, worker, members = heapq.heappop(running)
-            for tid, lo, hi, taken in members:
+            _, number, worker, members = heapq.heappop(running)
+            commits = visible.pop(number, None)
+            for position, (tid, lo, hi, taken) in enumerate(members):
                 state = states[tid]
                 rel = state.releases
-                ledger.record_batch(tid, now, rel, lo, hi, rel[lo - 1] if lo else 0.0)
+                at = now if commits is None else commits[position]  # (stages: its own commit)
+                ledger.record_batch(tid, at, rel, lo, hi, rel[lo - 1] if lo else 0.0)
                 if cumulative is not None:
                     in_flight -= cumulative[tid][hi] - cumulative[tid][lo]
                 state.running = False
@@ -244,7 +255,7 @@ def simulate(
                     app = seen[tid]
                     assert app is not None
                     for key in taken:
-                        app.delivered(key.key, key.arrived, now)
+                        app.delivered(key.key, key.arrived, at)
                     keys_loaded[tid] += len(taken)
                     backlog = backlogs[tid]
                     assert backlog is not None
@@ -313,9 +324,15 @@ def simulate(
                     if limit is not None:
                         hi = min(hi, lo + limit)
                     members.append((tid, lo, hi, None if backlog is None else backlog.take(hi - lo, now)))
-                seconds = _job_seconds(specs, states, members, job_overhead)
-                finish = now + seconds
-                for tid, lo, hi, taken in members:
+                if stages is None:
+                    finish = now + _job_seconds(specs, states, members, job_overhead)
+                    commits = None
+                else:
+                    offsets, seconds = stages.offsets([0.0] * len(members))
+                    finish = now + seconds
+                    commits = [now + offset for offset in offsets]
+                    visible[job] = commits
+                for position, (tid, lo, hi, taken) in enumerate(members):
                     if taken is not None:
                         sync_keys(tid)
                     state = states[tid]
@@ -334,7 +351,7 @@ def simulate(
                                 state.name,
                                 worker,
                                 now,
-                                finish,
+                                finish if commits is None else commits[position],
                                 rel[lo],
                                 rel[hi - 1],
                                 hi - lo,

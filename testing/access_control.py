@@ -110,6 +110,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", "/v1/admin/policy"): Rule("/v1/admin/policy", _operator(), {"policy": "myopic"}),
     ("GET", "/v1/admin/trace"): Rule("/v1/admin/trace", _operator()),
     ("GET", "/v1/admin/schedule"): Rule("/v1/admin/schedule", _operator()),
+    ("GET", "/v1/admin/jobs"): Rule("/v1/admin/jobs", _operator()),
     ("GET", "/v1/admin/quarantine"): Rule("/v1/admin/quarantine", _operator()),
     # Nothing is quarantined: 404 is the operator's "allowed, but no such batch".
     ("POST", "/v1/admin/quarantine/{table}/{first_sequence}/retry"): Rule(

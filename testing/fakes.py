@@ -7,6 +7,7 @@ end-to-end tests; this one lets the HTTP and recovery logic be tested in millise
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,9 +59,12 @@ class ArrowSink:
         batch = todo
         if schema.latest:
             return self._upsert(batch, schema)
+        started = time.time()  # (the "Spark job" here: the rows read, as the real sinks stamp it)
         parts = [conform_rows(t, schema) for t in [*batch.row_tables, *(ref.read() for ref in batch.spilled)]]
         parts += [read_landing_file(Path(f.path), f.format, schema.arrow()) for f in batch.files]
         data = pa.concat_tables(parts)
+        marks = {"spark_start": started, "spark_end": time.time()}
+        marks["publish_start"] = marks["commit_start"] = marks["spark_end"]
         write_deltalake(
             str(self.table_path(batch.table)),
             data,
@@ -70,7 +74,8 @@ class ArrowSink:
         )
         self.loads += 1
         version = DeltaTable(str(self.table_path(batch.table))).version()
-        return LoadResult(batch.table, batch.last_seq, rows=data.num_rows, delta_version=version)
+        marks["commit_end"] = time.time()
+        return LoadResult(batch.table, batch.last_seq, rows=data.num_rows, delta_version=version, marks=marks)
 
     def _upsert(self, batch: Batch, schema: TableSchema) -> LoadResult:
         """The real sinks' rule (loader/loading/sinks/upsert.py) with the newest value per key

@@ -3,10 +3,16 @@
 ``GET /v1/admin/trace``: the observed arrival trace with measured alpha/overhead;
 ``GET /v1/admin/schedule``: the recorded batches. Both NDJSON, streamed; the snapshot is
 taken on the event loop, the lines are written on a worker thread.
+``GET /v1/admin/jobs``: the newest load jobs' timelines, stage by stage (the schedule's
+batches as the machinery ran them: loader/core/timeline.py); ``loader compare --jobs``
+reads it for the per-stage costs.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -105,3 +111,33 @@ async def get_schedule(
 ) -> NDJSONResponse:
     snapshot = export_schedule(service.dispatcher, tables, since, origin, views=service.views.inputs())
     return NDJSONResponse(snapshot.lines(), headers=snapshot.headers())
+
+
+JOBS_HEADERS = {
+    "X-Jobs-Lines": "Job lines in the file.",
+    "X-Jobs-Recorded": "Jobs recorded since the service started.",
+    "X-Jobs-Capacity": "The record's cap (observed_jobs_max).",
+}
+
+
+@router.get(
+    "/jobs",
+    response_class=NDJSONResponse,
+    responses=_doc(
+        "Jobs (JSON Lines): one line per finished load job, oldest first: its worker, the wall-clock instant "
+        "(Unix time) of each stage it passed, each table's publish and commit, the stages' seconds, the "
+        "service's CPU seconds for it and its worker's idle time before it.",
+        JOBS_HEADERS,
+    ),
+    summary="Export the newest load jobs' timelines",
+)
+async def get_jobs(service: Service, operator: Operator, since: Since = None) -> NDJSONResponse:
+    observed = service.dispatcher.observed
+    jobs = observed.snapshot_jobs(None if since is None else time.time() - since)
+
+    def lines() -> Iterator[str]:
+        for start in range(0, len(jobs), 1024):
+            yield "".join(json.dumps(job.as_dict()) + "\n" for job in jobs[start : start + 1024])
+
+    headers = {"X-Jobs-Lines": str(len(jobs)), "X-Jobs-Recorded": str(observed.jobs_recorded)}
+    return NDJSONResponse(lines(), headers=headers | {"X-Jobs-Capacity": str(observed.jobs.maxlen or 0)})

@@ -183,6 +183,20 @@ class RunningSystem:
             log(f"scrape of {self.variant.name} failed: {exc!r}")
             return None
 
+    def exports(self) -> dict[str, str]:
+        """The loader's trace, schedule (the trace's origin) and jobs exports, as JSON Lines."""
+        assert self.server is not None
+        with self.server.client(timeout=300.0) as http:
+            trace = http.get("/v1/admin/trace")
+            trace.raise_for_status()
+            origin = trace.headers["X-Trace-Origin"]
+            schedule = http.get("/v1/admin/schedule", params={"origin": origin})
+            jobs = http.get("/v1/admin/jobs")
+            schedule.raise_for_status()
+            jobs.raise_for_status()
+        headers = {k: trace.headers[k] for k in ("X-Loader-Job-Overhead", "X-Loader-Workers", "X-Loader-Policy")}
+        return {"trace": trace.text, "schedule": schedule.text, "jobs": jobs.text, "origin": origin, "headers": headers}
+
     def peer_status(self) -> dict[str, Any] | None:
         return read_json(self.status_path) if self.status_path and self.status_path.exists() else None
 
@@ -329,6 +343,8 @@ def run_cell(variant: Variant, workload: Workload, args: argparse.Namespace) -> 
                 wait_exit(reader, args.drain_timeout + 900, "the reader", workdir / "reader.log")
                 record["reader"] = read_json(workdir / "reader-out.json")
                 record["alive_at_end"] = system.proc.poll() is None
+                if getattr(args, "exports", False) and system.server is not None:
+                    record["exports"] = system.exports()
             finally:
                 for helper in (producer, reader):
                     if helper is not None:

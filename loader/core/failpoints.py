@@ -27,8 +27,9 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
 - ``load.after-publish``: the files are in the table directory, not yet committed;
 - ``load.after-commit``: the Delta commit landed, the service has not recorded it (with
   loads in worker processes, in the service: a worker's reply says it committed);
-- ``load.group.between-commits``: in a multi-table job, one table's Delta commit landed
-  and the next table's has not been made (loader/loading/sinks/delta_rs.py ``load_group``);
+- ``load.group.between-commits``: in a multi-table job, the first table's Delta commit was
+  made (or failed) and the others' have not been (loader/loading/sinks/delta_rs.py
+  ``load_group``; once a job);
 - ``load.upsert.before-merge``: a latest table's load (loader/loading/sinks/upsert.py) has
   the newest value per key from Spark, its MERGE not yet started;
 - ``load.upsert.mid-merge``: the MERGE is running; with ``NAME=N@SECONDS`` the process is

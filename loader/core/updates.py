@@ -185,3 +185,6 @@ class LoadResult:
     #: not from what the estimates predicted (a split by prediction would feed itself back).
     #: None when the sink cannot tell.
     own_seconds: float | None = None
+    #: Wall-clock instants (epoch seconds) of the job's stages this load passed, by name
+    #: (loader/core/timeline.py): stamped by the sink, the worker process and the service.
+    marks: dict[str, float] = field(default_factory=dict)

@@ -33,9 +33,14 @@ def view_app_id(view: str, table: str) -> str:
     return f"warehouse-loader:view:{view}:{table}"
 
 
+def load_metadata(data_until: float | None) -> dict[str, str]:
+    """A load's commit metadata (in its ``commitInfo``): its data interval end."""
+    return {DATA_UNTIL_KEY: repr(float(data_until))} if data_until is not None else {}
+
+
 def load_commit(table: str, seq: int, data_until: float | None) -> CommitProperties:
     """A load's commit properties: its application transaction and its data interval end."""
-    metadata = {DATA_UNTIL_KEY: repr(float(data_until))} if data_until is not None else None
+    metadata = load_metadata(data_until) or None
     return CommitProperties(app_transactions=[Transaction(app_id(table), seq)], custom_metadata=metadata)
 
 

@@ -50,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from loader.abc import BatchHandler, FailedBatch, FinishedBatch, HeldValue, QuarantinedBatch
+from loader.core.timeline import TABLE_MARKS, JobTimeline, TableTimes, job_marks
 from loader.core.updates import Batch, LoadResult, Update
 from loader.loading.estimates import CostEstimate, JobOverheadEstimate
 from loader.loading.failures import UpdateAtFault, batch_at_fault, updates_at_fault
@@ -88,6 +89,14 @@ class _Job:
 
     started: float
     members: list[_Member] = field(default_factory=list)
+    #: Its timeline's own marks (wall clock, loader/core/timeline.py): chosen, and when its
+    #: worker thread began; CPU seconds of the event loop and of the worker thread for it.
+    chosen: float = 0.0
+    thread_start: float | None = None
+    loop_cpu: float = 0.0
+    thread_cpu: float = 0.0
+    #: Seconds its worker had been free when it was chosen (None: the worker's first job).
+    idle_before: float | None = None
 
 
 class Dispatcher:
@@ -131,6 +140,8 @@ class Dispatcher:
         self._max_attempts = max_attempts
         self._free = list(range(workers))
         self._running: dict[int, _Job] = {}
+        #: When each worker was last freed (wall clock): its idle time before the next job.
+        self._freed_at: dict[int, float] = {}
         #: The fixed cost of a Spark job, shared by a multi-table job's tables (measured online).
         self.job_overhead = JobOverheadEstimate(overhead=job_overhead)
         self._user_paused: set[int] = set()
@@ -341,6 +352,7 @@ class Dispatcher:
         idle: list[int] = []
         while self._free:
             worker = heapq.heappop(self._free)
+            cpu, chosen = time.thread_time(), time.time()
             group = policy.choose_group(worker, now, len(self._free))
             if not group:
                 idle.append(worker)
@@ -349,6 +361,10 @@ class Dispatcher:
                 continue
             if not self._start(worker, group, now):
                 heapq.heappush(self._free, worker)  # offer it again: those tables are on hold now
+            elif (job := self._running.get(worker)) is not None:
+                job.chosen, job.loop_cpu = chosen, time.thread_time() - cpu
+                freed = self._freed_at.get(worker)
+                job.idle_before = None if freed is None else max(0.0, chosen - freed)
         for worker in idle:
             heapq.heappush(self._free, worker)
         self._arm_wakeup(now)
@@ -421,18 +437,22 @@ class Dispatcher:
             future.add_done_callback(lambda f, w=worker: self._excluding_finished(w, f))
         elif len(job.members) == 1:
             member = job.members[0]
-            future = self._loop.run_in_executor(self._executor, self._load_one, worker, member.batch, member.held)
+            future = self._loop.run_in_executor(self._executor, self._load_one, worker, job, member.batch, member.held)
             future.add_done_callback(lambda f, w=worker: self._finished(w, f))
         else:
-            group_future = self._loop.run_in_executor(self._executor, self._load_group, worker, job.members)
+            group_future = self._loop.run_in_executor(self._executor, self._load_group, worker, job)
             group_future.add_done_callback(lambda f, w=worker: self._group_finished(w, f))
         return True
 
-    def _load_one(self, worker: int, batch: Batch, held: list[HeldValue]) -> LoadResult:
+    def _load_one(self, worker: int, job: _Job, batch: Batch, held: list[HeldValue]) -> LoadResult:
         """On the worker thread: the values held back from the batch are durable before it commits."""
-        if held:
-            self._handler.keep_held(batch.table, held)
-        return self._handler.load(worker, batch)
+        job.thread_start, cpu = time.time(), time.thread_time()
+        try:
+            if held:
+                self._handler.keep_held(batch.table, held)
+            return self._handler.load(worker, batch)
+        finally:
+            job.thread_cpu = time.thread_time() - cpu
 
     def _excludes(self, member: _Member) -> bool:
         """Whether the batch holds updates a failed load named, to be set aside before the
@@ -504,11 +524,15 @@ class Dispatcher:
             done.set_result(outcome)
         self._finished(worker, done, loaded=Batch(table, tuple(u for u in member.batch.updates if u.seq not in named)))
 
-    def _load_group(self, worker: int, members: list[_Member]) -> list[LoadResult | BaseException]:
-        for member in members:
-            if member.held:
-                self._handler.keep_held(member.batch.table, member.held)
-        return self._handler.load_group(worker, [m.batch for m in members])
+    def _load_group(self, worker: int, job: _Job) -> list[LoadResult | BaseException]:
+        job.thread_start, cpu = time.time(), time.thread_time()
+        try:
+            for member in job.members:
+                if member.held:
+                    self._handler.keep_held(member.batch.table, member.held)
+            return self._handler.load_group(worker, [m.batch for m in job.members])
+        finally:
+            job.thread_cpu = time.thread_time() - cpu
 
     def _take(self, tid: int, now: float, through: int | None = None) -> list[Update] | None:
         state = self.states[tid]
@@ -530,6 +554,7 @@ class Dispatcher:
         ``loaded``: what of the batch was loaded, when its named updates were set aside."""
         if future.cancelled():  # queued when shutdown() cancelled it (cancel_futures): it never ran
             return
+        cpu = time.thread_time()
         now = self._clock()
         job = self._running.pop(worker)
         member = job.members[0]
@@ -584,8 +609,10 @@ class Dispatcher:
         if error is None:
             self._observe_job(job, now)
             self._member_loaded(worker, job, member, future.result(), now, now - job.started, loaded)
+            self._safe(lambda jobs: self._timed(worker, job, jobs, cpu), [future.result()])
         else:
             self._member_failed(worker, member, error, split, cut, soon)
+        self._freed_at[worker] = time.time()
         self._settled([member.tid], now)
 
     def _group_finished(self, worker: int, future: asyncio.Future[list[LoadResult | BaseException]]) -> None:
@@ -596,6 +623,7 @@ class Dispatcher:
         """
         if future.cancelled():  # queued when shutdown() cancelled it (cancel_futures): it never ran
             return
+        cpu = time.thread_time()
         now = self._clock()
         job = self._running.pop(worker)
         heapq.heappush(self._free, worker)
@@ -624,7 +652,31 @@ class Dispatcher:
                 self._failures[member.tid] = self._failures.get(member.tid, 0) + 1
                 self._tries[member.tid] = self._tries.get(member.tid, 0) + 1
                 self._member_failed(worker, member, outcome)
+        if loaded:  # (a timeline that cannot be built must not keep the worker from its next job)
+            self._safe(lambda jobs: self._timed(worker, job, jobs, cpu), outcomes)
+        self._freed_at[worker] = time.time()
         self._settled([m.tid for m in job.members], now)
+
+    def _timed(self, worker: int, job: _Job, outcomes: Sequence[LoadResult | BaseException], cpu: float) -> None:
+        """Record the job's timeline (loader/core/timeline.py): the sinks' and the worker
+        process's marks, the dispatcher's own, and the service's CPU for it (``cpu``: the
+        event loop's thread time when its report began)."""
+        results = [o for o in outcomes if isinstance(o, LoadResult)]
+        marks = job_marks(r.marks for r in results)
+        marks["chosen"] = job.chosen or job.started
+        if job.thread_start is not None:
+            marks["thread_start"] = job.thread_start
+        marks["reported"] = time.time()
+        tables = tuple(
+            TableTimes(m.batch.table, *(o.marks.get(k) for k in TABLE_MARKS), loaded=True)
+            if isinstance(o, LoadResult)
+            else TableTimes(m.batch.table, loaded=False)
+            for m, o in zip(job.members, outcomes)
+        )
+        spent = job.loop_cpu + job.thread_cpu + (time.thread_time() - cpu)
+        timeline = JobTimeline(worker, marks, tables, spent, job.idle_before)
+        self.observed.job(timeline)
+        self._safe(self._handler.job_timed, timeline)
 
     def _observe_job(self, job: _Job, now: float) -> None:
         """Feed the shared-overhead fit with a job every table of which loaded."""

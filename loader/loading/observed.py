@@ -13,6 +13,9 @@ Both records are rings stored column-wise in ``array.array`` (unboxed doubles an
 - batches: (table id, worker, start, finish, first release, last release, updates),
   48 bytes an entry; 100,000 batches (the default) take 4.8 MB.
 
+Beside them, the newest jobs' timelines (loader/core/timeline.py, ``GET /v1/admin/jobs``):
+objects, about 1 KB a job of ten tables, 10,000 jobs by default (``observed_jobs_max``).
+
 When a ring is full the oldest entry is overwritten. For each table the ring remembers
 the newest release it dropped (the start of the data interval of the table's oldest
 recorded update) and how many it dropped, so an export states what it is missing.
@@ -33,11 +36,13 @@ from __future__ import annotations
 import json
 import math
 from array import array
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from loader.core.timeline import JobTimeline
 from schedulers.model import BatchRecord
 
 #: Default caps (``observed_trace_max_updates``, ``observed_schedule_max_batches``).
@@ -247,9 +252,14 @@ class ObservedRecord:
     ``max_updates`` / ``max_batches`` of 0 turn the respective record off.
     """
 
-    def __init__(self, max_updates: int = DEFAULT_MAX_UPDATES, max_batches: int = DEFAULT_MAX_BATCHES) -> None:
-        if max_updates < 0 or max_batches < 0:
+    def __init__(
+        self, max_updates: int = DEFAULT_MAX_UPDATES, max_batches: int = DEFAULT_MAX_BATCHES, max_jobs: int = 0
+    ) -> None:
+        if max_updates < 0 or max_batches < 0 or max_jobs < 0:
             raise ValueError("ring capacities must be >= 0")
+        #: The newest jobs' timelines, oldest first; how many were recorded in all.
+        self.jobs: deque[JobTimeline] = deque(maxlen=max_jobs)
+        self.jobs_recorded = 0
         self._releases = _Ring(max_updates, "id")  # table id, release
         self._tids, self._rels = self._releases.columns
         self._batches = _Ring(max_batches, "iiddddq")
@@ -296,6 +306,15 @@ class ObservedRecord:
         rels[i] = release
         i += 1
         ring.next = 0 if i == capacity else i
+
+    def job(self, timeline: JobTimeline) -> None:
+        if self.jobs.maxlen:
+            self.jobs.append(timeline)
+            self.jobs_recorded += 1
+
+    def snapshot_jobs(self, since: float | None = None) -> list[JobTimeline]:
+        """The recorded jobs reported at or after ``since`` (epoch seconds), oldest first."""
+        return [j for j in self.jobs if since is None or j.marks["reported"] >= since]
 
     def batch(
         self, tid: int, worker: int, start: float, finish: float, first: float, last: float, updates: int

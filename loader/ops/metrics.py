@@ -40,6 +40,8 @@ STRETCH_BUCKETS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 JOB_TABLES_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
+#: A job stage's seconds: from the event loop's sub-millisecond steps to a slow Spark job.
+STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 
 
@@ -460,6 +462,20 @@ class Metrics:
             "loader_batch_job_tables",
             "Tables of the Spark job each loaded batch ran in (1: a single-table job).",
             buckets=JOB_TABLES_BUCKETS,
+            registry=r,
+        )
+        self.job_stage = Histogram(
+            "loader_job_stage_seconds",
+            "Seconds a load job spent in each stage (docs/service.md, 'A job's life'): dispatch, handoff, "
+            "transport, prepare, spark, commits, reply; idle: its worker free before it was chosen.",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.job_service_cpu = Histogram(
+            "loader_job_service_cpu_seconds_per_table",
+            "CPU seconds of the service process per table of a load job (choosing, taking, hand-off, recording).",
+            buckets=STAGE_BUCKETS,
             registry=r,
         )
         self.job_overhead = Gauge(

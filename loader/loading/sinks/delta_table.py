@@ -60,8 +60,15 @@ def _has_nested_ntz(kind: pa.DataType, nested: bool = False) -> bool:
     return nested and pa.types.is_timestamp(kind) and kind.tz is None
 
 
-def create_table(path: Path, schema: pa.Schema, partition_by: list[str] | None = None, name: str | None = None) -> None:
-    """A new Delta table at ``path`` (``DeltaTable.create``, mode "error").
+def create_table(
+    path: Path,
+    schema: pa.Schema,
+    partition_by: list[str] | None = None,
+    name: str | None = None,
+    properties: dict[str, str] | None = None,
+) -> None:
+    """A new Delta table at ``path`` (``DeltaTable.create``, mode "error"), with the table
+    ``properties`` (its metadata's configuration) given.
 
     deltalake 1.6 asks for Delta's ``timestampNtz`` feature only for a top-level timestamp_ntz
     column, then refuses its own new table when one is nested in a struct, array or map
@@ -70,7 +77,9 @@ def create_table(path: Path, schema: pa.Schema, partition_by: list[str] | None =
     feature in reader and writer features (3/7, as deltalake writes it for a flat column), the
     table's metadata, created exclusively (a hard link that fails if the commit exists)."""
     if not any(_has_nested_ntz(f.type) for f in schema):
-        DeltaTable.create(str(path), schema, mode="error", partition_by=partition_by or None, name=name)
+        DeltaTable.create(
+            str(path), schema, mode="error", partition_by=partition_by or None, name=name, configuration=properties
+        )
         return
     log_dir = path / "_delta_log"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +98,7 @@ def create_table(path: Path, schema: pa.Schema, partition_by: list[str] | None =
         "schemaString": DeltaSchema.from_arrow(schema).to_json(),
         "partitionColumns": list(partition_by or []),
         "createdTime": now,
-        "configuration": {},
+        "configuration": dict(properties or {}),
     }
     info = {
         "timestamp": now,
@@ -163,6 +172,8 @@ class DeltaTables:
 
     def __init__(self, warehouse: Path) -> None:
         self.warehouse = Path(warehouse)
+        #: Delta table properties a table this creates starts with (``[loading] checkpoint_interval``).
+        self.table_properties: dict[str, str] = {}
 
     def table_path(self, table: str) -> Path:
         return self.warehouse / table
@@ -181,7 +192,7 @@ class DeltaTables:
         if existing is None:
             path = self.table_path(table)
             path.mkdir(parents=True, exist_ok=True)
-            create_table(path, schema.arrow(), list(schema.partition_by), name=table)
+            create_table(path, schema.arrow(), list(schema.partition_by), name=table, properties=self.table_properties)
             return
         differences = schema_differences(existing, schema)
         if differences:
@@ -238,6 +249,10 @@ def remove_staging(path: Path) -> int:
     for directory in stale:
         log.info("removing staging directory %s left by an interrupted load", directory)
         shutil.rmtree(directory, ignore_errors=True)
+    # A direct log commit's entry written but not linked in (loader/loading/sinks/log_commit.py):
+    # no reader looks at a dot file, and the version it was for is another's or free again.
+    for entry in (path / "_delta_log").glob(".*.json.*.tmp") if path.is_dir() else []:
+        entry.unlink(missing_ok=True)
     return len(stale)
 
 

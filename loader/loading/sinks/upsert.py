@@ -157,7 +157,7 @@ def upsert_with_deltalake(
     if refused is not None:
         raise refused
     checks = checks if checks is not None else RuleChecks(spark)
-    started = time.perf_counter()
+    started, spark_start = time.perf_counter(), time.time()
     rows = ordered_rows(batch, schema)
     if rows.num_rows:
         newest_frame = newest_per_key(spark, rows, schema, scratch, keep_order=True)
@@ -173,6 +173,7 @@ def upsert_with_deltalake(
     else:
         newest = schema.arrow().empty_table()
     spark_seconds = time.perf_counter() - started
+    spark_end = time.time()
     failpoints.hit("load.after-spark-write")
     failpoints.hit("load.upsert.before-merge")
     metrics = commit_upsert(delta, newest, schema, table, seq, batch.updates[-1].release, rules)
@@ -195,6 +196,8 @@ def upsert_with_deltalake(
             "rows_inserted": float(inserted),
             "rows_updated": float(updated),
         },
+        # (the MERGE publishes and commits in one step)
+        marks=dict(spark_start=spark_start, spark_end=spark_end, commit_start=spark_end, commit_end=time.time()),
     )
 
 

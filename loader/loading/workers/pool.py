@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from loader.core import failpoints
 from loader.core.schema import TableSchema
+from loader.core.timeline import stamped
 from loader.core.updates import Batch, LoadResult
 from loader.loading.sinks.delta_table import DeltaTables, remove_staging
 from loader.loading.sinks.view_join import ViewJob, read_answer
@@ -367,6 +368,7 @@ class ProcessSink(DeltaTables):
                     if file is not None:
                         files.append(file)
                 if sent:
+                    handed_off = time.time()
                     request = LoadRequest(
                         tuple(handed),
                         tuple(schemas[i] for i in sent),
@@ -377,12 +379,13 @@ class ProcessSink(DeltaTables):
                     )
                     reply = self._call(worker, request, "its batch")
                     assert isinstance(reply, LoadReply)
+                    marks = {"handed_off": handed_off, "reply_read": time.time()}
                     committed = [isinstance(o, LoadResult) and not o.skipped for o in reply.outcomes]
                     if any(committed):
                         failpoints.hit("load.after-commit")  # committed by the worker, not yet noted here
                     if any(done and schemas[i].latest for i, done in zip(sent, committed)):
                         failpoints.hit("load.upsert.after-merge")  # a latest table's MERGE, not yet noted
-                    for i, outcome in zip(sent, reply.outcomes):
+                    for i, outcome in zip(sent, stamped(list(reply.outcomes), **marks)):
                         outcomes[i] = outcome
                 return [o for o in outcomes if o is not None]
             finally:

@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loader.core.timeline import stamped
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES
 from loader.loading.sinks.view_join import write_answer
 from loader.loading.spark import connect_session
@@ -86,6 +87,7 @@ class Worker:
         return ViewJobReply(None)
 
     def run(self, request: LoadRequest) -> LoadReply:
+        received = time.time()
         try:
             if self.sink is None or request.url != self.url:
                 self.connect(request.url, request.connect_timeout)
@@ -99,6 +101,7 @@ class Worker:
                 outcomes = [self.sink.load(batches[0], schemas[0])]
         except Exception as exc:  # the whole call: every batch of it failed alike
             outcomes = [exc] * len(request.batches)
+        outcomes = stamped(outcomes, worker_received=received, worker_replied=time.time())
         reply = LoadReply(tuple(LoadFailure.of(o) if isinstance(o, BaseException) else o for o in outcomes))
         if any(isinstance(o, LoadFailure) and o.unreachable for o in reply.outcomes):
             self.close()  # a new session, once Spark is back

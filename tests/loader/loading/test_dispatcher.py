@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 import threading
 import time
@@ -11,10 +12,12 @@ import time
 import pytest
 
 from loader.abc import FailedBatch, FinishedBatch
+from loader.core.timeline import JobTimeline
 from loader.core.updates import Batch, LoadResult, Update
 from loader.loading.connect_server import ConnectServerError
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.estimates import CostEstimate
+from loader.loading.observed import ObservedRecord
 from loader.pending.store import PendingStore
 from schedulers.model import KeyedSpec, TableSpec
 from schedulers.registry import GROUPABLE, POLICIES, make_policy
@@ -39,6 +42,7 @@ class Recorder:
         self.finished: list[FinishedBatch] = []
         self.failed_batches: list[FailedBatch] = []
         self.groups: list[list[str]] = []
+        self.timelines: list[JobTimeline] = []
 
     def set_aside(self, batch: Batch, error: BaseException, attempts: int) -> None:
         raise AssertionError("nothing is quarantined here")
@@ -51,6 +55,9 @@ class Recorder:
 
     def quarantined(self, batch: object) -> None:
         raise AssertionError("nothing is quarantined here")
+
+    def job_timed(self, timeline: JobTimeline) -> None:
+        self.timelines.append(timeline)
 
     def load(self, worker: int, batch: Batch) -> LoadResult:
         with self.lock:
@@ -230,6 +237,46 @@ def test_a_free_worker_loads_the_due_tables_in_one_job() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.allow_errors("loading b .* failed")
+def test_each_job_reports_its_timeline_with_its_tables_and_the_services_cpu() -> None:
+    """The dispatcher's marks around the sink's (loader/core/timeline.py): chosen, the worker
+    thread's start and the report, in order, with the sink's stamps between; a member that
+    failed is in the job's timeline as not loaded; the worker's idle time before its next job."""
+
+    class Stamping(Recorder):
+        def load_group(self, worker: int, batches: list[Batch]) -> list[LoadResult | BaseException]:
+            began = time.time()
+            outcomes = super().load_group(worker, batches)
+            marks = {"spark_start": began, "spark_end": time.time()}
+            return [dataclasses.replace(o, marks=marks) if isinstance(o, LoadResult) else o for o in outcomes]
+
+    async def scenario() -> None:
+        recorder = Stamping(fail_first={"b"})
+        d = Dispatcher(
+            make_policy("myopic", max_tables_per_job=8),
+            1,
+            PendingStore(),
+            recorder,
+            job_overhead=0.15,
+            max_retry_delay=0.01,
+            observed=ObservedRecord(0, 0, max_jobs=10),
+        )
+        _busy_start(d, ["a", "b", "c"], 1)
+        d.start()
+        await _until(lambda: len(recorder.finished) == 3 and len(recorder.timelines) == 2)
+        first, retry = recorder.timelines
+        assert sorted((t.table, t.loaded) for t in first.tables) == [("a", True), ("b", False), ("c", True)]
+        m = first.marks
+        assert m["chosen"] <= m["thread_start"] <= m["spark_start"] <= m["spark_end"] <= m["reported"]
+        assert set(first.stages()) == {"dispatch", "spark"} and first.service_cpu > 0
+        assert first.idle_before is None and retry.idle_before is not None and retry.idle_before >= 0
+        assert [t.table for t in retry.tables] == ["b"] and list(d.observed.jobs) == [first, retry]
+        assert JobTimeline.from_dict(json.loads(json.dumps(first.as_dict()))) == first
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
 class MeasuringRecorder(Recorder):
     """A sink that reports each table's own seconds in a shared job, as DeltaRsSink does."""
 
@@ -356,6 +403,9 @@ class Poisoned(Recorder):
 
     def quarantined(self, batch: object) -> None:
         self.quarantined_batches.append(batch.batch)  # type: ignore[attr-defined]
+
+    def job_timed(self, timeline: JobTimeline) -> None:
+        pass
 
 
 def _bisecting(recorder: Recorder, *, workers: int = 1, groups: int = 1, max_attempts: int = 3) -> Dispatcher:

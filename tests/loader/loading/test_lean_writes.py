@@ -23,6 +23,7 @@ from deltalake import DeltaTable
 
 from loader.core.schema import TableSchema
 from loader.core.updates import Batch, FileFormat, FileRef, Update
+from loader.durability.transactions import app_id
 from loader.loading.sinks import frame
 from loader.loading.sinks.delta_rs import STAGING_PREFIX, DeltaRsSink
 from loader.loading.spark import ALL_LEAN, DEFAULT_LEAN, LEAN_CHANGES, lean_changes, set_write_checksums
@@ -166,6 +167,50 @@ def test_kept_table_handle_sees_commits_of_others(spark, tmp_path: Path) -> None
     result = sink.load(Batch("orders", (update("orders", 3, rows(3, range(30, 40))),)), SCHEMA)
     assert result.delta_version == 4
     assert sorted(read_delta(sink.table_path("orders")).column("id").to_pylist()) == list(range(10, 40))
+
+
+def test_known_commits_trusts_only_a_log_without_later_commits(spark, tmp_path: Path) -> None:
+    """``known_commits``: a commit of the loader's own transaction that the sink never heard
+    of (a load whose worker died after its commit landed, made by another handle here) is a
+    later log file, so the next load reads the transaction from the log and skips the replay."""
+    sink = DeltaRsSink(tmp_path / "warehouse", spark, ALL_LEAN)
+    sink.ensure_table("orders", SCHEMA)
+    sink.load(Batch("orders", (update("orders", 1, rows(1, range(10, 20))),)), SCHEMA)
+    assert sink._known["orders"] == (1, 1)  # what the next load trusts while the log agrees
+    other = DeltaRsSink(tmp_path / "warehouse", spark, ALL_LEAN)  # the dead worker's sink
+    assert other.load(Batch("orders", (update("orders", 2, rows(2, range(20, 30))),)), SCHEMA).delta_version == 2
+
+    assert sink.load(Batch("orders", (update("orders", 2, rows(2, range(20, 30))),)), SCHEMA).skipped
+    assert sink.load(Batch("orders", (update("orders", 3, rows(3, range(30, 40))),)), SCHEMA).delta_version == 3
+    assert sorted(read_delta(sink.table_path("orders")).column("id").to_pylist()) == list(range(10, 40))
+
+    # Log cleanup after a checkpoint removes old entries, the next one after ours among them:
+    # ours gone too, the handle is brought up to date rather than trusted.
+    assert sink._known["orders"] == (3, 3)
+    for seq in (4, 5):
+        other.load(Batch("orders", (update("orders", seq, rows(seq, range(seq * 10, seq * 10 + 10))),)), SCHEMA)
+    DeltaTable(str(sink.table_path("orders"))).create_checkpoint()
+    log = sink.table_path("orders") / "_delta_log"
+    for version in range(5):
+        (log / f"{version:020d}.json").unlink()
+    assert sink.load(Batch("orders", (update("orders", 5, rows(5, range(50, 60))),)), SCHEMA).skipped
+    assert sorted(read_delta(sink.table_path("orders")).column("id").to_pylist()) == list(range(10, 60))
+
+
+def test_direct_commits_write_checkpoints_at_the_tables_interval(spark, tmp_path: Path) -> None:
+    """``direct_commit``: the sink's own log entries, a checkpoint every ``delta.checkpointInterval``
+    versions as deltalake's hook writes them, and the table as a deltalake-committed one."""
+    sink = DeltaRsSink(tmp_path / "warehouse", spark, ALL_LEAN)
+    sink.table_properties = {"delta.checkpointInterval": "2"}
+    sink.ensure_table("orders", SCHEMA)
+    for seq in range(1, 6):
+        sink.load(Batch("orders", (update("orders", seq, rows(seq, range(seq * 10, seq * 10 + 10))),)), SCHEMA)
+    log = sink.table_path("orders") / "_delta_log"
+    assert sorted(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet")) == [1, 3, 5]
+    assert "direct log commit" in (log / f"{5:020d}.json").read_text()
+    delta = DeltaTable(str(sink.table_path("orders")))
+    assert delta.version() == 5 and delta.transaction_version(app_id("orders")) == 5
+    assert sorted(read_delta(sink.table_path("orders")).column("id").to_pylist()) == list(range(10, 60))
 
 
 @pytest.mark.parametrize("escaped_literals", [False, True], ids=["default-parser", "escapedStringLiterals"])

@@ -165,6 +165,29 @@ def test_filters_and_access(harness: Harness) -> None:
     assert harness.get("/v1/admin/schedule", token=None).status_code == 401
 
 
+def test_the_jobs_export_gives_each_loaded_jobs_timeline(harness: Harness) -> None:
+    """``GET /v1/admin/jobs``: one line per job, its tables those the schedule's batches
+    loaded, its marks in order; the per-stage metric counts them."""
+    _post_stream(harness, seed=13, count=30)
+    harness.wait(lambda: not harness.service.dispatcher.busy_workers and harness.service.dispatcher.observed.jobs)
+    response = harness.get("/v1/admin/jobs")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
+    jobs = [json.loads(line) for line in _ndjson_lines(response.text)]
+    assert response.headers["X-Jobs-Lines"] == str(len(jobs)) and response.headers["X-Jobs-Capacity"] == "10000"
+    assert int(response.headers["X-Jobs-Recorded"]) >= len(jobs) > 0
+    for job in jobs:
+        marks = job["marks"]
+        assert marks["chosen"] <= marks["thread_start"] <= marks["reported"], marks
+        assert job["tables"] and all(t["loaded"] for t in job["tables"]) and job["service_cpu"] > 0
+        assert set(job["stages"]) <= {"dispatch", "handoff", "transport", "prepare", "spark", "commits", "reply"}
+    loaded = sorted(t["table"] for job in jobs for t in job["tables"])
+    assert loaded == sorted(b.table for b in _schedule(harness.get("/v1/admin/schedule").text))
+    metrics = harness.get("/metrics").text
+    assert f'loader_job_stage_seconds_count{{stage="dispatch"}} {float(len(jobs))}' in metrics
+    assert harness.get("/v1/admin/jobs?since=0.000001").headers["X-Jobs-Lines"] == "0"
+    assert harness.get("/v1/admin/jobs", token=PRODUCER).status_code == 403
+
+
 def test_the_rings_keep_the_newest_and_say_what_they_dropped(tmp_path: Path) -> None:
     with Harness(tmp_path / "data", observed_trace_max_updates=7, observed_schedule_max_batches=3) as h:
         arrivals: list[tuple[float, str]] = []
@@ -241,13 +264,17 @@ def test_export_trace_command_and_report_on_the_run_and_a_simulation(tmp_path: P
                 ack = producer.send(table, [_row(table, k)], data_until=until, key=f"trace/{k}").result()
                 acked[table].append(ack.release_time)
         Harness.wait(lambda: all(service.intake.tables[t].committed_seq >= len(acked[t]) for t in TABLES))
-        out, schedule_out = tmp_path / "trace.jsonl", tmp_path / "schedule.jsonl"
+        out, schedule_out, jobs_out = tmp_path / "trace.jsonl", tmp_path / "schedule.jsonl", tmp_path / "jobs.jsonl"
         result = runner.invoke(
             app,
-            ["export-trace", "--url", url, "--token", OPERATOR, "--out", str(out), "--schedule-out", str(schedule_out)],
+            [
+                *("export-trace", "--url", url, "--token", OPERATOR, "--out", str(out)),
+                *("--schedule-out", str(schedule_out), "--jobs-out", str(jobs_out)),
+            ],
         )
         assert result.exit_code == 0, result.output
         assert "40 updates" in result.stderr and "myopic on 2 workers" in result.stderr
+        assert f"--jobs {jobs_out}" in result.stderr and " jobs" in result.stderr
         trace = read_trace(out)
         origin = min(service.catalog.entries[t].created_at for t in TABLES)
         _check_trace(trace, acked, origin, service)
@@ -256,6 +283,27 @@ def test_export_trace_command_and_report_on_the_run_and_a_simulation(tmp_path: P
 
         bad = runner.invoke(app, ["export-trace", "--url", url, "--token", PRODUCER, "--out", str(tmp_path / "x")])
         assert bad.exit_code == 2 and "HTTP 403" in bad.output and not (tmp_path / "x").exists()
+
+    # The simulator with the stage costs the jobs' timelines measured (``--jobs``).
+    staged = runner.invoke(app, ["compare", "--trace", str(out), "--workers", "2", "--jobs", str(jobs_out), "--json"])
+    assert staged.exit_code == 0, staged.output
+    assert {r["policy"] for r in json.loads(staged.stdout.splitlines()[-1])["results"]} >= {"myopic", "fifo"}
+    (tmp_path / "not-jobs.jsonl").write_text('{"worker": 0}\n')
+    refused = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(out),
+            "--policy",
+            "myopic",
+            "--workers",
+            "2",
+            "--jobs",
+            str(tmp_path / "not-jobs.jsonl"),
+        ],
+    )
+    assert refused.exit_code == 2 and "is not a jobs export" in refused.output
 
     for mode, args in (
         ("run", ["--schedule", str(schedule_out)]),

@@ -73,6 +73,15 @@ def test_worker_processes_load_as_the_in_process_sink(processes: ProcessSink, sp
     grouped = processes.load_group(batches[:3], schemas[:3])
     alone = [processes.load(b, s) for b, s in zip(batches[3:], schemas[3:])]
     assert all(isinstance(o, LoadResult) and not o.skipped for o in [*grouped, *alone]), grouped
+    # Every stage the job passed is stamped, in order (loader/core/timeline.py): once per job,
+    # and each table's publish and commit after the Spark job (on the table threads: at once).
+    order = ("handed_off", "worker_received", "spark_start", "spark_end")
+    for outcome in [*grouped, *alone]:
+        assert isinstance(outcome, LoadResult)
+        marks = outcome.marks
+        steps = [marks[k] for k in (*order, "publish_start", "commit_start", "commit_end", "worker_replied")]
+        assert steps == sorted(steps) and marks["reply_read"] >= marks["worker_replied"], marks
+    assert len({o.marks["spark_start"] for o in grouped if isinstance(o, LoadResult)}) == 1  # one Spark job
     for batch, schema in zip(batches, schemas):
         local.load(batch, schema)
 
