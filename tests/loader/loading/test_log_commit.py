@@ -113,3 +113,16 @@ def _entry(root: Path) -> list[dict]:
     import json
 
     return [json.loads(line) for line in (root / "_delta_log" / f"{1:020d}.json").read_text().splitlines()]
+
+
+def test_values_outside_the_basic_plane_read_back_as_written(tmp_path: Path) -> None:
+    """A partition value and commit metadata past U+FFFF: deltalake reads an escaped surrogate
+    pair wrongly (U+20000 came back as U+10000), so the entry is written as UTF-8, as deltalake
+    writes its own."""
+    create_table(tmp_path, pa.schema([("id", pa.int64()), ("s", pa.string())]), partition_by=["s"])
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.table({"id": [1]}), tmp_path / "p" / "f.parquet")
+    action = AddAction("p/f.parquet", (tmp_path / "p" / "f.parquet").stat().st_size, {"s": "\U00020000"}, 0, True, None)
+    assert commit_next(tmp_path, 1, log_entry([action], "app", 1, {"note": "\U0001f600"}, 1))
+    assert DeltaTable(str(tmp_path)).to_pyarrow_table().to_pylist() == [{"id": 1, "s": "\U00020000"}]
+    assert DeltaTable(str(tmp_path)).history(1)[0]["note"] == "\U0001f600"
