@@ -283,7 +283,7 @@ class Settings(BaseSettings):
     observed_trace_max_updates: int = Field(default=1_000_000, ge=0, le=1 << 31)
     #: Finished batches kept for ``GET /v1/admin/schedule`` (48 bytes each: 4.8 MB). 0: off.
     observed_schedule_max_batches: int = Field(default=100_000, ge=0, le=1 << 31)
-    #: The newest load jobs' timelines kept for ``GET /v1/admin/jobs`` (about 1 KB a job of
+    #: The newest load jobs' timelines kept for ``GET /v1/admin/jobs`` (about 2 KB a job of
     #: ten tables); 0 turns the record off (the per-stage metrics stay).
     observed_jobs_max: int = Field(default=10_000, ge=0, le=1_000_000)
 

@@ -14,7 +14,7 @@ Both records are rings stored column-wise in ``array.array`` (unboxed doubles an
   48 bytes an entry; 100,000 batches (the default) take 4.8 MB.
 
 Beside them, the newest jobs' timelines (loader/core/timeline.py, ``GET /v1/admin/jobs``):
-objects, about 1 KB a job of ten tables, 10,000 jobs by default (``observed_jobs_max``).
+objects, about 2 KB a job of ten tables (21 MB for the default 10,000 jobs) (``observed_jobs_max``).
 
 When a ring is full the oldest entry is overwritten. For each table the ring remembers
 the newest release it dropped (the start of the data interval of the table's oldest
