@@ -20,6 +20,7 @@ A full run takes about two hours on 2 cores; ``--quick``: 50 tables, 30 s, one r
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import signal
@@ -120,12 +121,12 @@ def predict(exports: dict[str, Any], window: tuple[float, float], stages: StageC
     for batch in result.schedule:
         batches[batch.table].append(batch)
     observed: dict[str, list[ObservedUpdate]] = {}
-    for name in names:
+    for name in names:  # an update is visible from the end of the first batch reaching it
         done = sorted(batches[name], key=lambda b: b.finish)
-        k, updates = 0, []
+        lasts = [b.last_release for b in done]
+        updates = []
         for release in releases[name]:
-            while k < len(done) and done[k].last_release < release:
-                k += 1
+            k = bisect.bisect_left(lasts, release)
             updates.append(ObservedUpdate(release + origin, done[k].finish + origin if k < len(done) else None))
         observed[name] = updates
     base = {name: (releases[name][0] + origin if releases[name] else window[0]) for name in names}

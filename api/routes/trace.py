@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import Operator, Service
 from api.schemas import OPERATOR_ONLY, error_responses
+from loader.loading.observed import CHUNK_LINES
 from loader.ops.exports import export_schedule, export_trace
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -135,9 +136,9 @@ async def get_jobs(service: Service, operator: Operator, since: Since = None) ->
     observed = service.dispatcher.observed
     jobs = observed.snapshot_jobs(None if since is None else time.time() - since)
 
-    def lines() -> Iterator[str]:
-        for start in range(0, len(jobs), 1024):
-            yield "".join(json.dumps(job.as_dict()) + "\n" for job in jobs[start : start + 1024])
+    def lines() -> Iterator[str]:  # (in chunks, as the other exports)
+        for start in range(0, len(jobs), CHUNK_LINES):
+            yield "".join(json.dumps(job.as_dict()) + "\n" for job in jobs[start : start + CHUNK_LINES])
 
     headers = {"X-Jobs-Lines": str(len(jobs)), "X-Jobs-Recorded": str(observed.jobs_recorded)}
     return NDJSONResponse(lines(), headers=headers | {"X-Jobs-Capacity": str(observed.jobs.maxlen or 0)})

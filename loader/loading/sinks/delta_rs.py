@@ -268,6 +268,8 @@ class DeltaRsSink(DeltaSinkBase):
                         return dataclasses.replace(result, own_seconds=own)
                     except Exception as exc:  # this table's commit; the others stand
                         return exc
+                    finally:  # on the table's own thread (the ``finally`` below finds it gone)
+                        shutil.rmtree(staging, ignore_errors=True)
 
                 # The first table alone, then the others (on the table threads): a crash
                 # between commits has a first table committed and the others not.
@@ -277,7 +279,7 @@ class DeltaRsSink(DeltaSinkBase):
                     done += self._each(commit, list(range(1, len(todo))))
                 for entry, outcome in zip(todo, done):
                     outcomes[entry[0]] = outcome
-        finally:
+        finally:  # what a failed job (or a failed commit step) left
             for entry in todo:
                 shutil.rmtree(entry[4], ignore_errors=True)
         alone = [i for i, outcome in enumerate(outcomes) if outcome is None]  # partitioned, latest, rules: own jobs
@@ -299,13 +301,10 @@ class DeltaRsSink(DeltaSinkBase):
         if schema.partition_by or schema.latest:  # jobs of their own (an upsert is not an append)
             return None
         began = time.perf_counter()
-        try:
-            with opening(batch.table):
-                delta = self._current_table(batch.table)
-            part = unloaded_part(batch, self._committed(batch.table, delta))
-            rules = TableRules.read(batch.table, delta)
-        except Exception as exc:
-            return exc
+        with opening(batch.table):
+            delta = self._current_table(batch.table)
+        part = unloaded_part(batch, self._committed(batch.table, delta))
+        rules = TableRules.read(batch.table, delta)  # (a failure: the table's outcome, _prepare_member)
         if part is None:
             return LoadResult(batch.table, batch.last_seq, rows=0, delta_version=None, skipped=True)
         refused = rules.refusal("append")
