@@ -199,7 +199,14 @@ class WorkerProcess:
                 except (EOFError, OSError) as exc:
                     raise self._died("ended mid-answer") from exc
             if process.poll() is not None:
-                raise self._died("ended")
+                # A reply sent just before it ended is still read (the poll above may have timed
+                # out a moment before it came); else the worker died mid-job, said as above.
+                try:
+                    if conn.poll(0):
+                        return conn.recv()
+                except (EOFError, OSError) as exc:
+                    raise self._died("ended mid-answer") from exc
+                raise self._died("ended mid-answer")
             if deadline is not None and time.monotonic() > deadline:
                 self.kill()
                 if job:

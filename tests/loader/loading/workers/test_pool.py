@@ -10,7 +10,11 @@ import dataclasses
 import os
 import random
 import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from loader.loading.sinks.view_join import run_view_job
 from loader.loading.spark import DEFAULT_LEAN, spark_unreachable
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
 from loader.loading.workers.messages import LoadFailedInWorker
-from loader.loading.workers.pool import ProcessSink, WorkerDied, WorkerOptions, WorkerTimedOut
+from loader.loading.workers.pool import ProcessSink, WorkerDied, WorkerOptions, WorkerProcess, WorkerTimedOut
 from testing.server_process import refusing_port
 from testing.tables import read_delta
 from tests.loader.loading.test_group_job import _batches
@@ -239,3 +243,27 @@ def test_a_worker_without_spark_says_spark_is_unreachable(tmp_path: Path) -> Non
         sink.start()
     assert spark_unreachable(caught.value), caught.value
     assert sink.live() == 0
+
+
+@pytest.mark.parametrize("replies", [True, False])
+def test_a_worker_that_ends_is_read_to_its_end_first(tmp_path: Path, replies: bool) -> None:
+    """Its last reply counts even when its process is seen ended before the reply is polled;
+    one that ended without a reply is said to have died mid-answer whichever came first (the
+    crash trials allow exactly that message for their kills)."""
+    ours, theirs = socket.socketpair()
+    script = (
+        "import socket, sys\n"
+        "from multiprocessing.connection import Connection\n"
+        "conn = Connection(socket.socket(fileno=int(sys.argv[1])).detach())\n"
+        + ("conn.send('done')\n" if replies else "")
+        + "sys.exit(3)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, str(theirs.fileno())], pass_fds=[theirs.fileno()])
+    theirs.close()
+    child.wait()  # ended before the first poll: the order the race came to
+    worker = WorkerProcess(0, _options(tmp_path), _process=child, _conn=Connection(ours.detach()))
+    if replies:
+        assert worker._receive(5.0) == "done"
+    else:
+        with pytest.raises(WorkerDied, match=r"load worker 0 \(pid None\) ended mid-answer, exit code 3"):
+            worker._receive(5.0)
