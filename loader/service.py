@@ -76,6 +76,7 @@ from loader.loading.sinks.delta_table import DeltaTables
 from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import spark_unreachable
 from loader.loading.views.registry import JoinViews
+from loader.ops.delta_log import RETENTION, retention_value
 from loader.ops.maintenance import Maintenance, Schedule
 from loader.ops.metrics import Metrics
 from loader.ops.status import TableStatuses
@@ -173,7 +174,14 @@ class LoaderService:
         self.status = TableStatuses(catalog, self.intake, self.dispatcher, quarantine, self.views)
         m = s.maintenance
         self.maintenance = Maintenance(
-            Schedule(m.wal_truncate_seconds, m.compact_seconds, m.vacuum_seconds, m.vacuum_retention_hours),
+            Schedule(
+                m.wal_truncate_seconds,
+                m.compact_seconds,
+                m.vacuum_seconds,
+                m.vacuum_retention_hours,
+                m.log_keeping_seconds,
+                m.log_retention_hours,
+            ),
             save_catalog=self._every_second,
             intake=self.intake,
             dispatcher=self.dispatcher,
@@ -183,6 +191,7 @@ class LoaderService:
             quarantine=quarantine,
             warehouse=s.warehouse_path,
             ready=lambda: self.ready,
+            metrics=metrics,
         )
         #: The Delta writer, once Spark is up (``ready``); None while Spark starts.
         self.sink: Sink | None = None
@@ -378,9 +387,8 @@ class LoaderService:
     async def _start_loading(self) -> None:
         try:
             self.sink = await asyncio.to_thread(self._make_sink)
-            if isinstance(self.sink, DeltaTables) and self.settings.loading.checkpoint_interval:
-                interval = str(self.settings.loading.checkpoint_interval)
-                self.sink.table_properties = {"delta.checkpointInterval": interval}
+            if isinstance(self.sink, DeltaTables):
+                self.sink.table_properties = table_properties(self.settings)
         except Exception as exc:  # surfaced on /readyz and in the log
             self.failure = f"could not start loading: {exc}"
             self.start_error = exc
@@ -1287,6 +1295,17 @@ def _conflict(names: list[str], one: str, many: str) -> Conflict:
     shown = ", ".join(repr(n) for n in names[:NAMED_IN_MESSAGE])
     more = f" and {len(names) - NAMED_IN_MESSAGE} more" if len(names) > NAMED_IN_MESSAGE else ""
     return Conflict(many.replace("{}", shown + more, 1) + "; none was registered", tables=names)
+
+
+def table_properties(settings: Settings) -> dict[str, str]:
+    """Delta table properties of the tables the loader creates: its checkpoint interval and
+    log retention (docs/tuning.md, "Tables that age"); unset ones leave Delta's defaults."""
+    properties = {}
+    if settings.loading.checkpoint_interval:
+        properties["delta.checkpointInterval"] = str(settings.loading.checkpoint_interval)
+    if settings.maintenance.log_retention_hours:
+        properties[RETENTION] = retention_value(settings.maintenance.log_retention_hours)
+    return properties
 
 
 def _remove_trees(paths: list[Path]) -> None:

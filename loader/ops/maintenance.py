@@ -6,9 +6,11 @@
   (``loader/ops/heap.py``);
 - every ``wal_truncate_seconds``: delete WAL segments whose updates are all in Delta;
 - every ``compact_seconds``: compact each table's small files (one Delta commit per table);
-- every ``vacuum_seconds``: vacuum files no longer referenced and older than the retention.
+- every ``vacuum_seconds``: vacuum files no longer referenced and older than the retention;
+- every ``log_keeping_seconds``: keep each table's Delta log short (its newest checkpoint
+  verified, expired commit files cleaned: ``loader/ops/delta_log.py``).
 
-Compaction and vacuum hold the table (no new batch starts) while they run, so they never
+Compaction, vacuum and log keeping hold the table (no new batch starts) while they run, so they never
 race a load of the same table; other tables keep loading. The service starts this after
 intake opens and stops it first when it shuts down (``loader/service.py``).
 """
@@ -16,10 +18,12 @@ intake opens and stops it first when it shuts down (``loader/service.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from deltalake import DeltaTable
@@ -29,9 +33,12 @@ from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
 from loader.intake.submission import WAL_HEAL_SECONDS, Intake
 from loader.loading.dispatcher import Dispatcher
+from loader.ops.delta_log import LAST_CHECKPOINT, LogKept, keep_log
 from loader.ops.heap import HeapKeeper
+from loader.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class Schedule:
     compact_seconds: float
     vacuum_seconds: float
     vacuum_retention_hours: int
+    log_keeping_seconds: float = 0.0
+    log_retention_hours: int = 0
 
 
 class Maintenance:
@@ -60,6 +69,7 @@ class Maintenance:
         quarantine: QuarantineStore,
         warehouse: Path,
         ready: Callable[[], bool],
+        metrics: Metrics | None = None,
     ) -> None:
         self.schedule = schedule
         self.save_catalog = save_catalog
@@ -71,6 +81,7 @@ class Maintenance:
         self.quarantine = quarantine
         self.warehouse = warehouse
         self.ready = ready
+        self.metrics = metrics
         self.scheduler = AsyncIOScheduler(timezone="UTC")
         self._running: set[asyncio.Task[None]] = set()
         self.heap = HeapKeeper()
@@ -82,6 +93,8 @@ class Maintenance:
             self._every(schedule.compact_seconds, self.compact_all, "compact")
         if schedule.vacuum_seconds:
             self._every(schedule.vacuum_seconds, self.vacuum_all, "vacuum")
+        if schedule.log_keeping_seconds:
+            self._every(schedule.log_keeping_seconds, self.keep_logs, "log-keeping")
 
     def _every(self, seconds: float, job: Callable[[], Awaitable[object]], name: str) -> None:
         async def tracked() -> None:
@@ -132,28 +145,66 @@ class Maintenance:
         await asyncio.to_thread(self.quarantine.prune, committed)
         return await asyncio.to_thread(self.wal.truncate, committed)
 
-    async def _with_table_held(self, table: str, work: Callable[[DeltaTable], object]) -> None:
+    async def _with_table_held(self, table: str, work: Callable[[Path], T]) -> T | None:
+        """``work`` on the table's path (a worker thread) while no load of it runs; None if the
+        service is not loading yet or the work failed (logged)."""
         dispatcher = self.dispatcher
         if not self.ready():
-            return
+            return None
         dispatcher.hold(table)
         try:
             while dispatcher.is_running(table):
                 await asyncio.sleep(0.05)
-            path = self.warehouse / table
-            await asyncio.to_thread(lambda: work(DeltaTable(str(path))))
+            return await asyncio.to_thread(work, self.warehouse / table)
         except Exception:
             log.exception("maintenance of table %s failed", table)
+            return None
         finally:
             dispatcher.release_hold(table)
 
     async def compact_all(self) -> None:
         for table in list(self.intake.tables):
-            await self._with_table_held(table, lambda dt: dt.optimize.compact())
+            await self._with_table_held(table, lambda path: DeltaTable(str(path)).optimize.compact())
 
     async def vacuum_all(self) -> None:
         hours = self.schedule.vacuum_retention_hours
+
+        def vacuum(path: Path) -> object:
+            return DeltaTable(str(path)).vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+
         for table in list(self.intake.tables):
-            await self._with_table_held(
-                table, lambda dt: dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+            await self._with_table_held(table, vacuum)
+
+    async def keep_logs(self) -> list[LogKept]:
+        """Each table's Delta log kept short (loader/ops/delta_log.py); a table whose newest
+        checkpoint cannot be read is reported, and its log left alone."""
+        hours = self.schedule.log_retention_hours
+        kept: list[LogKept] = []
+        for table in list(self.intake.tables):
+            outcome = await self._with_table_held(table, functools.partial(keep_log, table, retention_hours=hours))
+            if outcome is not None:
+                kept.append(outcome)
+        problems = [k for k in kept if k.problem is not None]
+        for k in problems:
+            log.error(
+                "the Delta log of table %s was not cleaned: %s. Its commits are kept, but deltalake cannot open the "
+                "table while its newest checkpoint is unreadable: restore the file, or remove %s so that readers "
+                "replay the commits, then write a new checkpoint (DeltaTable.create_checkpoint)",
+                k.table,
+                k.problem,
+                LAST_CHECKPOINT,
             )
+        removed = sum(k.removed for k in kept)
+        if self.metrics is not None:
+            self.metrics.delta_log_files_removed.inc(removed)
+            self.metrics.delta_log_problems.set(len(problems))
+        if removed or any(k.checkpoint_written or k.retention_set for k in kept):
+            log.info(
+                "kept the Delta logs of %d tables: %d expired files removed, %d checkpoints written, "
+                "log retention given to %d",
+                len(kept),
+                removed,
+                sum(k.checkpoint_written for k in kept),
+                sum(k.retention_set for k in kept),
+            )
+        return kept

@@ -611,6 +611,17 @@ class Metrics:
             "Load worker processes that ended mid-batch (killed, out of memory); each was replaced, its batch retried.",
             registry=r,
         )
+        self.delta_log_files_removed = Counter(
+            "loader_delta_log_files_removed",
+            "Expired Delta log files removed by the log-keeping job ([maintenance] log_keeping_seconds).",
+            registry=r,
+        )
+        self.delta_log_problems = Gauge(
+            "loader_delta_log_problems",
+            "Tables whose newest checkpoint could not be read at the last log-keeping run (their logs are "
+            "left as they are; the log names each).",
+            registry=r,
+        )
         self.acceptor_requests = Counter(
             "loader_acceptor_requests",
             "Requests the acceptor processes handed the service (intake.acceptors): way=checked, rows checked "
