@@ -147,11 +147,12 @@ class MaintenanceConfig(BaseModel):
     #: Seconds between vacuums; 0 disables. Files younger than the retention stay.
     vacuum_seconds: float = Field(default=86400.0, ge=0)
     vacuum_retention_hours: int = Field(default=168, ge=0)
-    #: ``delta.logRetentionDuration`` given to tables that set none (the loader's own, and
-    #: tables made by others that leave Delta's 30 days): commit files older than this go at
-    #: the next checkpoint or log-keeping run (docs/tuning.md, "Tables that age"). Time travel
-    #: reaches back this far. 0: tables keep Delta's default.
-    log_retention_hours: int = Field(default=72, ge=0, le=1_000_000)
+    #: ``delta.logRetentionDuration`` of the tables the loader creates (others keep theirs,
+    #: Delta's 30 days unless set): commit files older than this go at the next checkpoint or
+    #: log-keeping run (docs/tuning.md, "Tables that age"). Time travel, and a join view's
+    #: windows and lag, reach back this far: keep it, as ``vacuum_retention_hours``, above the
+    #: longest (docs/join-views.md). 0: Delta's default.
+    log_retention_hours: int = Field(default=168, ge=0, le=1_000_000)
     #: Seconds between log-keeping runs (each table's newest checkpoint verified, a checkpoint
     #: written when far behind, expired log files cleaned: loader/ops/delta_log.py); 0 disables.
     log_keeping_seconds: float = Field(default=3600.0, ge=0)

@@ -73,10 +73,10 @@ from loader.loading.failures import table_refusal
 from loader.loading.observed import ObservedRecord
 from loader.loading.sinks.base import Sink
 from loader.loading.sinks.delta_table import DeltaTables
+from loader.loading.sinks.log_cleanup import RETENTION, retention_value
 from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import spark_unreachable
 from loader.loading.views.registry import JoinViews
-from loader.ops.delta_log import RETENTION, retention_value
 from loader.ops.maintenance import Maintenance, Schedule
 from loader.ops.metrics import Metrics
 from loader.ops.status import TableStatuses
@@ -180,7 +180,6 @@ class LoaderService:
                 m.vacuum_seconds,
                 m.vacuum_retention_hours,
                 m.log_keeping_seconds,
-                m.log_retention_hours,
             ),
             save_catalog=self._every_second,
             intake=self.intake,

@@ -33,7 +33,8 @@ from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
 from loader.intake.submission import WAL_HEAL_SECONDS, Intake
 from loader.loading.dispatcher import Dispatcher
-from loader.ops.delta_log import LAST_CHECKPOINT, LogKept, keep_log
+from loader.loading.sinks.log_cleanup import LAST_CHECKPOINT
+from loader.ops.delta_log import LogKept, keep_log
 from loader.ops.heap import HeapKeeper
 from loader.ops.metrics import Metrics
 
@@ -50,7 +51,6 @@ class Schedule:
     vacuum_seconds: float
     vacuum_retention_hours: int
     log_keeping_seconds: float = 0.0
-    log_retention_hours: int = 0
 
 
 class Maintenance:
@@ -178,18 +178,17 @@ class Maintenance:
     async def keep_logs(self) -> list[LogKept]:
         """Each table's Delta log kept short (loader/ops/delta_log.py); a table whose newest
         checkpoint cannot be read is reported, and its log left alone."""
-        hours = self.schedule.log_retention_hours
         kept: list[LogKept] = []
         for table in list(self.intake.tables):
-            outcome = await self._with_table_held(table, functools.partial(keep_log, table, retention_hours=hours))
+            outcome = await self._with_table_held(table, functools.partial(keep_log, table))
             if outcome is not None:
                 kept.append(outcome)
         problems = [k for k in kept if k.problem is not None]
         for k in problems:
             log.error(
-                "the Delta log of table %s was not cleaned: %s. Its commits are kept, but deltalake cannot open the "
-                "table while its newest checkpoint is unreadable: restore the file, or remove %s so that readers "
-                "replay the commits, then write a new checkpoint (DeltaTable.create_checkpoint)",
+                "the Delta log of table %s was not cleaned: %s. Its files are kept as they are; if readers cannot "
+                "open the table, restore the checkpoint, or remove %s so that they replay the commits, then write a "
+                "new checkpoint (DeltaTable.create_checkpoint)",
                 k.table,
                 k.problem,
                 LAST_CHECKPOINT,
@@ -198,13 +197,11 @@ class Maintenance:
         if self.metrics is not None:
             self.metrics.delta_log_files_removed.inc(removed)
             self.metrics.delta_log_problems.set(len(problems))
-        if removed or any(k.checkpoint_written or k.retention_set for k in kept):
+        if removed or any(k.checkpoint_written for k in kept):
             log.info(
-                "kept the Delta logs of %d tables: %d expired files removed, %d checkpoints written, "
-                "log retention given to %d",
+                "kept the Delta logs of %d tables: %d expired files removed, %d checkpoints written",
                 len(kept),
                 removed,
                 sum(k.checkpoint_written for k in kept),
-                sum(k.retention_set for k in kept),
             )
         return kept

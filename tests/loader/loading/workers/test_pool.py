@@ -260,10 +260,29 @@ def test_a_worker_that_ends_is_read_to_its_end_first(tmp_path: Path, replies: bo
     )
     child = subprocess.Popen([sys.executable, "-c", script, str(theirs.fileno())], pass_fds=[theirs.fileno()])
     theirs.close()
-    child.wait()  # ended before the first poll: the order the race came to
-    worker = WorkerProcess(0, _options(tmp_path), _process=child, _conn=Connection(ours.detach()))
+    child.wait()
+
+    class LatePoll:
+        """The race: the first timed poll sees nothing; the process is then seen ended."""
+
+        def __init__(self, conn: Connection) -> None:
+            self.conn, self.polls = conn, 0
+
+        def poll(self, timeout: float = 0.0) -> bool:
+            self.polls += 1
+            return False if self.polls == 1 else self.conn.poll(timeout)
+
+        def recv(self) -> object:
+            return self.conn.recv()
+
+        def close(self) -> None:
+            self.conn.close()
+
+    late = LatePoll(Connection(ours.detach()))
+    worker = WorkerProcess(0, _options(tmp_path), _process=child, _conn=late)  # type: ignore[arg-type]
     if replies:
         assert worker._receive(5.0) == "done"
     else:
         with pytest.raises(WorkerDied, match=r"load worker 0 \(pid None\) ended mid-answer, exit code 3"):
             worker._receive(5.0)
+    assert late.polls == 2  # the answer (or its absence) came from the check after the process ended
