@@ -43,7 +43,9 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
 - ``retire.after-save``: a drained retiring table left the catalog and the catalog is saved;
   with ``?purge=true`` its Delta table and files are not removed yet;
 - ``schema.after-catalog``: a table's new schema is saved in the catalog, its Delta table
-  not yet changed (loader/service.py ``change_schema``).
+  not yet changed (loader/service.py ``change_schema``);
+- ``log.cleanup.delete``: an expired Delta log file was deleted and the next not yet (the
+  log-keeping job, the loader's own checkpoints: loader/loading/sinks/log_cleanup.py).
 
 ``NAME=N@SECONDS`` works for every point but ``wal.torn-write`` (a torn write is at the
 write): the kill comes that many seconds after the N-th pass instead of at it.
@@ -91,6 +93,7 @@ POINTS = frozenset(
         "view.before-commit",
         "view.after-commit",
         "schema.after-catalog",
+        "log.cleanup.delete",
     }
 )
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from loader.core import failpoints
+
 RETENTION = "delta.logRetentionDuration"
 LAST_CHECKPOINT = "_last_checkpoint"
 #: Delta's default ``delta.logRetentionDuration``.
@@ -149,4 +151,5 @@ def clean_expired(log_dir: Path, retention: float, readers_from: int, now: float
     doomed = sorted((v, name) for name, (v, mtime) in ages.items() if v < anchor and mtime < cutoff)
     for _, name in doomed:
         (log_dir / name).unlink(missing_ok=True)
+        failpoints.hit("log.cleanup.delete")
     return len(doomed)

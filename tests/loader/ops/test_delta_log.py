@@ -9,14 +9,18 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
+from loader.core import failpoints
 from loader.core.updates import Batch
 from loader.durability.transactions import app_id
 from loader.loading.sinks.delta_rs import DeltaRsSink
@@ -143,8 +147,6 @@ def test_the_service_gives_the_tables_it_creates_their_retention_and_interval() 
 
 def test_rows_written_before_the_cut_read_back_after_it(tmp_path: Path) -> None:
     """The cut keeps the data: files added early in the table's life are in the checkpoint."""
-    from deltalake import write_deltalake
-
     root = tmp_path / "t"
     first = pa.table({"id": pa.array(range(5), pa.int64())})
     write_deltalake(str(root), first, configuration=PROPERTIES)
@@ -207,3 +209,23 @@ def test_the_cut_keeps_a_checkpoint_at_or_before_the_oldest_young_commit(tmp_pat
     assert clean_expired(log_dir, 50, readers_from=30, now=now) == 20 + 1  # commits 0-19, checkpoint 10
     left = sorted(os.listdir(log_dir))
     assert left[0] == f"{20:020d}.checkpoint.parquet" and f"{20:020d}.json" in left
+
+
+@pytest.mark.parametrize("kill_at", [1, 250])
+def test_a_kill_midway_through_the_cut_leaves_a_table_that_reads_the_same(tmp_path: Path, kill_at: int) -> None:
+    """Files go oldest first: whenever the process dies, the log starts later, never with a gap."""
+    root = tmp_path / "t"
+    create_table(root, ORDERS.arrow(), [], name="t", properties=PROPERTIES)
+    rows = order_rows(random.Random(5), range(20))
+    write_deltalake(str(root), rows.cast(ORDERS.arrow()), mode="append")
+    age_table(root, "t", 400, checkpoint_every=200)
+    script = "import sys, pathlib, loader.ops.delta_log as d; d.keep_log('t', pathlib.Path(sys.argv[1]))"
+    env = {**os.environ, failpoints.ENV: f"log.cleanup.delete={kill_at}"}
+    done = subprocess.run([sys.executable, "-c", script, str(root)], env=env, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+
+    table = DeltaTable(str(root))
+    assert table.version() == 401 and table.transaction_version(app_id("t")) == 400
+    assert by_id(read_delta(root)) == by_id(rows)
+    assert keep_log("t", root).problem is None  # the next run finishes the cut
+    assert by_id(read_delta(root)) == by_id(rows)
