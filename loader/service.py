@@ -324,7 +324,8 @@ class LoaderService:
         for record in list(self.catalog.retired.values()):
             if record.purge and not record.purged and self.catalog.gone(record.name) is not None:
                 await self._purge(record)
-        committed = await asyncio.to_thread(committed_seqs, s.warehouse_path, names)
+        known = {name: entry.delta_version for name, entry in self.catalog.entries.items()}
+        committed = await asyncio.to_thread(committed_seqs, s.warehouse_path, names, known)
         for name, record in self.catalog.retired.items():
             # Every sequence number up to a retired table's last is done, whatever Delta
             # says (a purged table has no log; a name registered again starts above it).

@@ -9,7 +9,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from loader.durability.transactions import app_id, committed_seq, committed_seqs
+from loader.durability.transactions import app_id, committed_at, committed_seq, committed_seqs
 
 SCHEMA = pa.schema([("k", pa.int64())])
 
@@ -41,3 +41,33 @@ def test_every_tables_version_is_read_and_a_missing_table_is_zero(tmp_path: Path
         commit(str(tmp_path / name), seq, name)
     found = committed_seqs(tmp_path, names)
     assert found == {name: (k + 1 if k < 30 else 0) for k, name in enumerate(names)}
+
+
+def test_a_known_last_commit_is_read_from_its_file_and_anything_after_it_defers_to_deltalake(tmp_path: Path) -> None:
+    """Recovery's shortcut (``committed_at``): exact when the catalog's version is the newest,
+    None (deltalake decides) when a commit or a checkpoint came after it or the file is gone."""
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), SCHEMA)
+    assert committed_at(path, "t", 0) == 0  # created, never loaded
+    for seq in (3, 7):
+        commit(str(path), seq, "t")
+    assert committed_at(path, "t", 2) == 7 == committed_seq(path, "t")
+    assert committed_at(path, "t", 1) is None  # version 2 came after it
+    assert committed_at(path, "t", 0) is None
+    commit(str(path), 9, "other")  # another table's transaction: not ours, and after ours
+    assert committed_at(path, "t", 2) is None
+    assert committed_at(path, "other", 3) == 9
+    DeltaTable(str(path)).create_checkpoint()
+    (path / "_delta_log" / f"{3:020d}.json").rename(path / "_delta_log" / "moved")
+    assert committed_at(path, "t", 2) is None  # (the hint names checkpoint 3, after version 2)
+    assert committed_seqs(tmp_path, ["t"], {"t": 2}) == {"t": 7}  # deltalake's answer
+
+
+def test_recovery_takes_the_catalogs_versions_where_they_hold(tmp_path: Path) -> None:
+    names = ["a", "b", "c"]
+    for seq, name in enumerate(names, start=1):
+        DeltaTable.create(str(tmp_path / name), SCHEMA)
+        commit(str(tmp_path / name), seq * 10, name)
+    commit(str(tmp_path / "c"), 31, "c")  # after the catalog's save: deltalake reads it
+    known = {"a": 1, "b": None, "c": 1}
+    assert committed_seqs(tmp_path, [*names, "missing"], known) == {"a": 10, "b": 20, "c": 31, "missing": 0}
