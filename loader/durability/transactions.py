@@ -21,6 +21,9 @@ from deltalake.exceptions import TableNotFoundError
 #: commitInfo field of every load's commit: the data interval end of its batch (the last
 #: update's release). A join view's seconds window reads it back after a restart.
 DATA_UNTIL_KEY = "loader.data_until"
+#: Commits after the catalog's version that recovery reads itself before it leaves the table to
+#: deltalake (a second of loads, a compaction; at more, deltalake's replay is the cheaper).
+FORWARD_COMMITS = 32
 
 
 def app_id(table: str) -> str:
@@ -54,40 +57,60 @@ def committed_seq(path: Path, table: str) -> int:
     return version or 0
 
 
-def committed_at(path: Path, table: str, version: int) -> int | None:
-    """The table's transaction version read from one commit file, when the log shows that
-    ``version`` is still its newest: that commit holds the loader's transaction (or, version 0,
-    is the table's creation, before any load) and no commit follows it. None: it cannot tell.
+def committed_at(path: Path, table: str, version: int, limit: int = FORWARD_COMMITS) -> int | None:
+    """The table's transaction version read from its commit files from ``version`` on, when
+    that commit is the loader's (or, version 0, the table's creation) and at most ``limit``
+    commits follow it: the last of them naming the loader's transaction says it, else the one
+    at ``version``. None: it cannot tell (then deltalake opens the table).
 
     Why: opening a table with deltalake lists its whole log and replays it from the last
     checkpoint, about a millisecond a table and more as the log grows, 10.3 s for a restart of
-    10,000 tables (BENCHMARKS.md, "Control plane"); this is two file operations. The version
-    comes from the catalog (``CatalogEntry.delta_version``, the loader's last commit), saved
-    every second: a commit since then is the next file, and then deltalake decides. A stale
-    answer could only be low (the log cannot go back to a lower transaction), which recovery
-    meets safely: the loads check the transaction again and skip what Delta holds.
+    10,000 tables (BENCHMARKS.md, "Control plane"); this reads a file or a few. The version
+    comes from the catalog (``CatalogEntry.delta_version``, the loader's last commit, saved
+    every second); commits since then (a load after the save, a compaction) are read too. The
+    versions of a log are consecutive files, and log cleanup deletes only files before a
+    checkpoint, so the first missing one is the end unless ``_last_checkpoint`` names a later
+    version (checked). A stale answer could only be low (a transaction version never goes
+    back), which recovery meets safely: the loads check the transaction and skip what Delta holds.
     """
     log_dir = path / "_delta_log"
-    if (log_dir / f"{version + 1:020d}.json").exists():
-        return None
-    try:  # a checkpoint after it says there were later commits (log cleanup deletes only before one)
-        if int(json.loads((log_dir / "_last_checkpoint").read_bytes())["version"]) > version:
+    app = app_id(table)
+    seq: int | None = None
+    current = version
+    while True:
+        try:
+            lines = (log_dir / f"{current:020d}.json").read_bytes().splitlines()
+        except FileNotFoundError:  # the end of the log (or, at ``version``, cleaned away)
+            if current == version:
+                return None
+            break
+        ours = _transaction(lines, app)
+        if ours is not None:
+            seq = ours
+        elif current == version:  # not the loader's commit: the catalog's version is not its last
+            if version != 0:
+                return None
+            seq = 0  # the table's creation, before any load
+        current += 1
+        if current - version > limit:
+            return None
+    try:  # a checkpoint after the end says there were later commits
+        if int(json.loads((log_dir / "_last_checkpoint").read_bytes())["version"]) >= current:
             return None
     except FileNotFoundError:
         pass
     except (ValueError, KeyError, TypeError):
         return None
-    try:
-        lines = (log_dir / f"{version:020d}.json").read_bytes().splitlines()
-    except FileNotFoundError:  # (cleaned away, or no such table)
-        return None
-    app = app_id(table)
+    return seq
+
+
+def _transaction(lines: list[bytes], app: str) -> int | None:
     for line in lines:
         if b'"txn"' in line:
             action = json.loads(line).get("txn")
             if isinstance(action, dict) and action.get("appId") == app:
                 return int(action["version"])
-    return 0 if version == 0 else None
+    return None
 
 
 def committed_seqs(

@@ -43,24 +43,26 @@ def test_every_tables_version_is_read_and_a_missing_table_is_zero(tmp_path: Path
     assert found == {name: (k + 1 if k < 30 else 0) for k, name in enumerate(names)}
 
 
-def test_a_known_last_commit_is_read_from_its_file_and_anything_after_it_defers_to_deltalake(tmp_path: Path) -> None:
-    """Recovery's shortcut (``committed_at``): exact when the catalog's version is the newest,
-    None (deltalake decides) when a commit or a checkpoint came after it or the file is gone."""
+def test_a_known_last_commit_is_read_from_its_file_and_the_few_after_it(tmp_path: Path) -> None:
+    """Recovery's shortcut (``committed_at``): the commits from the catalog's version to the end
+    of the log, read as files; None (deltalake decides) where it cannot tell."""
     path = tmp_path / "t"
     DeltaTable.create(str(path), SCHEMA)
     assert committed_at(path, "t", 0) == 0  # created, never loaded
     for seq in (3, 7):
         commit(str(path), seq, "t")
     assert committed_at(path, "t", 2) == 7 == committed_seq(path, "t")
-    assert committed_at(path, "t", 1) is None  # version 2 came after it
-    assert committed_at(path, "t", 0) is None
-    commit(str(path), 9, "other")  # another table's transaction: not ours, and after ours
-    assert committed_at(path, "t", 2) is None
-    assert committed_at(path, "other", 3) == 9
+    assert committed_at(path, "t", 1) == 7  # a load after the catalog's save is read too
+    assert committed_at(path, "t", 0) == 7
+    commit(str(path), 9, "other")  # another writer's commit after ours (say a compaction)
+    assert committed_at(path, "t", 2) == 7
+    assert committed_at(path, "t", 3) is None  # the catalog's version is not a commit of ours
+    assert committed_at(path, "t", 1, limit=2) is None  # too many after it: deltalake's
     DeltaTable(str(path)).create_checkpoint()
     (path / "_delta_log" / f"{3:020d}.json").rename(path / "_delta_log" / "moved")
-    assert committed_at(path, "t", 2) is None  # (the hint names checkpoint 3, after version 2)
+    assert committed_at(path, "t", 2) is None  # the hint names checkpoint 3, past the files' end
     assert committed_seqs(tmp_path, ["t"], {"t": 2}) == {"t": 7}  # deltalake's answer
+    assert committed_at(path, "t", 9) is None  # no such version
 
 
 def test_recovery_takes_the_catalogs_versions_where_they_hold(tmp_path: Path) -> None:
