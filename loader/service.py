@@ -9,7 +9,9 @@ Start-up order matters for correctness and for first-run speed:
    same data must fail before it writes anything), the catalog, the Idempotency-Key
    snapshot, the pending store (its spill directory emptied: the WAL rebuilds it), the
    quarantine;
-2. recovery: each table's Delta transaction version, then the WAL replayed one record at
+2. recovery: each table's Delta transaction version (read from the commit files after the
+   catalog's last known version where they tell, by deltalake otherwise:
+   ``loader.durability.transactions.committed_at``), then the WAL replayed one record at
    a time into the pending store (which spills), so a restart after a burst needs no more
    memory than the burst did;
 3. Spark starts in the background (~5 s; with ``[spark] mode = "connect"`` the local Spark
