@@ -5,7 +5,7 @@ Why. Every load is a commit file in ``_delta_log``, and Delta keeps commit files
 second that is millions of files in one directory. deltalake lists the whole directory to
 open a table or bring a handle up to date (on a local disk it cannot list from a version
 onwards), so an aged table's open and refresh grow with its age, not its feed (BENCHMARKS.md,
-"Tables that age": at 100,000 commits an outside reader's open took 16x a new table's).
+"Tables that age": at 100,000 commits an outside reader's open took 19x a new table's).
 
 What this does, per table:
 
