@@ -27,11 +27,12 @@ from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.sinks.delta_table import create_table
 from loader.loading.sinks.log_cleanup import RETENTION, clean_expired, newest_checkpoint, retention_value
 from loader.ops.delta_log import keep_log
-from loader.ops.maintenance import Maintenance, Schedule
+from loader.ops.maintenance import Schedule
 from loader.ops.metrics import Metrics
 from testing.aged_tables import age_table
 from testing.tables import read_delta
 from tests.loader.loading.test_sinks import ORDERS, by_id, order_rows, rows_update
+from tests.loader.ops.test_maintenance import stubbed
 
 #: The tables' retention, as the loader gives the tables it creates.
 PROPERTIES = {"delta.checkpointInterval": "20", RETENTION: retention_value(168)}
@@ -113,19 +114,9 @@ def test_an_unreadable_newest_checkpoint_is_reported_and_nothing_is_deleted(tmp_
     metrics = Metrics()
     stub = SimpleNamespace(tables={"orders": None}, hold=lambda t: None, release_hold=lambda t: None)
     stub.is_running = lambda t: False
-    maintenance = Maintenance(
-        Schedule(3600, 0, 0, 168, log_keeping_seconds=3600),
-        save_catalog=lambda: asyncio.sleep(0),
-        intake=stub,  # type: ignore[arg-type]
-        dispatcher=stub,  # type: ignore[arg-type]
-        wal=stub,  # type: ignore[arg-type]
-        idempotency=stub,  # type: ignore[arg-type]
-        idempotency_path=tmp_path / "keys",
-        quarantine=stub,  # type: ignore[arg-type]
-        warehouse=aged.parent,
-        ready=lambda: True,
-        metrics=metrics,
-    )
+    schedule = Schedule(3600, 0, 0, 168, log_keeping_seconds=3600)
+    nothing = lambda: asyncio.sleep(0)  # noqa: E731
+    maintenance = stubbed(schedule, stub, aged.parent, save_catalog=nothing, ready=True, metrics=metrics)
     kept = asyncio.run(maintenance.keep_logs())
 
     assert [k.problem is not None for k in kept] == [True]

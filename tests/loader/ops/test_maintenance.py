@@ -4,10 +4,37 @@ save or a compaction cut short would leave its file or commit half done)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 from loader.ops.maintenance import Maintenance, Schedule
+from loader.ops.metrics import Metrics
+
+
+def stubbed(
+    schedule: Schedule,
+    stub: object,
+    warehouse: Path,
+    *,
+    save_catalog: Callable[[], Awaitable[None]],
+    ready: bool = False,
+    metrics: Metrics | None = None,
+) -> Maintenance:
+    """Maintenance whose service parts are all ``stub`` (each test gives it what its jobs use)."""
+    return Maintenance(
+        schedule,
+        save_catalog=save_catalog,
+        intake=stub,  # type: ignore[arg-type]
+        dispatcher=stub,  # type: ignore[arg-type]
+        wal=stub,  # type: ignore[arg-type]
+        idempotency=stub,  # type: ignore[arg-type]
+        idempotency_path=warehouse / "keys",
+        quarantine=stub,  # type: ignore[arg-type]
+        warehouse=warehouse,
+        ready=lambda: ready,
+        metrics=metrics,
+    )
 
 
 def test_a_stop_lets_the_running_job_finish(tmp_path: Path) -> None:
@@ -25,18 +52,7 @@ def test_a_stop_lets_the_running_job_finish(tmp_path: Path) -> None:
             return None
 
         stub = SimpleNamespace(heal=heal, pending=SimpleNamespace(spill_error=None), tables={})
-        maintenance = Maintenance(
-            Schedule(wal_truncate_seconds=3600, compact_seconds=0, vacuum_seconds=0, vacuum_retention_hours=168),
-            save_catalog=slow_catalog_save,
-            intake=stub,  # type: ignore[arg-type]
-            dispatcher=stub,  # type: ignore[arg-type]
-            wal=stub,  # type: ignore[arg-type]
-            idempotency=stub,  # type: ignore[arg-type]
-            idempotency_path=tmp_path / "keys",
-            quarantine=stub,  # type: ignore[arg-type]
-            warehouse=tmp_path,
-            ready=lambda: False,
-        )
+        maintenance = stubbed(Schedule(3600, 0, 0, 168), stub, tmp_path, save_catalog=slow_catalog_save)
         maintenance.start()
         await asyncio.wait_for(started.wait(), 10)  # the first catalog save, a second in
         await maintenance.stop()
