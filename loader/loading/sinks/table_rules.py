@@ -82,6 +82,9 @@ LEGACY_WRITER_FEATURES: dict[int, frozenset[str]] = {
     ),
 }
 MAX_READER_VERSION, MAX_WRITER_VERSION = 3, 7
+#: A table property under which Delta expires application transactions (refused: the loader's
+#: exactly-once key is its application transaction, loader/durability/transactions.py).
+TRANSACTION_EXPIRY = "delta.setTransactionRetentionDuration"
 
 #: Writer features the embedded writer (Spark-written Parquet, deltalake commit) honours, and how.
 HONOURED: dict[str, str] = {
@@ -194,6 +197,9 @@ class TableRules:
     identity_columns: tuple[str, ...]
     #: Rules the table declares in a form the loader cannot read (what, and why).
     unreadable: tuple[str, ...] = ()
+    #: ``delta.setTransactionRetentionDuration``, when the table sets one: Delta then expires
+    #: application transactions, the loader's exactly-once key among them.
+    transaction_expiry: str | None = None
 
     @classmethod
     def read(cls, table: str, delta: DeltaTable) -> TableRules:
@@ -240,6 +246,7 @@ class TableRules:
             # a table whose property says append-only is not rewritten by the loader.
             append_only=configuration.get("delta.appendOnly", "false").strip().lower() == "true",
             column_mapping=configuration.get("delta.columnMapping.mode", "none").strip().lower(),
+            transaction_expiry=configuration.get(TRANSACTION_EXPIRY),
             constraints=constraints,
             invariants=tuple(invariants),
             generated=tuple(generated),
@@ -272,6 +279,14 @@ class TableRules:
             refused = self._feature_refusal(write)
             if refused is not None:
                 return refused
+        if self.transaction_expiry is not None:  # both writers: the key is the loader's, not theirs
+            return self.refuse(
+                "rule_unsupported",
+                f"{TRANSACTION_EXPIRY} is {self.transaction_expiry!r}, so Delta forgets application transactions "
+                "older than that, and the loader's exactly-once key is one (a batch replayed after a crash, or an "
+                "update retried, would load twice once its table's transaction expired); unset the property to let "
+                "the loader write",
+            )
         if write == "merge" and self.append_only:
             return self.refuse(
                 "append_only",

@@ -355,3 +355,23 @@ def test_a_group_job_loads_tables_with_rules_alone_and_refuses_what_a_table_refu
     assert isinstance(tracked, TableRefusesWrites) and tracked.reason == "writer_feature"
     assert [sink.committed_seq(n) for n in names] == [1, 1, 0, 0]
     assert ids(sink.table_path("plain")) == [1, 2] and ids(sink.table_path("checked")) == [3]
+
+
+def test_a_table_that_expires_transactions_is_refused_until_it_stops(tmp_path: Path) -> None:
+    """deltalake forgets an expired application transaction (found by a review: the loader's
+    transaction read back as None), so a replayed batch would load twice: no writes until the
+    property goes."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
+    DeltaTable(path).alter.set_table_properties({table_rules.TRANSACTION_EXPIRY: "interval 1 days"})
+    rules = table_rules.TableRules.read("t", DeltaTable(path))
+    for writer in ("delta-rs", "delta-spark"):
+        refused = rules.refusal("append", writer)  # type: ignore[arg-type]
+        assert isinstance(refused, TableRefusesWrites) and refused.reason == "rule_unsupported"
+        assert "delta.setTransactionRetentionDuration is 'interval 1 days'" in str(refused)
+    assert table_rules.TableRules.read("t2", _plain(tmp_path / "t2")).refusal("append") is None
+
+
+def _plain(path: Path) -> DeltaTable:
+    write_deltalake(str(path), pa.table({"id": pa.array([1], pa.int64())}))
+    return DeltaTable(str(path))
