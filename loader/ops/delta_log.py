@@ -40,8 +40,14 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from loader.loading.sinks.log_cleanup import RETENTION, clean_expired, newest_checkpoint, retention_seconds
-from loader.loading.sinks.log_commit import DEFAULT_CHECKPOINT_INTERVAL
+from loader.loading.sinks.log_cleanup import (
+    RETENTION,
+    clean_expired,
+    cleanup_enabled,
+    newest_checkpoint,
+    retention_seconds,
+)
+from loader.loading.sinks.log_commit import checkpoint_interval
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,7 @@ def keep_log(table: str, path: Path) -> LogKept:
         return LogKept(table, before, before, problem=problem)
     delta = DeltaTable(str(path))
     configuration = delta.metadata().configuration
-    try:
-        interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
-    except ValueError:
-        interval = DEFAULT_CHECKPOINT_INTERVAL
+    interval = checkpoint_interval(configuration)
     version = delta.version()
     written = False
     if interval > 0 and version - (checkpoint if checkpoint is not None else -1) > 2 * interval:
@@ -86,10 +89,9 @@ def keep_log(table: str, path: Path) -> LogKept:
         if problem is not None:
             return LogKept(table, before, _log_files(log_dir), checkpoint_written=True, problem=problem)
     retention = retention_seconds(configuration)
-    cleanup = configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false"
     if retention is None:
         problem = f"its {RETENTION} {configuration.get(RETENTION)!r} is not an interval Delta reads"
         return LogKept(table, before, _log_files(log_dir), checkpoint_written=written, problem=problem)
-    if cleanup and checkpoint is not None:
+    if cleanup_enabled(configuration) and checkpoint is not None:
         clean_expired(log_dir, retention, checkpoint)
     return LogKept(table, before, _log_files(log_dir), checkpoint_written=written)

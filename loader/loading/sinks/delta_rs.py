@@ -45,7 +45,7 @@ from loader.loading.sinks.base import load_each
 from loader.loading.sinks.delta_table import STAGING_PREFIX, DeltaSinkBase, remove_staging, unloaded_part
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import GroupMember, describe, run_group_job
-from loader.loading.sinks.log_cleanup import clean_expired, retention_seconds
+from loader.loading.sinks.log_cleanup import clean_expired, cleanup_enabled, retention_seconds
 from loader.loading.sinks.log_commit import PLAIN_FEATURES, checkpoint_due, commit_next, log_entry
 from loader.loading.sinks.table_rules import RuleChecks, TableRules, committing, opening
 from loader.loading.sinks.upsert import ordered_rows, upsert_with_deltalake
@@ -433,8 +433,8 @@ class DeltaRsSink(DeltaSinkBase):
             delta.create_checkpoint()
             configuration = delta.metadata().configuration
             retention = retention_seconds(configuration)
-            cleanup = configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false"
-            if cleanup and retention is not None:  # (not deltalake's cleanup_metadata: log_cleanup.py says why)
+            # (not deltalake's cleanup_metadata: log_cleanup.py says why)
+            if cleanup_enabled(configuration) and retention is not None:
                 clean_expired(self.table_path(table) / "_delta_log", retention, delta.version())
         except Exception:
             log.warning("could not write a checkpoint of %s at version %d", table, delta.version(), exc_info=True)

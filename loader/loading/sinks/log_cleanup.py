@@ -17,6 +17,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -55,7 +56,12 @@ def retention_value(hours: int) -> str:
     return f"interval {hours} hours"
 
 
-def retention_seconds(configuration: dict[str, str]) -> float | None:
+def cleanup_enabled(configuration: Mapping[str, str]) -> bool:
+    """Whether the table lets writers delete its expired log files (``delta.enableExpiredLogCleanup``)."""
+    return configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false"
+
+
+def retention_seconds(configuration: Mapping[str, str]) -> float | None:
     """The table's ``delta.logRetentionDuration`` in seconds (Delta's interval syntax,
     ``interval 72 hours``); None when it cannot be read (then nothing is cleaned)."""
     text = configuration.get(RETENTION)

@@ -114,8 +114,13 @@ def checkpoint_due(version: int, configuration: Mapping[str, str]) -> bool:
     """Whether deltalake's post-commit hook would write a checkpoint after committing
     ``version``: deltalake 1.6.6 writes one when ``version + 1`` is a multiple of the
     interval (versions 2, 5, 8 at an interval of 3; tests/loader/loading/test_log_commit.py)."""
-    try:
-        interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
-    except ValueError:
-        interval = DEFAULT_CHECKPOINT_INTERVAL
+    interval = checkpoint_interval(configuration)
     return interval > 0 and (version + 1) % interval == 0
+
+
+def checkpoint_interval(configuration: Mapping[str, str]) -> int:
+    """The table's ``delta.checkpointInterval`` (Delta's default when unset or unreadable)."""
+    try:
+        return int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+    except ValueError:
+        return DEFAULT_CHECKPOINT_INTERVAL
