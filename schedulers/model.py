@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schedulers.keys.cost import Rewrite
 from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyPolicy
 
 #: Smoothing factor of the online period estimate (an EWMA of update lengths).
@@ -24,7 +25,8 @@ class KeyedSpec(BaseModel):
     """A latest table (UpStream section 5) as the scheduler knows it.
 
     Its batch loads the values waiting in the updates it takes, one per key, so it costs
-    ``overhead + per_key * keys`` rather than the append model's ``alpha * length``:
+    ``overhead + per_key * keys + rewrite.seconds(keys)`` rather than the append model's
+    ``alpha * length`` (``rewrite``: the stored rows a MERGE copies, schedulers/keys/cost.py):
     however many updates a hot key got while it waited, it is upserted once. And with
     ``max_keys_per_batch`` a batch takes only the updates at the head of the key queue.
     """
@@ -36,6 +38,9 @@ class KeyedSpec(BaseModel):
     max_keys_per_batch: int | None = Field(default=None, ge=1, strict=True)
     #: Seconds to load one key's value (the live service fits it online).
     per_key: float = Field(default=0.0, ge=0.0, allow_inf_nan=False, strict=True)
+    #: What the table's upsert rewrites beyond its keys (a MERGE: the files holding them;
+    #: schedulers/keys/cost.py). The default rewrites nothing.
+    rewrite: Rewrite = Rewrite()
 
 
 class TableSpec(BaseModel):
@@ -165,6 +170,7 @@ class TableState:
         "resident_bytes",
         "keyed",
         "per_key",
+        "rewrite",
         "max_keys",
         "waiting_keys",
         "batch_keys",
@@ -193,6 +199,7 @@ class TableState:
         #: keys waiting, and the updates and keys the next batch would take.
         self.keyed = spec.keyed is not None
         self.per_key = spec.keyed.per_key if spec.keyed is not None else 0.0
+        self.rewrite = spec.keyed.rewrite if spec.keyed is not None else Rewrite()
         self.max_keys = spec.keyed.max_keys_per_batch if spec.keyed is not None else None
         self.waiting_keys = 0
         self.batch_keys = 0
@@ -276,9 +283,10 @@ class TableState:
     @property
     def batch_work(self) -> float:
         """The next batch's seconds beyond the overhead: per key loaded for a latest
-        table, per second of data otherwise (section 2's alpha * L)."""
+        table, and the rows its upsert rewrites; per second of data otherwise (section 2's
+        alpha * L)."""
         if self.keyed:
-            return self.per_key * self.batch_keys
+            return self.per_key * self.batch_keys + self.rewrite.seconds(self.batch_keys)
         return self.alpha * self.batch_length
 
     @property
@@ -294,7 +302,8 @@ class TableState:
         if not self.keyed or self.max_keys is None or self.batch_count >= self.pending_count:
             return self.batch_duration
         batches = max(1, math.ceil(self.waiting_keys / self.max_keys))
-        return batches * self.overhead + self.per_key * self.waiting_keys
+        rewrites = batches * self.rewrite.seconds(math.ceil(self.waiting_keys / batches))
+        return batches * self.overhead + self.per_key * self.waiting_keys + rewrites
 
     def forget_loaded(self) -> None:
         """Drop releases of finished batches (a long-running service must not keep them all).

@@ -35,6 +35,7 @@ from typing import Any
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, FreshnessSummary, low_bounds
 from schedulers.keys.backlog import KeyBacklog, TakenKey
+from schedulers.keys.cost import Rewrite
 from schedulers.keys.staleness import ApplicationStaleness, StalenessFigures
 from schedulers.model import BatchRecord, TableSpec, TableState, Trace
 from schedulers.stage_costs import StageCosts
@@ -90,24 +91,34 @@ class SimulationResult:
 Member = tuple[int, int, int, "list[TakenKey] | None"]  # (tid, lo, hi, a latest table's keys)
 
 
-def _work(spec: TableSpec, state: TableState, lo: int, hi: int, taken: list[TakenKey] | None) -> float:
-    """A batch's seconds beyond the overhead, as it really runs: per key for a latest table."""
+def _work(
+    spec: TableSpec, state: TableState, lo: int, hi: int, taken: list[TakenKey] | None, rewrite: Rewrite
+) -> float:
+    """A batch's seconds beyond the overhead, as it really runs: per key for a latest table,
+    and the stored rows its upsert rewrites (``rewrite``: the table as its batches grew it;
+    schedulers/keys/cost.py)."""
     if taken is not None and spec.keyed is not None:
-        return spec.keyed.per_key * len(taken)
+        return spec.keyed.per_key * len(taken) + rewrite.seconds(len(taken))
     rel = state.releases
     return state.alpha * (rel[hi - 1] - (rel[lo - 1] if lo else 0.0))
 
 
-def _job_seconds(specs: list[TableSpec], states: list[TableState], members: list[Member], job_overhead: float) -> float:
+def _job_seconds(
+    specs: list[TableSpec],
+    states: list[TableState],
+    members: list[Member],
+    job_overhead: float,
+    rewrites: list[Rewrite],
+) -> float:
     """The job's duration under the cost model of ``schedulers.job_groups`` (views apart)."""
     if len(members) == 1:
         tid, lo, hi, taken = members[0]
-        return states[tid].overhead + _work(specs[tid], states[tid], lo, hi, taken)
+        return states[tid].overhead + _work(specs[tid], states[tid], lo, hi, taken, rewrites[tid])
     total = job_overhead if any(specs[m[0]].view_of is None for m in members) else 0.0
     for tid, lo, hi, taken in members:
         state = states[tid]
         shared = job_overhead if specs[tid].view_of is None else 0.0
-        total += max(0.0, state.overhead - shared) + _work(specs[tid], state, lo, hi, taken)
+        total += max(0.0, state.overhead - shared) + _work(specs[tid], state, lo, hi, taken, rewrites[tid])
     return total
 
 
@@ -177,6 +188,10 @@ def simulate(
         raise ValueError("a trace with latest tables must give each update its keys (update_keys)")
     seen = [ApplicationStaleness() if b is not None else None for b in backlogs]
     keys_loaded = [0] * len(specs)
+    #: Per latest table, the trace's keys stored so far (``KeyedSpec.rewrite.stored_keys``
+    #: counts the keys held before the trace, apart from these).
+    stored: list[set[object]] = [set() for _ in specs]
+    rewrites = [spec.keyed.rewrite if spec.keyed is not None else Rewrite() for spec in specs]
     states = [
         TableState(tid, spec if key_costs else spec.model_copy(update={"keyed": None}))
         for tid, spec in enumerate(specs)
@@ -260,7 +275,12 @@ def simulate(
                     backlog = backlogs[tid]
                     assert backlog is not None
                     # c learns when the batch ends, as in the live store (a group's member: its own part)
-                    backlog.loaded(len(taken), state.overhead + _work(specs[tid], state, lo, hi, taken))
+                    backlog.loaded(len(taken), state.overhead + _work(specs[tid], state, lo, hi, taken, rewrites[tid]))
+                    new = {key.key for key in taken} - stored[tid]
+                    stored[tid] |= new
+                    rewrites[tid] = rewrites[tid].grown(len(new))
+                    if state.keyed:  # the policy's view (key_costs): the table as it is
+                        state.rewrite = rewrites[tid]
             heapq.heappush(free, worker)
             for tid, _, _, _ in members:
                 notify(tid, now)
@@ -325,7 +345,7 @@ def simulate(
                         hi = min(hi, lo + limit)
                     members.append((tid, lo, hi, None if backlog is None else backlog.take(hi - lo, now)))
                 if stages is None:
-                    finish = now + _job_seconds(specs, states, members, job_overhead)
+                    finish = now + _job_seconds(specs, states, members, job_overhead, rewrites)
                     commits = None
                 else:
                     offsets, seconds = stages.offsets([0.0] * len(members))

@@ -11,7 +11,9 @@ each time a load of an input finishes (``schedulers.simulator``).
 
 A latest table's line carries ``"keyed": {"policy": "in-place", "max_keys_per_batch": 100,
 "per_key": 0.0001}`` and each of its updates the keys of its rows, ``"keys": [17, 4, 17]``
-(integers or strings; ``schedulers.model.KeyedSpec``).
+(integers or strings; ``schedulers.model.KeyedSpec``); a MERGE's rewrite of the files its
+keys fall in, ``"rewrite": {"stored_keys": 10000000, "file_keys": 1048576, "per_row": 1e-7}``
+(``schedulers.keys.cost.Rewrite``).
 
 Schedule: one line per batch, the fields of ``schedulers.model.BatchRecord``.
 

@@ -69,7 +69,7 @@ from loader.durability.wal_format import parse_segment_name, scan_segment
 from loader.loading.sinks.delta_rs import STAGING_PREFIX
 from testing.prom import sample_value
 from testing.server_process import WORKER_LINE, ServerProcess, free_port, gone_within, write_config
-from testing.tables import read_delta
+from testing.tables import read_delta, read_duckdb
 
 TOKEN = "crash-test-operator-token-0001"
 #: Three append tables on two workers: a free worker meets two due tables and loads them in
@@ -85,7 +85,10 @@ SCHEMA = {
 }
 #: A latest table (docs/latest-tables.md) keyed by ``k = id % KEYS``, without ``order_by``:
 #: the last value to arrive wins, so the replay after a kill must keep arrival order. At
-#: most a few keys per load, so values wait behind a cut and loads split a backlog.
+#: most a few keys per load, so values wait behind a cut and loads split a backlog. Its
+#: upsert writes deletion vectors (upsert_dv.py; the MERGE's crashes are
+#: tests/system/test_latest_crash.py's), and the service compacts it every 5 s
+#: (dv_compaction.py: the ``compact.latest.*`` points).
 LATEST = "quotes"
 KEYS = 40
 LATEST_TABLE = {
@@ -101,6 +104,7 @@ LATEST_TABLE = {
     "key": ["k"],
     "key_policy": "linecutting-bounded",
     "max_keys_per_batch": 8,
+    "upsert": "deletion-vectors",
 }
 TABLES = (*APPEND_TABLES, LATEST)
 #: A join view (docs/join-views.md) over an append and the latest table: each alpha row with
@@ -174,10 +178,12 @@ def crash_config(
     spark_remote: str = "",
     memory_budget: int = MEMORY_BUDGET,
     acceptors: int = 0,
+    upsert: str = "deletion-vectors",
 ) -> Path:
-    """The service under trial: 2 workers, a tiny memory budget (spills), small WAL segments
-    truncated every second (crashes meet rolled and deleted segments), tables compacted
-    every 5 s (kills from outside may land in a compaction). ``spark_remote``: a running
+    """The service under trial (the latest table's ``upsert`` as given): 2 workers, a tiny
+    memory budget (spills), small WAL segments truncated every second (crashes meet rolled
+    and deleted segments), tables compacted every 5 s (kills from outside may land in a
+    compaction). ``spark_remote``: a running
     Spark Connect server to use (the suite's: each life then skips a JVM start) instead of
     the service's own, which each kill takes down with it. ``acceptors``: HTTP served by that
     many acceptor processes (api/acceptors/), which each kill of the service takes along."""
@@ -194,7 +200,10 @@ def crash_config(
             "spill": {"memory_budget_bytes": memory_budget},
             "intake": {"acceptors": acceptors},
             "auth_tokens": [{"name": "ops", "token": TOKEN, "role": "operator"}],
-            "tables": [*({"name": name, "schema": SCHEMA} for name in APPEND_TABLES), LATEST_TABLE],
+            "tables": [
+                *({"name": name, "schema": SCHEMA} for name in APPEND_TABLES),
+                LATEST_TABLE | {"upsert": upsert},
+            ],
             "views": [VIEW_DECLARATION],
         },
     )
@@ -475,6 +484,7 @@ class CrashTrial:
         pace: float = 0.02,
         memory_budget: int = MEMORY_BUDGET,
         acceptors: int = 0,
+        upsert: str = "deletion-vectors",
         log: Callable[[str], None] | None = None,
     ):
         """``final_spark_remote``: the final, clean start runs in connect mode over this
@@ -488,7 +498,7 @@ class CrashTrial:
         self.rng = random.Random(seed)
         self.log = log or (lambda message: None)
         self.kinds = KINDS if mode == "connect" else CLASSIC_KINDS
-        config = crash_config(workdir, self.port, mode, spark_remote, memory_budget, acceptors)
+        config = crash_config(workdir, self.port, mode, spark_remote, memory_budget, acceptors, upsert)
         self.server = ServerProcess(workdir, config, self.port, TOKEN)
         self.producers = Producers(
             self.server.base, TOKEN, seed, producers, pace=pace, landing=workdir / "data" / "landing"
@@ -915,19 +925,9 @@ def newest_per_key(acked: Sequence[Submission]) -> list[int]:
 
 
 def duckdb_rows(path: Path) -> int | None:
-    """Rows DuckDB reads from the Parquet files the Delta log lists (a second reader)."""
-    try:
-        import duckdb
-    except ImportError:
-        return None
-    uris = DeltaTable(str(path)).file_uris()
-    if not uris:
-        return 0
-    con = duckdb.connect()
-    try:
-        return int(con.execute("SELECT count(*) FROM read_parquet(?)", [uris]).fetchone()[0])
-    finally:
-        con.close()
+    """Rows DuckDB reads from the Parquet files the Delta log lists, each file's deleted rows
+    (its deletion vector) left out (a second reader: testing.tables.read_duckdb)."""
+    return read_duckdb(path).num_rows
 
 
 def view_check(warehouse: Path) -> ViewCheck:

@@ -14,10 +14,13 @@ from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
 from loader.core.schema import TableSchema
+from loader.loading.sinks import deletion_vectors
+from loader.loading.sinks.live_files import LiveFiles
 
 
 def read_delta(path: Path) -> pa.Table:
@@ -27,15 +30,40 @@ def read_delta(path: Path) -> pa.Table:
     abort at exit ("terminate called without an active exception", deltalake 1.6.6), which
     would turn a green pytest run into exit code 134.
     """
+    delta = DeltaTable(str(path))
+    if has_deletion_vectors(delta):  # (the pyarrow reader refuses them; the query engine applies them)
+        return read_delta_query(delta)
     fs = pa_fs.SubTreeFileSystem(str(path.resolve()), pa_fs.LocalFileSystem())
-    return DeltaTable(str(path)).to_pyarrow_table(filesystem=fs)
+    return delta.to_pyarrow_table(filesystem=fs)
 
 
-def read_duckdb(path: Path) -> pa.Table:
+def has_deletion_vectors(delta: DeltaTable) -> bool:
+    return "deletionVectors" in (delta.protocol().reader_features or [])
+
+
+def read_delta_query(delta: DeltaTable) -> pa.Table:
+    """The table through deltalake's query engine (DataFusion), which applies deletion vectors."""
+    return pa.table(QueryBuilder().register("t", delta).execute("SELECT * FROM t").read_all())
+
+
+def read_duckdb(path: Path, version: int | None = None) -> pa.Table:
+    """The table's files through DuckDB; a table with deletion vectors has each file's
+    deleted rows left out by their position (``file_row_number``), as a Delta reader does."""
     con = duckdb.connect()
     con.execute("SET TimeZone='UTC'")
-    uris = DeltaTable(str(path)).file_uris()
-    return con.read_parquet(uris, hive_partitioning=True).to_arrow_table()
+    delta = DeltaTable(str(path), version=version)
+    if not has_deletion_vectors(delta):
+        return con.read_parquet(delta.file_uris(), hive_partitioning=True).to_arrow_table()
+    live = LiveFiles(path)
+    live.advance(delta.version())
+    parts = []
+    for name, file in live.files.items():
+        rows = con.read_parquet(str(path / name), file_row_number=True).to_arrow_table()
+        if file.dv is not None:
+            gone = pa.array(sorted(deletion_vectors.read(path, file.dv)), pa.int64())
+            rows = rows.filter(pc.invert(pc.is_in(rows.column("file_row_number"), gone)))
+        parts.append(rows.drop_columns(["file_row_number"]))
+    return pa.concat_tables(parts) if parts else read_delta_query(delta).schema.empty_table()
 
 
 #: DuckDB's name of each column type.

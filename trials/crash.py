@@ -85,9 +85,15 @@ def schedule(kills: int, seed: int) -> list[str]:
 
 
 def run(
-    kills: int, seed: int, workdir: Path, pace: float = 0.02, final_timeout: float = 900.0, acceptors: int = 0
+    kills: int,
+    seed: int,
+    workdir: Path,
+    pace: float = 0.02,
+    final_timeout: float = 900.0,
+    acceptors: int = 0,
+    upsert: str = "deletion-vectors",
 ) -> Verdict:
-    trial = CrashTrial(workdir, seed, pace=pace, acceptors=acceptors, log=log)
+    trial = CrashTrial(workdir, seed, pace=pace, acceptors=acceptors, upsert=upsert, log=log)
     try:
         trial.run(schedule(kills, seed))
         return trial.finish(final_timeout)
@@ -299,6 +305,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--acceptors", type=int, default=0, help="the service's HTTP in this many acceptor processes (intake.acceptors)"
     )
+    parser.add_argument(
+        "--upsert",
+        choices=["deletion-vectors", "merge"],
+        default="deletion-vectors",
+        help="the latest table's upsert (default deletion-vectors; merge: deltalake's MERGE killed mid-run)",
+    )
     parser.add_argument("--json", type=Path, help="results file (default results/crash_trials[-quick].json)")
     parser.add_argument("--write", action="store_true", help="rewrite RELIABILITY.md even for a short run")
     parser.add_argument("--no-write", action="store_true", help="never rewrite RELIABILITY.md")
@@ -332,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         log(f"crash trial: {args.kills} kills, seed {args.seed}, data in {workdir}")
         with LoadMonitor() as monitor:
-            verdict = run(args.kills, args.seed, workdir, args.pace, args.final_timeout, args.acceptors)
+            verdict = run(args.kills, args.seed, workdir, args.pace, args.final_timeout, args.acceptors, args.upsert)
         meta["run_seconds"] = time.perf_counter() - started
         meta["loadavg_end"] = load_average()
         meta["loadavg_peak"] = monitor.peak

@@ -45,7 +45,12 @@ Points (where they are reached; the count N of ``NAME=N`` counts passes in one p
 - ``schema.after-catalog``: a table's new schema is saved in the catalog, its Delta table
   not yet changed (loader/service.py ``change_schema``);
 - ``log.cleanup.delete``: an expired Delta log file was deleted and the next not yet (the
-  log-keeping job, the loader's own checkpoints: loader/loading/sinks/log_cleanup.py).
+  log-keeping job, the loader's own checkpoints: loader/loading/sinks/log_cleanup.py);
+- ``load.upsert.dv-before-commit``: a deletion-vector upsert (loader/loading/sinks/upsert_dv.py)
+  wrote its data and deletion vector files, its commit not yet;
+- ``compact.latest.before-commit``, ``compact.latest.after-commit``: the compaction of a
+  deletion-vector latest table (loader/loading/sinks/dv_compaction.py) wrote its files and
+  has not committed them / committed them (the maintenance job, in the service).
 
 ``NAME=N@SECONDS`` works for every point but ``wal.torn-write`` (a torn write is at the
 write): the kill comes that many seconds after the N-th pass instead of at it.
@@ -94,6 +99,9 @@ POINTS = frozenset(
         "view.after-commit",
         "schema.after-catalog",
         "log.cleanup.delete",
+        "load.upsert.dv-before-commit",
+        "compact.latest.before-commit",
+        "compact.latest.after-commit",
     }
 )
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 from pydantic import (
@@ -22,14 +22,18 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    SerializerFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Column names a latest table's load uses for itself (loader/loading/sinks/upsert.py).
 RESERVED_PREFIX = "__loader_"
+#: A latest table's upsert (``TableSchema.upsert``).
+UpsertStrategy = Literal["merge", "deletion-vectors"]
 
 
 class ColumnType(str, Enum):
@@ -584,6 +588,18 @@ class TableSchema(BaseModel):
     partition_by: tuple[str, ...] = ()
     key: tuple[str, ...] = ()
     order_by: str | None = None
+    #: Latest tables: how a load replaces stored keys (docs/latest-tables.md, "Choosing the
+    #: upsert"): ``merge`` rewrites the files holding them (deltalake's MERGE), ``deletion-vectors``
+    #: marks their rows deleted and writes only the batch (loader/loading/sinks/upsert_dv.py).
+    upsert: UpsertStrategy = "merge"
+
+    @model_serializer(mode="wrap")
+    def _without_default_upsert(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``upsert`` only where it is not the default, so schemas saved before it read the same."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("upsert") == "merge":
+            del data["upsert"]
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -648,6 +664,16 @@ class TableSchema(BaseModel):
         nullable = [k for k in self.key if by_name[k].nullable]
         if nullable:
             raise ValueError(f'key columns {nullable} must be declared "nullable": false (a key names one row)')
+        if self.upsert != "merge":
+            if not self.key:
+                raise ValueError(
+                    f'upsert = "{self.upsert}" is for latest tables (mode = "latest"), which upsert by key'
+                )
+            if self.partition_by:
+                raise ValueError(
+                    f'upsert = "{self.upsert}" writes unpartitioned tables only; drop partition_by or use upsert '
+                    '= "merge"'
+                )
         if self.order_by is not None:
             if not self.key:
                 raise ValueError("order_by needs a key: it decides which of a key's values is the newest")

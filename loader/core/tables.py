@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from loader.core.errors import Invalid
-from loader.core.schema import TableSchema, check_name
+from loader.core.schema import TableSchema, UpsertStrategy, check_name
 from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyPolicy
 
 #: ``TableConfig.on_new_fields``.
@@ -39,6 +39,9 @@ class TableConfig(BaseModel):
     #: Latest tables: the NOT NULL column whose larger value is newer (event time, version);
     #: without it, the value that arrived last wins.
     order_by: str | None = None
+    #: Latest tables: how a load replaces stored keys (``merge`` or ``deletion-vectors``,
+    #: docs/latest-tables.md, "Choosing the upsert"); travels in the schema as key does.
+    upsert: UpsertStrategy = "merge"
     #: Latest tables: where a key's new value waits (UpStream section 5, docs/latest-tables.md).
     key_policy: KeyPolicy = DEFAULT_KEY_POLICY
     #: Latest tables: the most keys one batch loads (None: every waiting key).
@@ -62,10 +65,10 @@ class TableConfig(BaseModel):
         """The key and order_by are declared beside ``mode`` and travel in the schema (every
         writer needs them); a schema that carries them itself must agree."""
         if self.mode == "append":
-            latest_only = {"key_policy", "max_keys_per_batch", "seconds_per_key"} & self.model_fields_set
+            latest_only = {"key_policy", "max_keys_per_batch", "seconds_per_key", "upsert"} & self.model_fields_set
             if self.key or self.order_by is not None or latest_only:
                 raise ValueError(
-                    'key, order_by, key_policy, max_keys_per_batch and seconds_per_key are for mode = "latest" '
+                    'key, order_by, key_policy, max_keys_per_batch, seconds_per_key and upsert are for mode = "latest" '
                     "tables; an append table keeps every row"
                 )
             if self.schema_.latest:
@@ -76,8 +79,12 @@ class TableConfig(BaseModel):
         inner = self.schema_
         if inner.latest and (inner.key, inner.order_by) != (self.key, self.order_by):
             raise ValueError("the schema's key and order_by differ from the ones declared beside mode")
+        if inner.latest and "upsert" not in self.model_fields_set:
+            object.__setattr__(self, "upsert", inner.upsert)  # (a schema that carries its own)
+        elif inner.latest and inner.upsert != self.upsert:
+            raise ValueError("the schema's upsert differs from the one declared beside mode")
         # Validated again as a whole: the key's columns must exist and be NOT NULL.
-        data = inner.model_dump(mode="json") | {"key": list(self.key), "order_by": self.order_by}
+        data = inner.model_dump(mode="json") | {"key": list(self.key), "order_by": self.order_by, "upsert": self.upsert}
         object.__setattr__(self, "schema_", TableSchema.model_validate(data))
         return self
 

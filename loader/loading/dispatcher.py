@@ -59,6 +59,7 @@ from loader.pending.store import PendingStore
 from schedulers.base import Policy
 from schedulers.freshness import FreshnessLedger, TableAccount, batch_stretches, low_triangle
 from schedulers.job_groups import marginal_cost
+from schedulers.keys.cost import learned
 from schedulers.model import KeyedSpec, TableSpec, TableState
 
 log = logging.getLogger(__name__)
@@ -684,7 +685,7 @@ class Dispatcher:
         for member in job.members:
             state = self.states[member.tid]
             if member.keys is not None:
-                variable += state.per_key * member.keys
+                variable += state.per_key * member.keys + state.rewrite.seconds(member.keys)
                 continue
             rel = state.releases
             previous = rel[member.lo - 1] if member.lo else state.origin
@@ -712,8 +713,18 @@ class Dispatcher:
         rel = state.releases
         length = rel[hi - 1] - previous
         estimate = self.estimates[tid]
-        if member.keys is not None:  # a latest table: seconds per key loaded
-            estimate.observe(member.keys, duration, result.rows)
+        if member.keys is not None:  # a latest table: seconds per key loaded, and per row its upsert rewrote
+            copied = result.details.get("rows_copied", 0.0)
+            if "stored_rows" in result.details:
+                state.rewrite = learned(
+                    state.rewrite,
+                    int(result.details["stored_rows"]),
+                    result.details.get("file_rows", 0.0),
+                    copied,
+                    result.details.get("rewrite_seconds"),
+                    (result.details.get("rows_updated", 0.0), result.details.get("rows_inserted", 0.0)),
+                )
+            estimate.observe(member.keys, max(0.0, duration - state.rewrite.per_row * copied), result.rows)
             state.per_key, state.overhead = estimate.alpha, estimate.overhead
         else:
             estimate.observe(length, duration, result.rows)

@@ -35,6 +35,10 @@ class DecayedLine:
         return mean_x, mean_y, self._xx / self._w - mean_x * mean_x, self._xy / self._w - mean_x * mean_y
 
 
+#: The least coefficient of variation of the lengths seen for the slope to be fitted.
+MIN_SPREAD = 0.05
+
+
 @dataclass
 class CostEstimate:
     alpha: float
@@ -52,7 +56,9 @@ class CostEstimate:
         the rows it wrote (only for ``seconds_per_row``: the model itself is per length)."""
         mean_x, mean_y, var_x, cov = self._line.add(length, duration)
         self.observations += 1
-        if self.observations >= 3 and var_x > 1e-9 * max(1.0, mean_x * mean_x):
+        # A slope needs lengths that differ: from nearly equal ones (a latest table's batches of
+        # 99 or 100 keys) it is noise (measured: 1e6 s a key), so it needs a spread of MIN_SPREAD.
+        if self.observations >= 3 and var_x > max(1e-9, (MIN_SPREAD * mean_x) ** 2):
             self.alpha = max(0.0, cov / var_x)
         self.overhead = max(0.0, mean_y - self.alpha * mean_x)
         if rows is not None and length > 0:

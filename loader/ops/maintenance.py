@@ -5,7 +5,9 @@
   the heap so that a backlog of pending updates does not lengthen collection pauses
   (``loader/ops/heap.py``);
 - every ``wal_truncate_seconds``: delete WAL segments whose updates are all in Delta;
-- every ``compact_seconds``: compact each table's small files (one Delta commit per table);
+- every ``compact_seconds``: compact each table's small files (one Delta commit per table;
+  a latest table declared ``upsert = "deletion-vectors"`` also has its deleted rows purged
+  and its files sorted by key: ``loader/loading/sinks/dv_compaction.py``);
 - every ``vacuum_seconds``: vacuum files no longer referenced and older than the retention;
 - every ``log_keeping_seconds``: keep each table's Delta log short (its newest checkpoint
   verified, expired commit files cleaned: ``loader/ops/delta_log.py``).
@@ -33,6 +35,7 @@ from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
 from loader.intake.submission import WAL_HEAL_SECONDS, Intake
 from loader.loading.dispatcher import Dispatcher
+from loader.loading.sinks.dv_compaction import compact_latest
 from loader.loading.sinks.log_cleanup import LAST_CHECKPOINT
 from loader.ops.delta_log import LogKept, keep_log
 from loader.ops.heap import HeapKeeper
@@ -164,7 +167,11 @@ class Maintenance:
 
     async def compact_all(self) -> None:
         for table in list(self.intake.tables):
-            await self._with_table_held(table, lambda path: DeltaTable(str(path)).optimize.compact())
+            schema = self.intake.schemas.get(table)
+            if schema is not None and schema.upsert == "deletion-vectors":
+                await self._with_table_held(table, functools.partial(compact_latest, schema=schema))
+            else:
+                await self._with_table_held(table, lambda path: DeltaTable(str(path)).optimize.compact())
 
     async def vacuum_all(self) -> None:
         hours = self.schedule.vacuum_retention_hours

@@ -41,10 +41,14 @@ KILLS = (
     "recovery.after-spill-reset",  # spill directory emptied, nothing replayed yet
     "spill.write",  # mid-write of a spill segment: the restart meets the killed life's spill files
     "worker:external",  # a worker process killed from outside, mid-batch or idle
-    "worker:load.upsert.mid-merge",  # a latest table's MERGE killed a moment after it began
+    # a latest table's deletion-vector upsert killed a moment after it began (files written,
+    # committed or not)
+    "worker:load.upsert.mid-merge",
     EXTERNAL_RECOVERY,  # the whole process group, at a random moment before /readyz
 )
-#: Not a life of its own here (the suite is near its 10-minute budget): wal.after-write,
+#: Not a life of its own here (the suite is near its budget): the compaction of the latest
+#: table killed before or after its commit (compact.latest.*) is killed in a subprocess by
+#: tests/loader/loading/test_upsert_dv.py; the long trial draws both. Nor wal.after-write,
 #: written and unanswered, is intake.after-wal's case for the service and is killed at
 #: exactly that point by test_a_wal_killed_mid_group_keeps_whole_calls_only below; the long
 #: trial (python -m trials.crash) still draws it among every failpoint.

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, TypeVar
 
-from deltalake import DeltaTable
+from deltalake import DeltaTable, TableFeatures
 from deltalake.transaction import AddAction, RemoveAction
 
 from loader.core import failpoints
@@ -42,13 +42,20 @@ from loader.core.updates import Batch, LoadResult
 from loader.durability.transactions import app_id, load_commit, load_metadata
 from loader.loading.sinks.add_actions import file_stats, log_path, partition_values
 from loader.loading.sinks.base import load_each
-from loader.loading.sinks.delta_table import STAGING_PREFIX, DeltaSinkBase, remove_staging, unloaded_part
+from loader.loading.sinks.delta_table import (
+    ENABLE_DELETION_VECTORS,
+    STAGING_PREFIX,
+    DeltaSinkBase,
+    remove_staging,
+    unloaded_part,
+)
 from loader.loading.sinks.frame import build_batch_frame
 from loader.loading.sinks.group_job import GroupMember, describe, run_group_job
 from loader.loading.sinks.log_cleanup import clean_expired, cleanup_enabled, retention_seconds
 from loader.loading.sinks.log_commit import PLAIN_FEATURES, checkpoint_due, commit_next, log_entry
 from loader.loading.sinks.table_rules import RuleChecks, TableRules, committing, opening
 from loader.loading.sinks.upsert import ordered_rows, upsert_with_deltalake
+from loader.loading.sinks.upsert_dv import KeyIndex
 from loader.loading.spark import DEFAULT_LEAN, is_connect, lean_write_options
 
 if TYPE_CHECKING:
@@ -87,6 +94,8 @@ class DeltaRsSink(DeltaSinkBase):
         #: sink's own last commit, and that commit's application transaction version.
         self._known: dict[str, tuple[int, int]] = {}
         self.checks = RuleChecks(spark)
+        #: Per latest table declared ``upsert = "deletion-vectors"``: what its upserts reuse.
+        self._indexes: dict[str, KeyIndex] = {}
         #: A group job's per-table steps (``parallel_tables``), made at the first group job.
         self._table_pool: ThreadPoolExecutor | None = None
 
@@ -98,6 +107,7 @@ class DeltaRsSink(DeltaSinkBase):
         """Remove staging directories of crashed loads; only while no load of ``table`` runs."""
         self._handles.pop(table, None)
         self._known.pop(table, None)
+        self._indexes.pop(table, None)
         return remove_staging(self.table_path(table))
 
     def load(self, batch: Batch, schema: TableSchema) -> LoadResult:
@@ -114,7 +124,16 @@ class DeltaRsSink(DeltaSinkBase):
         staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
             if schema.latest:  # one upsert by key (loader/loading/sinks/upsert.py)
-                return upsert_with_deltalake(self.spark, delta, batch, schema, staging / "in", rules, self.checks)
+                index = self._key_index(table, schema, delta, rules)
+                if index is not None:
+                    rules = TableRules.read(table, delta)  # (the feature may be new)
+                result = upsert_with_deltalake(
+                    self.spark, delta, batch, schema, staging / "in", rules, self.checks, index
+                )
+                if index is not None and result.delta_version is not None:  # a direct commit: its checkpoint
+                    if checkpoint_due(result.delta_version, delta.metadata().configuration):
+                        self._checkpoint(table, delta)
+                return result
             refused = rules.refusal("append")
             if refused is not None:
                 raise refused
@@ -135,6 +154,23 @@ class DeltaRsSink(DeltaSinkBase):
             return self._commit_staged(batch, schema, delta, staging / "out", spark_seconds, rules, spark_marks)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _key_index(self, table: str, schema: TableSchema, delta: DeltaTable, rules: TableRules) -> KeyIndex | None:
+        """The table's ``KeyIndex`` when it is declared ``upsert = "deletion-vectors"`` (None:
+        MERGE). A table without the feature yet (created before it was declared so) gets it,
+        with the property that tells Delta writers to write deletion vectors, in one commit each."""
+        if schema.upsert != "deletion-vectors":
+            self._indexes.pop(table, None)
+            return None
+        if "deletionVectors" not in rules.features:
+            delta.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+            delta.alter.set_table_properties({ENABLE_DELETION_VECTORS: "true"})
+            delta.update_incremental()
+            self._known.pop(table, None)
+        index = self._indexes.get(table)
+        if index is None or index.schema != schema:
+            index = self._indexes[table] = KeyIndex(self.table_path(table), schema)
+        return index
 
     def _current_table(self, table: str) -> DeltaTable:
         """The table's deltalake handle at its newest version, from which the app transaction is read.

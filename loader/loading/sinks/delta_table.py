@@ -60,15 +60,21 @@ def _has_nested_ntz(kind: pa.DataType, nested: bool = False) -> bool:
     return nested and pa.types.is_timestamp(kind) and kind.tz is None
 
 
+#: The table property under which Delta writers write deletion vectors (Delta Spark's MERGE too).
+ENABLE_DELETION_VECTORS = "delta.enableDeletionVectors"
+
+
 def create_table(
     path: Path,
     schema: pa.Schema,
     partition_by: list[str] | None = None,
     name: str | None = None,
     properties: dict[str, str] | None = None,
+    features: tuple[str, ...] = (),
 ) -> None:
     """A new Delta table at ``path`` (``DeltaTable.create``, mode "error"), with the table
-    ``properties`` (its metadata's configuration) given.
+    ``properties`` (its metadata's configuration) given, and reader-writer table ``features``
+    (``deletionVectors``) in its protocol from its first commit.
 
     deltalake 1.6 asks for Delta's ``timestampNtz`` feature only for a top-level timestamp_ntz
     column, then refuses its own new table when one is nested in a struct, array or map
@@ -76,7 +82,7 @@ def create_table(
     feature"). For such a schema the same first commit is written here: the protocol with the
     feature in reader and writer features (3/7, as deltalake writes it for a flat column), the
     table's metadata, created exclusively (a hard link that fails if the commit exists)."""
-    if not any(_has_nested_ntz(f.type) for f in schema):
+    if not features and not any(_has_nested_ntz(f.type) for f in schema):
         DeltaTable.create(
             str(path), schema, mode="error", partition_by=partition_by or None, name=name, configuration=properties
         )
@@ -84,12 +90,10 @@ def create_table(
     log_dir = path / "_delta_log"
     log_dir.mkdir(parents=True, exist_ok=True)
     now = int(time.time() * 1000)
-    protocol = {
-        "minReaderVersion": 3,
-        "minWriterVersion": 7,
-        "readerFeatures": ["timestampNtz"],
-        "writerFeatures": ["timestampNtz"],
-    }
+    # (deltalake's own create, given delta.enableDeletionVectors, lists every feature it knows:
+    # variantType, appendOnly, invariants too, a needless bar to older readers)
+    wanted = [*(["timestampNtz"] if any(_has_nested_ntz(f.type, True) for f in schema) else []), *features]
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": wanted, "writerFeatures": wanted}
     metadata = {
         "id": str(uuid.uuid4()),
         "name": name,
@@ -192,7 +196,10 @@ class DeltaTables:
         if existing is None:
             path = self.table_path(table)
             path.mkdir(parents=True, exist_ok=True)
-            create_table(path, schema.arrow(), list(schema.partition_by), name=table, properties=self.table_properties)
+            properties, features = dict(self.table_properties), ()
+            if schema.upsert == "deletion-vectors":  # (the native writer's MERGE writes them too)
+                properties[ENABLE_DELETION_VECTORS], features = "true", ("deletionVectors",)
+            create_table(path, schema.arrow(), list(schema.partition_by), table, properties, features)
             return
         differences = schema_differences(existing, schema)
         if differences:

@@ -73,7 +73,7 @@ def retention_seconds(configuration: Mapping[str, str]) -> float | None:
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
 
 
-def _parts(log_dir: Path, names: list[str], version: int) -> tuple[list[str], str | None]:
+def checkpoint_parts(log_dir: Path, names: list[str], version: int) -> tuple[list[str], str | None]:
     """The files of the classic checkpoint at ``version`` and what keeps it from being complete."""
     single = f"{version:020d}.checkpoint.parquet"
     if single in names:
@@ -110,7 +110,7 @@ def newest_checkpoint(log_dir: Path) -> tuple[int | None, str | None]:
         return None, None
     except (ValueError, KeyError, TypeError) as exc:
         return None, f"{hint} cannot be read ({type(exc).__name__}: {exc})"
-    files, problem = _parts(log_dir, os.listdir(log_dir), version)
+    files, problem = checkpoint_parts(log_dir, os.listdir(log_dir), version)
     if problem is not None:
         return version, f"{hint} names checkpoint version {version}, and {problem}"
     rows, problem = _readable(log_dir, files)
@@ -148,7 +148,7 @@ def clean_expired(log_dir: Path, retention: float, readers_from: int, now: float
     )
     anchor = None
     for version in candidates[:ANCHOR_TRIES]:
-        files, problem = _parts(log_dir, names, version)
+        files, problem = checkpoint_parts(log_dir, names, version)
         if problem is None and _readable(log_dir, files)[1] is None:
             anchor = version
             break

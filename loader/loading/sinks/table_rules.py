@@ -95,7 +95,9 @@ HONOURED: dict[str, str] = {
     "changeDataFeed": "appends need no change files (readers derive inserts from add actions); "
     "delta-rs's MERGE writes them",
     "columnMapping": "only in mode none (the Parquet files Spark writes carry the logical column names)",
-    "deletionVectors": "appends add files without deletion vectors and remove none; a MERGE is refused",
+    "deletionVectors": "appends add files without deletion vectors and remove none; delta-rs's MERGE reads files "
+    "through their deletion vectors and rewrites them without (tests/loader/loading/test_upsert_dv.py); the "
+    "deletion-vector upsert writes them as the protocol specifies",
     "timestampNtz": "timestamp_ntz columns are written as Parquet TIMESTAMP without UTC adjustment, as the "
     "feature asks",
     "v2Checkpoint": "the loader's commits write classic checkpoints, which the feature allows",
@@ -327,14 +329,6 @@ class TableRules:
                 f"delta.columnMapping.mode is {self.column_mapping!r}: the Parquet files Spark writes for the loader "
                 "name their columns logically and carry no field ids, which column mapping readers would read as "
                 "nulls; the loader writes tables in column mapping mode none only",
-            )
-        if write == "merge" and "deletionVectors" in self.features:
-            return self.refuse(
-                "writer_feature",
-                "it supports deletion vectors (writer feature 'deletionVectors'), and the MERGE a latest table or a "
-                "join view loads with (delta-rs) rewrites files without the loader being able to show that it "
-                "honours their deletion vectors; purge and drop the feature (Delta Lake: ALTER TABLE ... DROP "
-                "FEATURE deletionVectors)",
             )
         return None
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
@@ -46,6 +47,7 @@ from loader.durability.transactions import load_commit
 from loader.intake.landing import read_landing_file
 from loader.loading.sinks.frame import INLINE_ROWS_MAX_BYTES, arrow_frame, spark_struct
 from loader.loading.sinks.table_rules import LOCATOR, RuleChecks, TableRules, committing
+from loader.loading.sinks.upsert_dv import KeyIndex, commit_with_deletion_vectors, dv_refusal
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -148,12 +150,16 @@ def upsert_with_deltalake(
     scratch: Path,
     rules: TableRules | None = None,
     checks: RuleChecks | None = None,
+    index: KeyIndex | None = None,
 ) -> LoadResult:
     """Steps 1 and 2 of the module docstring for the embedded writer; ``rules`` are the
-    table's as of ``delta``'s version (read here if not given), checked with ``checks``."""
+    table's as of ``delta``'s version (read here if not given), checked with ``checks``.
+    A table declared ``upsert = "deletion-vectors"`` commits with deletion vectors instead
+    of the MERGE (loader/loading/sinks/upsert_dv.py), through ``index``, the table's own."""
     table, seq = batch.table, batch.last_seq
     rules = rules if rules is not None else TableRules.read(table, delta)
-    refused = rules.refusal("merge")
+    vectors = schema.upsert == "deletion-vectors"
+    refused = rules.refusal("merge") or (dv_refusal(rules) if vectors else None)
     if refused is not None:
         raise refused
     checks = checks if checks is not None else RuleChecks(spark)
@@ -176,7 +182,13 @@ def upsert_with_deltalake(
     spark_end = time.time()
     failpoints.hit("load.after-spark-write")
     failpoints.hit("load.upsert.before-merge")
-    metrics = commit_upsert(delta, newest, schema, table, seq, batch.updates[-1].release, rules)
+    if vectors:
+        if index is None:
+            raise ValueError(f"the deletion-vector upsert of {table!r} needs the table's KeyIndex")
+        metrics = commit_with_deletion_vectors(index, delta.version(), newest, table, seq, batch.updates[-1].release)
+        delta.update_incremental()
+    else:
+        metrics = commit_upsert(delta, newest, schema, table, seq, batch.updates[-1].release, rules)
     inserted, updated = metrics.get("num_target_rows_inserted", 0), metrics.get("num_target_rows_updated", 0)
     done = time.perf_counter()
     failpoints.hit("load.upsert.after-merge")
@@ -188,6 +200,9 @@ def upsert_with_deltalake(
         delta_version=delta.version(),
         files_written=int(metrics.get("num_target_files_added", 0)),
         details={
+            **({"rows_marked_deleted": float(metrics["num_rows_marked_deleted"])} if vectors else {}),
+            # What the upsert rewrote of the table, for the cost model (schedulers/keys/cost.py)
+            **_rewrite_details(delta, metrics, index if vectors else None),
             "spark_seconds": spark_seconds,
             "commit_seconds": done - started - spark_seconds,
             # Every value of the batch that is not the key's stored value now: older than
@@ -199,6 +214,22 @@ def upsert_with_deltalake(
         # (the MERGE publishes and commits in one step)
         marks=dict(spark_start=spark_start, spark_end=spark_end, commit_start=spark_end, commit_end=time.time()),
     )
+
+
+def _rewrite_details(delta: DeltaTable, metrics: dict[str, int], index: KeyIndex | None) -> dict[str, float]:
+    """The table's rows and rows per file after the load, and the rows the MERGE copied in
+    how long (deletion vectors: no file rewritten)."""
+    if index is not None:
+        files = index.live.files.values()
+        stored = sum(int(f.stat().get("numRecords", 0)) - (f.dv.cardinality if f.dv else 0) for f in files)
+        return {"stored_rows": float(stored), "file_rows": 0.0, "rows_copied": 0.0}
+    counts = pa.table(delta.get_add_actions(flatten=True)).column("num_records")
+    stored, files = int(pc.sum(counts).as_py() or 0), len(counts)
+    out = {"stored_rows": float(stored), "file_rows": stored / files if files else 0.0}
+    out["rows_copied"] = float(metrics.get("num_target_rows_copied", 0))
+    if "execution_time_ms" in metrics:
+        out["rewrite_seconds"] = metrics["execution_time_ms"] / 1000.0
+    return out
 
 
 def commit_upsert(

@@ -8,7 +8,12 @@ its data-changing ``add`` actions name, in the log's order (a rows window counts
 in that order, live and after a restart alike); compaction's ``add`` actions carry
 ``dataChange: false`` and add nothing. A latest table's MERGE rewrites whole files, so
 its added files hold the changed keys' new rows and copies of unchanged ones, which
-the executor recognises (an upsert of a key's current row changes nothing).
+the executor recognises (an upsert of a key's current row changes nothing). A latest table's
+deletion-vector upsert (loader/loading/sinks/upsert_dv.py) adds the changed keys' new rows
+as a new file and re-adds the files holding their old rows with a deletion vector: those
+re-adds add no rows, so an ``add`` carrying a deletion vector is not read (the spark
+engine, which reads files whole, refuses such an input: its snapshots would hold the
+deleted rows).
 
 Read with ``deltalake`` and ``pyarrow`` on the loader's side for the driver engine; the
 spark engine takes only the files' names from here (``state_files``, ``added_files``) and
@@ -24,7 +29,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as pads
-from deltalake import DeltaTable
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
 from loader.core.evolution import conform_rows
@@ -84,7 +90,11 @@ def added_files(path: Path, version: int) -> tuple[list[str], float, int | None]
     its data interval end, and the rows they hold (None where a file's stats do not say)."""
     actions = _log_entry(path, version)
     info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-    adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
+    adds = [
+        a["add"]
+        for a in actions
+        if "add" in a and a["add"].get("dataChange", True) and not a["add"].get("deletionVector")
+    ]
     records = [json.loads(a["stats"]).get("numRecords") if a.get("stats") else None for a in adds]
     rows = None if any(r is None for r in records) else sum(records)  # type: ignore[arg-type]
     return [unquote(a["path"]) for a in adds], data_until_of(info), rows
@@ -95,7 +105,18 @@ def read_commit(path: Path, version: int, schema: TableSchema) -> Commit:
     added, data_until, _ = added_files(path, version)
     if not added:
         return Commit(version, None, data_until)
-    dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
+    delta = DeltaTable(str(path), version=version)
+    if _has_deletion_vectors(delta) and not delta.metadata().partition_columns:  # (pyarrow's reader refuses it)
+        arrow = schema.arrow()
+        try:
+            files = [pq.read_table(path / name) for name in added]
+        except FileNotFoundError as exc:
+            raise HistoryGone(
+                f"a file of version {version} of the Delta table at {path} is gone (vacuumed: {exc}); keep "
+                "[maintenance] vacuum_retention_hours above how far a view may lag behind its inputs"
+            ) from None
+        return Commit(version, conform_rows(pa.concat_tables(files, promote_options="permissive"), arrow), data_until)
+    dataset = delta.to_pyarrow_dataset()
     root = str(path).replace("\\", "/").rstrip("/") + "/"
     fragments = {unquote(f.path).replace("\\", "/").split(root, 1)[-1]: f for f in dataset.get_fragments()}
     parts = []
@@ -119,8 +140,11 @@ def snapshot(path: Path, version: int, schema: TableSchema) -> pa.Table:
     """Every row of the table at ``version`` (a whole-table input after a restart)."""
     if version < 0:
         return schema.arrow().empty_table()
-    dataset: pads.Dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
+    delta = DeltaTable(str(path), version=version)
     arrow = schema.arrow()
+    if _has_deletion_vectors(delta):  # deltalake's query engine applies them
+        return conform_rows(pa.table(QueryBuilder().register("t", delta).execute("SELECT * FROM t").read_all()), arrow)
+    dataset: pads.Dataset = delta.to_pyarrow_dataset()
     # (conform_rows: the view's own types, also of a nested column that gained fields since the view
     # was declared, and a NOT NULL field under a null struct, which pyarrow's cast refuses)
     return conform_rows(dataset.to_table(), arrow)
@@ -130,7 +154,17 @@ def state_files(path: Path, version: int) -> list[str]:
     """The Parquet files of the table's snapshot at ``version`` (absolute; none before it exists)."""
     if version < 0:
         return []
-    return sorted(_local(uri) for uri in DeltaTable(str(path), version=version).file_uris())
+    delta = DeltaTable(str(path), version=version)
+    if _has_deletion_vectors(delta):
+        raise ValueError(
+            f"the Delta table at {path} has deletion vectors, which the spark engine's whole-file reads would not "
+            'apply; declare the view with engine = "driver", or its input with upsert = "merge"'
+        )
+    return sorted(_local(uri) for uri in delta.file_uris())
+
+
+def _has_deletion_vectors(delta: DeltaTable) -> bool:
+    return "deletionVectors" in (delta.protocol().reader_features or [])
 
 
 def _local(uri: str) -> str:

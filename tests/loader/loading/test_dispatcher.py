@@ -9,6 +9,7 @@ import random
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 
 from loader.abc import FailedBatch, FinishedBatch
@@ -18,6 +19,7 @@ from loader.loading.connect_server import ConnectServerError
 from loader.loading.dispatcher import Dispatcher
 from loader.loading.estimates import CostEstimate
 from loader.loading.observed import ObservedRecord
+from loader.pending.keyed import KeySpec
 from loader.pending.store import PendingStore
 from schedulers.model import KeyedSpec, TableSpec
 from schedulers.registry import GROUPABLE, POLICIES, make_policy
@@ -699,6 +701,38 @@ def test_a_retired_table_is_a_tombstone_and_its_name_takes_a_new_id() -> None:
         d.released(Update("a", 5, 3.0))
         await _until(lambda: len(recorder.batches) == 2)
         assert [u.seq for u in recorder.batches[-1].updates] == [5]
+        d.shutdown()
+
+    asyncio.run(scenario())
+
+
+class Rewriting(Recorder):
+    """A latest table's loads that report what their MERGE rewrote (loader/loading/sinks/upsert.py)."""
+
+    def load(self, worker: int, batch: Batch) -> LoadResult:
+        result = super().load(worker, batch)
+        details = {"stored_rows": 4_000_000.0, "file_rows": 1_000_000.0, "rows_copied": 2_000_000.0}
+        return dataclasses.replace(result, details=details | {"rewrite_seconds": 0.5})
+
+
+def test_a_latest_tables_model_learns_what_its_merge_rewrites_and_predicts_with_it() -> None:
+    async def scenario() -> None:
+        recorder = Rewriting()
+        d = _bisecting(recorder)
+        d.add_table(TableSpec(name="t", alpha=0.0, keyed=KeyedSpec(per_key=0.001)), origin=0.0)
+        d.pending.set_keys("t", KeySpec(("id",)))
+        update = Update("t", 1, 1.0, rows=pa.table({"id": [1, 2, 3]}))
+        d.released(update)
+        d.start()
+        await _until(lambda: len(recorder.finished) == 1)
+        await d.wait_idle()
+        state = d.states[d.index["t"]]
+        assert (state.rewrite.stored_keys, state.rewrite.file_keys) == (4_000_000, 1_000_000)
+        assert state.rewrite.per_row == pytest.approx(0.5 / 2_000_000)
+        # the next batch's prediction holds the files its keys will rewrite: 10 random keys
+        # touch about 3.77 of the 4 files
+        state.set_keys(waiting=10, batch_keys=10, batch_updates=1)
+        assert state.batch_work == pytest.approx(state.per_key * 10 + 0.5 / 2e6 * 4e6 * (1 - 0.75**10))
         d.shutdown()
 
     asyncio.run(scenario())

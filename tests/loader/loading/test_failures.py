@@ -145,16 +145,14 @@ def test_features_deltalake_cannot_add_and_unknown_ones_are_refused_by_name(tmp_
     assert refused is not None and refused.reason == "writer_feature" and repr(feature) in str(refused)
 
 
-def test_honoured_features_leave_appends_alone_and_deletion_vectors_refuse_a_merge(tmp_path: Path) -> None:
+def test_honoured_features_leave_appends_and_merges_alone(tmp_path: Path) -> None:
     path = table(tmp_path / "t")
     honoured = (TableFeatures.ChangeDataFeed, TableFeatures.TimestampWithoutTimezone, TableFeatures.DeletionVectors)
     for feature in honoured:
         DeltaTable(str(path)).alter.add_feature(feature, allow_protocol_versions_increase=True)
     found = rules(path)
     assert {"changeDataFeed", "timestampNtz", "deletionVectors"} <= found.features
-    assert found.refusal("append") is None
-    refused = found.refusal("merge")
-    assert refused is not None and refused.reason == "writer_feature" and "deletion vectors" in str(refused)
+    assert found.refusal("append") is None and found.refusal("merge") is None
 
 
 def test_identity_columns_and_column_mapping_by_name_are_refused(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from loader.core.schema import TableSchema
 from loader.core.views import COUNT_COLUMN, ViewConfig, resolve
 from loader.durability.transactions import load_commit
+from loader.loading.sinks.delta_table import create_table
+from loader.loading.sinks.upsert_dv import KeyIndex, commit_with_deletion_vectors
 from loader.loading.sinks.view_delta import ViewTable
 from loader.loading.views.commits import HistoryGone, read_commit
 from loader.loading.views.maintainer import InputChange, ViewMaintainer
@@ -46,8 +48,15 @@ WINDOWS: list[dict[str, Any] | None] = [None, {"rows": 3}, {"seconds": 2.5}]
 class Inputs:
     """The input tables as a test writes them, and the join they define."""
 
-    def __init__(self, warehouse: Path, window: dict[str, Any] | None) -> None:
+    def __init__(self, warehouse: Path, window: dict[str, Any] | None, upsert: str = "merge") -> None:
         self.warehouse, self.window = warehouse, window
+        #: customers, the latest input, upserted by deltalake's MERGE or with deletion vectors
+        #: (loader/loading/sinks/upsert_dv.py: re-added files carry deletion vectors, add no rows).
+        self.index: KeyIndex | None = None
+        if upsert == "deletion-vectors":
+            (warehouse / "customers").mkdir()
+            create_table(warehouse / "customers", CUSTOMERS.arrow(), [], "customers", {}, ("deletionVectors",))
+            self.index = KeyIndex(warehouse / "customers", CUSTOMERS)
         self.sales: list[tuple[float, list[tuple]]] = []  # per commit: data_until, rows
         self.customers: dict[int, tuple] = {}
         self.regions: list[tuple] = []
@@ -61,6 +70,13 @@ class Inputs:
         data = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema.arrow())
         path = str(self.warehouse / table)
         commit = load_commit(table, self.seq[table], data_until)
+        if table == "customers" and self.index is not None:
+            latest = {r[0]: r for r in rows}
+            source = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in latest.values()], schema=schema.arrow())
+            version = DeltaTable(path).version()
+            commit_with_deletion_vectors(self.index, version, source, table, self.seq[table], data_until)
+            self.customers.update(latest)
+            return
         if table == "customers" and rows:
             latest = {r[0]: r for r in rows}
             source = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in latest.values()], schema=schema.arrow())
@@ -137,13 +153,19 @@ def declare(window: dict[str, Any] | None, mode: str) -> Any:
     seed=st.integers(0, 2**31),
     window=st.sampled_from(WINDOWS),
     mode=st.sampled_from(["adaptive", "mjoin", "static", "xjoin"]),
+    upsert=st.sampled_from(["merge", "deletion-vectors"]),
 )
 def test_the_view_equals_the_join_recomputed_from_scratch(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, seed: int, window: Any, mode: str
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+    window: Any,
+    mode: str,
+    upsert: str,
 ) -> None:
     warehouse = tmp_path_factory.mktemp("warehouse")
     rng = random.Random(seed)
-    inputs = Inputs(warehouse, window)
+    inputs = Inputs(warehouse, window, upsert)
     view = declare(window, mode)
     maintainer = ViewMaintainer(view, warehouse, seed=seed)
     maintainer.open()
