@@ -674,6 +674,12 @@ class TableSchema(BaseModel):
                     f'upsert = "{self.upsert}" writes unpartitioned tables only; drop partition_by or use upsert '
                     '= "merge"'
                 )
+            floats = [k for k in self.key if by_name[k].type.kind in (ColumnType.float32, ColumnType.float64)]
+            if floats:
+                raise ValueError(
+                    f'key columns {floats} are floating point, which upsert = "{self.upsert}" does not match as '
+                    'Spark does (-0.0 and 0.0, NaN): key by another type or use upsert = "merge"'
+                )
         if self.order_by is not None:
             if not self.key:
                 raise ValueError("order_by needs a key: it decides which of a key's values is the newest")

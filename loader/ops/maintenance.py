@@ -35,7 +35,7 @@ from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
 from loader.intake.submission import WAL_HEAL_SECONDS, Intake
 from loader.loading.dispatcher import Dispatcher
-from loader.loading.sinks.dv_compaction import compact_latest
+from loader.loading.sinks.dv_compaction import compact_latest, vacuum_vectors
 from loader.loading.sinks.log_cleanup import LAST_CHECKPOINT
 from loader.ops.delta_log import LogKept, keep_log
 from loader.ops.heap import HeapKeeper
@@ -176,11 +176,16 @@ class Maintenance:
     async def vacuum_all(self) -> None:
         hours = self.schedule.vacuum_retention_hours
 
-        def vacuum(path: Path) -> object:
-            return DeltaTable(str(path)).vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+        def vacuum(path: Path, vectors: bool) -> object:
+            done = DeltaTable(str(path)).vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+            if vectors:  # (deltalake's vacuum leaves deletion vector files: dv_compaction.py says why)
+                vacuum_vectors(path, hours)
+            return done
 
         for table in list(self.intake.tables):
-            await self._with_table_held(table, vacuum)
+            schema = self.intake.schemas.get(table)
+            vectors = schema is not None and schema.upsert == "deletion-vectors"
+            await self._with_table_held(table, functools.partial(vacuum, vectors=vectors))
 
     async def keep_logs(self) -> list[LogKept]:
         """Each table's Delta log kept short (loader/ops/delta_log.py); a table whose newest

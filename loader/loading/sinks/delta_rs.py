@@ -162,8 +162,11 @@ class DeltaRsSink(DeltaSinkBase):
         if schema.upsert != "deletion-vectors":
             self._indexes.pop(table, None)
             return None
-        if "deletionVectors" not in rules.features:
-            delta.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+        if "deletionVectors" not in rules.features or rules.deletion_vectors_enabled is None:
+            # (a crash between the two commits leaves the feature without the property: unset, so
+            # set here; a property someone set to false is theirs, and the load is refused)
+            if "deletionVectors" not in rules.features:
+                delta.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
             delta.alter.set_table_properties({ENABLE_DELETION_VECTORS: "true"})
             delta.update_incremental()
             self._known.pop(table, None)

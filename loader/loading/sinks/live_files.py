@@ -42,6 +42,7 @@ class LiveFile:
     partition_values: dict[str, str | None]
     stats: str | None
     dv: Descriptor | None = None
+    tags: dict[str, str] | None = None
     #: Parsed ``stats`` (min/max of the key), filled on first use.
     parsed: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -68,6 +69,8 @@ class LiveFile:
         }
         if dv is not None:
             add["deletionVector"] = dv.to_log()
+        if self.tags:
+            add["tags"] = self.tags
         return add
 
     def remove_action(self, now: int, data_change: bool = True) -> dict[str, Any]:
@@ -116,6 +119,7 @@ class LiveFiles:
                     dict(add.get("partitionValues") or {}),
                     add.get("stats"),
                     Descriptor.from_log(dv) if dv else None,
+                    dict(add["tags"]) if add.get("tags") else None,
                 )
             elif "remove" in action:
                 path = _unescape(action["remove"]["path"])
@@ -143,7 +147,7 @@ class LiveFiles:
     def _start(self, version: int) -> None:
         self.files, self.version = {}, -1
         names = os.listdir(self.log_dir)
-        if any(n.endswith(".checkpoint.parquet") and n.count(".") > 2 for n in names):
+        if any(".checkpoint." in n and n.endswith(".parquet") and not CLASSIC_CHECKPOINT.match(n) for n in names):
             raise LogUnreadable(
                 f"{self.log_dir} holds V2 (UUID-named) checkpoints, which the deletion-vector upsert does not read; "
                 'declare the table with upsert = "merge"'
@@ -174,6 +178,8 @@ class LiveFiles:
                     add["partitionValues"] = dict(add["partitionValues"])
                 if add.get("deletionVector") is None:
                     add.pop("deletionVector", None)
+                if isinstance(add.get("tags"), list):
+                    add["tags"] = dict(add["tags"])
                 self.apply(self.version, [{"add": add}])
 
 

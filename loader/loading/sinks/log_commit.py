@@ -124,3 +124,47 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
         return int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
     except ValueError:
         return DEFAULT_CHECKPOINT_INTERVAL
+
+
+def publish_and_commit(root: Path, staged: Sequence[Path], version: int, entry: bytes) -> bool:
+    """Move ``staged`` files (written and fsynced in a staging directory of the table) into
+    its root, then commit ``entry`` as ``version`` (``commit_next``): True once it landed,
+    False when another writer took the version (the moved files are removed again).
+
+    The files go in only at the commit, so a crash before it leaves them in the staging
+    directory (removed when the table is next opened for loads) rather than in the table,
+    where no vacuum would find them (deltalake's vacuum deletes only files a ``remove``
+    names). A commit that raises after its entry was linked (the directory's fsync failing)
+    keeps its files: the entry names them."""
+    moved: list[Path] = []
+    landed = False
+    try:
+        for path in staged:
+            target = root / path.name
+            os.replace(path, target)
+            moved.append(target)
+        try:
+            landed = commit_next(root, version, entry)
+        except BaseException:
+            landed = _landed(root, version, entry)
+            raise
+        return landed
+    finally:
+        if not landed:
+            for path in moved:
+                path.unlink(missing_ok=True)
+
+
+def _landed(root: Path, version: int, entry: bytes) -> bool:
+    try:
+        return (root / "_delta_log" / f"{version:020d}.json").read_bytes() == entry
+    except OSError:
+        return False
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

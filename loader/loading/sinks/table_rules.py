@@ -202,6 +202,9 @@ class TableRules:
     #: ``delta.setTransactionRetentionDuration``, when the table sets one: Delta then expires
     #: application transactions, the loader's exactly-once key among them.
     transaction_expiry: str | None = None
+    #: ``delta.enableDeletionVectors`` as the table sets it (None: unset); the protocol lets
+    #: writers write deletion vectors only while it is true.
+    deletion_vectors_enabled: str | None = None
 
     @classmethod
     def read(cls, table: str, delta: DeltaTable) -> TableRules:
@@ -249,6 +252,7 @@ class TableRules:
             append_only=configuration.get("delta.appendOnly", "false").strip().lower() == "true",
             column_mapping=configuration.get("delta.columnMapping.mode", "none").strip().lower(),
             transaction_expiry=configuration.get(TRANSACTION_EXPIRY),
+            deletion_vectors_enabled=configuration.get("delta.enableDeletionVectors"),
             constraints=constraints,
             invariants=tuple(invariants),
             generated=tuple(generated),

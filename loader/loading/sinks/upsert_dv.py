@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import shutil
 import time
 import uuid
 from collections import OrderedDict
@@ -48,8 +49,9 @@ from loader.durability.transactions import app_id, load_metadata
 from loader.loading.failures import TableChanged, TableRefusesWrites
 from loader.loading.sinks import deletion_vectors as dvs
 from loader.loading.sinks.add_actions import file_stats
+from loader.loading.sinks.delta_table import STAGING_PREFIX
 from loader.loading.sinks.live_files import LiveFile, LiveFiles
-from loader.loading.sinks.log_commit import ENGINE, PLAIN_FEATURES, commit_next
+from loader.loading.sinks.log_commit import ENGINE, fsync_file, publish_and_commit
 from loader.loading.sinks.table_rules import TableRules
 
 #: Rows per row group of the files this strategy and its compaction write: a located key
@@ -217,9 +219,11 @@ class KeyIndex:
             del self._vectors[vector]
 
 
-#: Writer features the deletion-vector upsert honours: its commit writes only data files,
-#: deletion vectors and these actions (log_commit.PLAIN_FEATURES says why for the others).
-DV_FEATURES = PLAIN_FEATURES | {"deletionVectors"}
+#: Writer features the loader honours (table_rules.HONOURED; the others are refused for every
+#: write) that the deletion-vector upsert does not: a table that may record its changes
+#: (change data feed) needs change files for the rows it replaces, which deltalake's MERGE
+#: writes and this commit does not.
+DV_UNSUPPORTED = frozenset({"changeDataFeed"})
 
 
 def dv_refusal(rules: TableRules) -> TableRefusesWrites | None:
@@ -231,12 +235,19 @@ def dv_refusal(rules: TableRules) -> TableRefusesWrites | None:
             "the loader adds it when it loads (DeltaRsSink), or add it yourself (Delta Lake: ALTER TABLE ... "
             "SET TBLPROPERTIES ('delta.enableDeletionVectors' = true))",
         )
-    extra = sorted(rules.features - DV_FEATURES)
+    enabled = rules.deletion_vectors_enabled
+    if enabled is not None and enabled.strip().lower() != "true":
+        return rules.refuse(
+            "writer_feature",
+            f"delta.enableDeletionVectors is {enabled!r}, and the protocol lets a writer write deletion vectors only "
+            'while it is true: set it to true, or declare the table upsert = "merge"',
+        )
+    extra = sorted(rules.features & DV_UNSUPPORTED)
     if extra:
         return rules.refuse(
             "writer_feature",
-            f"it needs writer features {extra}, which the deletion-vector upsert does not write (change files, row "
-            'ids, ...); declare it upsert = "merge", whose deltalake MERGE honours them',
+            f"it supports writer feature(s) {extra}, whose change files the deletion-vector upsert does not write; "
+            'declare it upsert = "merge", whose deltalake MERGE writes them, or drop the feature',
         )
     return None
 
@@ -273,15 +284,17 @@ def commit_with_deletion_vectors(
     located = index.locate(newest) if newest.num_rows else Located()
     keep = [i for i in range(newest.num_rows) if i not in located.superseded]
     rows = newest.take(pa.array(keep, pa.int64())) if len(keep) < newest.num_rows else newest
-    written: list[Path] = []
+    staging = root / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+    staging.mkdir()
     now = int(time.time() * 1000)
     try:
         lines: list[dict[str, Any]] = []
+        staged: list[Path] = []
         if located.rows:
             touched = sorted(located.rows)
             vectors = [index.deleted_rows(index.live.files[n]) | located.rows[n] for n in touched]
-            dv_file, descriptors = dvs.write_file(root, vectors)
-            written.append(dv_file)
+            dv_file, descriptors = dvs.write_file(staging, vectors)  # (named by its UUID, found in the root)
+            staged.append(dv_file)
             for name, descriptor in zip(touched, descriptors):
                 live = index.live.files[name]
                 lines.append({"remove": live.remove_action(now)})
@@ -290,9 +303,10 @@ def commit_with_deletion_vectors(
         if rows.num_rows:
             name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
             order = [(k, "ascending") for k in schema.key]
-            pq.write_table(rows.sort_by(order), root / name, row_group_size=ROW_GROUP_ROWS, compression="snappy")
-            written.append(root / name)
-            info = (root / name).stat()
+            pq.write_table(rows.sort_by(order), staging / name, row_group_size=ROW_GROUP_ROWS, compression="snappy")
+            fsync_file(staging / name)
+            staged.append(staging / name)
+            info = (staging / name).stat()
             lines.append(
                 {
                     "add": {
@@ -301,7 +315,7 @@ def commit_with_deletion_vectors(
                         "size": info.st_size,
                         "modificationTime": info.st_mtime_ns // 1_000_000,
                         "dataChange": True,
-                        "stats": file_stats(str(root / name), schema).to_json(),
+                        "stats": file_stats(str(staging / name), schema).to_json(),
                     }
                 }
             )
@@ -332,14 +346,12 @@ def commit_with_deletion_vectors(
         entry = "".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False) + "\n" for a in actions).encode()
         failpoints.hit("load.upsert.mid-merge")  # (as the MERGE's, for the crash trial's kill with a delay)
         failpoints.hit("load.upsert.dv-before-commit")
-        if not commit_next(root, version + 1, entry):
+        if not publish_and_commit(root, staged, version + 1, entry):
             raise TableChanged(
                 f"another writer committed version {version + 1} of table {table!r} first; the upsert's deletion "
                 "vectors were computed against the version before, so the load is retried against the new one"
             )
-        written = []  # (committed: the files are the table's)
     finally:
-        for path in written:
-            path.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
     index.live.apply(version + 1, [json.loads(json.dumps(a)) for a in lines])
     return metrics

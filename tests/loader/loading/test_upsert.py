@@ -22,6 +22,7 @@ from loader.core.schema import TableSchema
 from loader.core.tables import TableConfig
 from loader.core.updates import Batch, FileFormat, FileRef, Update
 from loader.durability.transactions import app_id
+from loader.loading.failures import TableRefusesWrites
 from loader.loading.sinks import make_sink
 from loader.loading.sinks.delta_rs import DeltaRsSink
 from loader.loading.sinks.upsert import LatestFilesUnsupported
@@ -299,3 +300,36 @@ def test_a_latest_table_of_nested_values_keeps_each_keys_newest_value(sink: Delt
     spark_rows = read_spark(sink.spark, path, schema).select(schema.names).cast(loosened_schema(schema.arrow()))
     spark_rows = spark_rows.to_pylist()
     assert sorted(tuple(r.values()) for r in spark_rows) == want
+
+
+def test_a_table_declared_for_deletion_vectors_later_gets_the_feature_and_honours_the_property(
+    sink: DeltaRsSink,
+) -> None:
+    """A table created as upsert = "merge", then declared "deletion-vectors" (allowed while it
+    holds nothing): its next load adds the feature and delta.enableDeletionVectors = true; a
+    table whose property someone set to false refuses the upsert (the protocol's rule)."""
+    schema = latest("ts")
+    sink.ensure_table("quotes", schema)
+    path = sink.table_path("quotes")
+    vectors = latest("ts", "deletion-vectors")
+    sink.load(Batch("quotes", (update(vectors, 1, [("ibm", 1, 1.0, 1), ("msft", 1, 2.0, 1)]),)), vectors)
+    sink.load(Batch("quotes", (update(vectors, 2, [("ibm", 1, 3.0, 2)]),)), vectors)
+    delta = DeltaTable(str(path))
+    assert "deletionVectors" in (delta.protocol().writer_features or [])
+    assert delta.metadata().configuration.get("delta.enableDeletionVectors") == "true"
+    assert [(r["sym"], r["px"]) for r in stored(path)] == [("ibm", 3.0), ("msft", 2.0)]
+    assert pa.table(delta.deletion_vectors()).num_rows == 1  # the first load's file, ibm's old row
+    delta.alter.set_table_properties({"delta.enableDeletionVectors": "false"})
+    with pytest.raises(TableRefusesWrites, match="enableDeletionVectors"):
+        sink.load(Batch("quotes", (update(vectors, 3, [("ibm", 1, 4.0, 3)]),)), vectors)
+    # a float key is refused at declaration: engines disagree on -0.0 and NaN
+    with pytest.raises(ValueError, match="floating point"):
+        TableConfig.model_validate(
+            {
+                "name": "q",
+                "schema": {"columns": [{"name": "k", "type": "float64", "nullable": False}]},
+                "mode": "latest",
+                "key": ["k"],
+                "upsert": "deletion-vectors",
+            }
+        )

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,9 +29,9 @@ from loader.core.tables import TableConfig
 from loader.durability.transactions import app_id
 from loader.loading.failures import TableChanged
 from loader.loading.sinks import deletion_vectors as dvs
-from loader.loading.sinks import upsert_dv
+from loader.loading.sinks import log_commit
 from loader.loading.sinks.delta_table import create_table
-from loader.loading.sinks.dv_compaction import compact_latest
+from loader.loading.sinks.dv_compaction import compact_latest, vacuum_vectors
 from loader.loading.sinks.live_files import LiveFiles
 from loader.loading.sinks.upsert_dv import KeyIndex, commit_with_deletion_vectors
 from testing.tables import read_duckdb
@@ -149,12 +150,21 @@ def test_a_lost_race_and_a_failed_commit_leave_the_table_as_it_was(tmp_path: Pat
     def boom(*_args: object) -> bool:
         raise OSError("disk full")
 
-    monkeypatch.setattr(upsert_dv, "commit_next", boom)
+    monkeypatch.setattr(log_commit, "commit_next", boom)
     with pytest.raises(OSError):
         load(index, {1: ("b", 2)}, 2)
     assert set(root.iterdir()) == files
     monkeypatch.undo()
-    load(index, {1: ("b", 2)}, 2)
+    real = log_commit.commit_next
+
+    def linked_then_failed(*args: object) -> bool:  # the entry landed, the directory's fsync failed
+        real(*args)
+        raise OSError("fsync of the log directory failed")
+
+    monkeypatch.setattr(log_commit, "commit_next", linked_then_failed)
+    with pytest.raises(OSError):
+        load(index, {1: ("b", 2)}, 2)
+    monkeypatch.undo()  # the files the landed entry names stay
     assert by_deltalake(root) == {i: ("a", 1) for i in range(10)} | {1: ("b", 2), 99: ("other writer", 1)}
 
 
@@ -220,13 +230,13 @@ def test_every_version_holds_the_newest_value_of_each_key(tmp_path: Path, steps)
                     model[key] = value
             last = rows
         elif kind == "fail":  # a commit that fails: nothing changes
-            broken = upsert_dv.commit_next
-            upsert_dv.commit_next = lambda *_a: (_ for _ in ()).throw(OSError("injected"))
+            broken = log_commit.commit_next
+            log_commit.commit_next = lambda *_a: (_ for _ in ()).throw(OSError("injected"))
             try:
                 with pytest.raises(OSError):
                     load(index, {0: ("x", 9)}, seq + 1)
             finally:
-                upsert_dv.commit_next = broken
+                log_commit.commit_next = broken
         elif kind == "replay" and seq:  # the same batch again (the sink skips it; loaded again it is a no-op)
             seq += 1
             load(index, last, seq)
@@ -276,7 +286,7 @@ def test_a_compaction_killed_before_or_after_its_commit_leaves_a_table_that_read
         load(index, rows, seq)
     script = (
         "import sys, pathlib; from tests.loader.loading.test_upsert_dv import SCHEMA; "
-        "from loader.loading.sinks.dv_compaction import compact_latest; "
+        "from loader.loading.sinks.dv_compaction import compact_latest, vacuum_vectors; "
         "compact_latest(pathlib.Path(sys.argv[1]), SCHEMA, target_rows=16, small_rows=64)"
     )
     env = {**os.environ, failpoints.ENV: f"{point}=1"}
@@ -290,4 +300,22 @@ def test_a_compaction_killed_before_or_after_its_commit_leaves_a_table_that_read
     live = LiveFiles(root)
     live.advance(DeltaTable(str(root)).version())
     assert all(f.dv is None for f in live.files.values())
+    assert by_deltalake(root) == model == by_duckdb(root)
+
+
+def test_vector_files_no_version_names_are_vacuumed_after_the_retention(tmp_path: Path) -> None:
+    """deltalake's vacuum keeps every deletion vector file; each upsert writes one."""
+    root = tmp_path / "accounts"
+    make_table(root)
+    index = KeyIndex(root, SCHEMA)
+    model: dict[int, tuple[str, int]] = {}
+    for seq, rows in enumerate([{i: ("a", 1) for i in range(100)}, {1: ("b", 2)}, {1: ("c", 3)}, {70: ("d", 4)}], 1):
+        load(index, rows, seq)
+        model |= rows
+    DeltaTable(str(root)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert len(list(root.glob("deletion_vector_*.bin"))) == 3  # (deltalake left them all)
+    assert vacuum_vectors(root, retention_hours=1.0) == 0  # none older than the retention
+    # the first file's vector of load 2 was replaced at load 4; load 3's (of load 2's file) is live
+    assert vacuum_vectors(root, retention_hours=0.0, now=time.time() + 1) == 1
+    assert len(list(root.glob("deletion_vector_*.bin"))) == 2
     assert by_deltalake(root) == model == by_duckdb(root)
