@@ -79,6 +79,7 @@ from loader.loading.sinks.log_cleanup import RETENTION, retention_value
 from loader.loading.sinks.view_join import ViewJob
 from loader.loading.spark import spark_unreachable
 from loader.loading.views.registry import JoinViews
+from loader.ops.heap import collection_paused
 from loader.ops.maintenance import Maintenance, Schedule
 from loader.ops.metrics import Metrics
 from loader.ops.status import TableStatuses
@@ -246,6 +247,28 @@ class LoaderService:
                 log.info("stopped cleanly: running batches finished, WAL closed, catalog saved")
 
         exit_stack.push(stopped)
+        with collection_paused():  # (loader/ops/heap.py: start-up's state is long-lived)
+            service = await cls._recovered(s, exit_stack, metrics, sink_factory)
+        if load:
+            service.loading = asyncio.create_task(service._start_loading())
+            exit_stack.push_async_callback(service._wait_started, service.loading)
+        service.intake.open()
+        exit_stack.callback(service.intake.close)
+        log.info(
+            "recovered %d pending updates from the WAL; intake open (durability=%s)",
+            service.recovered_updates,
+            s.wal.durability.value,
+        )
+        service.maintenance.start()
+        exit_stack.push_async_callback(service.maintenance.stop)
+        started = True
+        return service
+
+    @classmethod
+    async def _recovered(
+        cls, s: Settings, exit_stack: AsyncExitStack, metrics: Metrics, sink_factory: SinkFactory | None
+    ) -> LoaderService:
+        """The service as ``start`` opens it: its WAL, catalog, stores, and their recovery."""
         for directory in (s.data_dir, s.warehouse_path, s.landing_path, s.state_path):
             directory.mkdir(parents=True, exist_ok=True)
         wal = WriteAheadLog(
@@ -296,19 +319,6 @@ class LoaderService:
         )
         exit_stack.push_async_callback(service._stop_loading)
         await service._recover()
-        if load:
-            service.loading = asyncio.create_task(service._start_loading())
-            exit_stack.push_async_callback(service._wait_started, service.loading)
-        service.intake.open()
-        exit_stack.callback(service.intake.close)
-        log.info(
-            "recovered %d pending updates from the WAL; intake open (durability=%s)",
-            service.recovered_updates,
-            s.wal.durability.value,
-        )
-        service.maintenance.start()
-        exit_stack.push_async_callback(service.maintenance.stop)
-        started = True
         return service
 
     @classmethod
