@@ -171,7 +171,7 @@ def _commit_bin(
         failpoints.hit("compact.latest.after-commit")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    live.apply(version, json.loads("[" + ",".join(json.dumps(a) for a in actions) + "]"))
+    live.apply(version, actions)
     done.commits += 1
     done.files_removed += len(removes)
     done.files_added += len(adds)

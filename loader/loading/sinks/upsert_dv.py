@@ -353,5 +353,5 @@ def commit_with_deletion_vectors(
             )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    index.live.apply(version + 1, [json.loads(json.dumps(a)) for a in lines])
+    index.live.apply(version + 1, lines)
     return metrics

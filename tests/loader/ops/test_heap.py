@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from loader.ops.heap import HeapKeeper
+from loader.ops.heap import HeapKeeper, collection_paused
 
 
 class Clock:
@@ -95,3 +95,27 @@ def test_cycles_frozen_while_alive_are_collected_after_the_unfreeze(clock: Clock
     assert gc.get_freeze_count() > 0
     keeper.stop()
     assert gc.get_freeze_count() == 0
+
+
+def test_start_up_state_is_built_without_collections_then_frozen(clock: Clock) -> None:
+    """``collection_paused``: no collection while the service builds what lives on; then it
+    is frozen (later collections skip it) and the collector is on again, also after a failure."""
+    collections: list[object] = []
+
+    def seen(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        before = gc.get_freeze_count()
+        with collection_paused():
+            assert not gc.isenabled()
+            state = [Node() for _ in range(50_000)]  # far past the collector's thresholds
+        assert not collections and gc.isenabled()
+        assert gc.get_freeze_count() >= before + len(state)
+        with pytest.raises(RuntimeError), collection_paused():
+            raise RuntimeError("recovery failed")
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(seen)
