@@ -42,13 +42,14 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from loader.core import failpoints
+from loader.core.durable_files import fsync_file
 from loader.core.evolution import conform_rows
 from loader.core.schema import TableSchema
 from loader.loading.sinks.add_actions import file_stats
 from loader.loading.sinks.deletion_vectors import read as read_vector
 from loader.loading.sinks.delta_table import STAGING_PREFIX
 from loader.loading.sinks.live_files import LiveFile, LiveFiles
-from loader.loading.sinks.log_commit import ENGINE, checkpoint_due, fsync_file, publish_and_commit
+from loader.loading.sinks.log_commit import ENGINE, checkpoint_due, publish_and_commit
 from loader.loading.sinks.table_rules import TableRules
 from loader.loading.sinks.upsert_dv import ROW_GROUP_ROWS, dv_refusal
 

@@ -160,11 +160,3 @@ def _landed(root: Path, version: int, entry: bytes) -> bool:
         return (root / "_delta_log" / f"{version:020d}.json").read_bytes() == entry
     except OSError:
         return False
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from loader.core import failpoints
+from loader.core.durable_files import fsync_file
 from loader.core.schema import TableSchema
 from loader.durability.transactions import app_id, load_metadata
 from loader.loading.failures import TableChanged, TableRefusesWrites
@@ -51,7 +52,7 @@ from loader.loading.sinks import deletion_vectors as dvs
 from loader.loading.sinks.add_actions import file_stats
 from loader.loading.sinks.delta_table import STAGING_PREFIX
 from loader.loading.sinks.live_files import LiveFile, LiveFiles
-from loader.loading.sinks.log_commit import ENGINE, fsync_file, publish_and_commit
+from loader.loading.sinks.log_commit import ENGINE, publish_and_commit
 from loader.loading.sinks.table_rules import TableRules
 
 #: Rows per row group of the files this strategy and its compaction write: a located key
