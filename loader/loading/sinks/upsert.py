@@ -7,7 +7,8 @@ newest is written, the others are *superseded* (counted, never silently dropped)
 1. Spark prepares the batch: one row per key, the one with the largest ``order_by``
    (ties and tables without ``order_by``: the one that arrived last, by the sequence of
    the update it came with, then its position there: ``Update.arrived``, as the pending
-   store may have moved it into an older update's place). Spark runs it as for any load, so a cluster does the work.
+   store may have moved it into an older update's place). Spark runs it as for any load, so a cluster does the work;
+   a small batch of a table without row rules is prepared in process (``in_process``).
 2. The embedded writer commits it with the ``deltalake`` package's MERGE: a key the table
    lacks is inserted; a key it holds is updated unless the stored ``order_by`` is newer
    (an older value never overwrites a newer one). The commit carries the same application
@@ -135,6 +136,34 @@ def newest_per_key(
     return ranked.where(f"{RANK_COLUMN} = 1").select(*[f"`{n}`" for n in schema.names], *kept)
 
 
+def in_process(rows: pa.Table, schema: TableSchema, rules: TableRules) -> bool:
+    """Whether step 1 runs in this process rather than as a Spark job: a batch small enough
+    to reach Spark inline anyway (``INLINE_ROWS_MAX_BYTES``), a table without row rules (they
+    are Spark SQL), and keys Spark and pyarrow group alike (not floating point: -0.0, NaN).
+
+    Why: the Spark job costs a latest table's load about 0.1 s whatever the batch, about as
+    much as the rest of a deletion-vector upsert, and a latest table's staleness follows its
+    load's cost (BENCHMARKS.md, "One keyed feed as a latest table and as an append table")."""
+    floats = any(pa.types.is_floating(schema.arrow().field(k).type) for k in schema.key)
+    return rows.nbytes <= INLINE_ROWS_MAX_BYTES and not rules.row_rules and not floats
+
+
+def newest_in_process(rows: pa.Table, schema: TableSchema) -> pa.Table:
+    """Step 1 with pyarrow: per key the row ``newest_per_key`` keeps (the largest ``order_by``,
+    ties and tables without it to the latest arrival), in the table's columns."""
+    newest = ([(schema.order_by, "descending")] if schema.order_by else []) + [(ORDER_COLUMN, "descending")]
+    ordered = rows.sort_by([*((k, "ascending") for k in schema.key), *newest])
+    if ordered.num_rows > 1:  # the first row of each run of equal keys
+        same = None
+        for k in schema.key:
+            column = ordered.column(k)
+            equal = pc.equal(column.slice(1), column.slice(0, ordered.num_rows - 1))
+            same = equal if same is None else pc.and_(same, equal)
+        first = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
+        ordered = ordered.filter(first)
+    return conform_rows(ordered.select(schema.names), schema)
+
+
 def merge_predicates(schema: TableSchema) -> tuple[str, str | None]:
     """The MERGE's match condition and its update condition (DataFusion SQL: quoted names)."""
     on = " AND ".join(f't."{k}" = s."{k}"' for k in schema.key)
@@ -165,7 +194,9 @@ def upsert_with_deltalake(
     checks = checks if checks is not None else RuleChecks(spark)
     started, spark_start = time.perf_counter(), time.time()
     rows = ordered_rows(batch, schema)
-    if rows.num_rows:
+    if rows.num_rows and in_process(rows, schema, rules):
+        newest = newest_in_process(rows, schema)
+    elif rows.num_rows:
         newest_frame = newest_per_key(spark, rows, schema, scratch, keep_order=True)
         frame = checks.applied(newest_frame, rules, schema, ORDER_COLUMN)
         try:

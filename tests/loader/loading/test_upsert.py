@@ -333,3 +333,28 @@ def test_a_table_declared_for_deletion_vectors_later_gets_the_feature_and_honour
                 "upsert": "deletion-vectors",
             }
         )
+
+
+@pytest.mark.parametrize("order_by", ["ts", None])
+def test_the_newest_value_per_key_is_the_same_in_process_as_in_spark(spark, tmp_path: Path, order_by) -> None:
+    """Step 1 runs in process for small batches of tables without row rules
+    (upsert.newest_in_process): it keeps exactly the rows Spark's window keeps."""
+    from loader.loading.sinks.upsert import ORDER_COLUMN, newest_in_process, newest_per_key
+
+    schema = latest(order_by)
+    rng = random.Random(11)
+    for trial in range(6):
+        n = rng.randint(1, 60)
+        rows = pa.table(
+            {
+                "sym": [rng.choice("abc") for _ in range(n)],
+                "venue": pa.array([rng.randint(1, 2) for _ in range(n)], pa.int32()),
+                "px": [rng.choice([None, round(rng.random(), 3)]) for _ in range(n)],
+                "ts": pa.array([rng.randint(0, 3) for _ in range(n)], pa.int64()),  # ties on purpose
+                ORDER_COLUMN: pa.array(rng.sample(range(10 * n), n), pa.int64()),
+            }
+        )
+        mine = newest_in_process(rows, schema).to_pylist()
+        theirs = newest_per_key(spark, rows, schema, tmp_path / str(trial)).toArrow().to_pylist()
+        key = lambda r: (r["sym"], r["venue"])  # noqa: E731
+        assert sorted(mine, key=key) == sorted(theirs, key=key)
