@@ -124,9 +124,7 @@ class DeltaRsSink(DeltaSinkBase):
         staging = path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
             if schema.latest:  # one upsert by key (loader/loading/sinks/upsert.py)
-                index = self._key_index(table, schema, delta, rules)
-                if index is not None:
-                    rules = TableRules.read(table, delta)  # (the feature may be new)
+                index, rules = self._key_index(table, schema, delta, rules)
                 result = upsert_with_deltalake(
                     self.spark, delta, batch, schema, staging / "in", rules, self.checks, index
                 )
@@ -155,13 +153,16 @@ class DeltaRsSink(DeltaSinkBase):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _key_index(self, table: str, schema: TableSchema, delta: DeltaTable, rules: TableRules) -> KeyIndex | None:
+    def _key_index(
+        self, table: str, schema: TableSchema, delta: DeltaTable, rules: TableRules
+    ) -> tuple[KeyIndex | None, TableRules]:
         """The table's ``KeyIndex`` when it is declared ``upsert = "deletion-vectors"`` (None:
-        MERGE). A table without the feature yet (created before it was declared so) gets it,
-        with the property that tells Delta writers to write deletion vectors, in one commit each."""
+        MERGE), and its rules as the load commits against them. A table without the feature yet
+        (created before it was declared so) gets it, with the property that tells Delta writers
+        to write deletion vectors, in one commit each (its rules then read again)."""
         if schema.upsert != "deletion-vectors":
             self._indexes.pop(table, None)
-            return None
+            return None, rules
         if "deletionVectors" not in rules.features or rules.deletion_vectors_enabled is None:
             # (a crash between the two commits leaves the feature without the property: unset, so
             # set here; a property someone set to false is theirs, and the load is refused)
@@ -170,10 +171,11 @@ class DeltaRsSink(DeltaSinkBase):
             delta.alter.set_table_properties({ENABLE_DELETION_VECTORS: "true"})
             delta.update_incremental()
             self._known.pop(table, None)
+            rules = TableRules.read(table, delta)
         index = self._indexes.get(table)
         if index is None or index.schema != schema:
             index = self._indexes[table] = KeyIndex(self.table_path(table), schema)
-        return index
+        return index, rules
 
     def _current_table(self, table: str) -> DeltaTable:
         """The table's deltalake handle at its newest version, from which the app transaction is read.
