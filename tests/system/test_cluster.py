@@ -73,8 +73,8 @@ def _config(tmp_path: Path, port: int, remote: str) -> Path:
 def connect_server(standalone: StandaloneCluster, tmp_path: Path) -> Iterator[tuple[Path, int]]:
     """``loader spark-connect`` submitted to the standalone master: (the loader's config file,
     which names it as ``remote``; the loader's HTTP port)."""
-    grpc, port = free_port(), free_port()
-    config = _config(tmp_path, port, f"sc://127.0.0.1:{grpc}")
+    grpc = free_port()
+    config = _config(tmp_path, free_port(), f"sc://127.0.0.1:{grpc}")  # (its port: below)
     command = [sys.executable, "-m", "cli", "spark-connect", "--config", str(config)]
     command += ["--master", standalone.master_url, "--host", "127.0.0.1", "--port", str(grpc)]
     log = tmp_path / "spark-connect.log"
@@ -92,6 +92,10 @@ def connect_server(standalone: StandaloneCluster, tmp_path: Path) -> Iterator[tu
             assert server.poll() is None, log.read_text(errors="replace")[-3000:]
             assert time.monotonic() < deadline, "the Spark Connect server did not answer"
             time.sleep(0.25)
+        # The loader's port once the server is up: its driver and block manager take ephemeral
+        # ports as they start, and one of them once took a port chosen before (a red run).
+        port = free_port()
+        config = _config(tmp_path, port, f"sc://127.0.0.1:{grpc}")
         yield config, port
     finally:
         with contextlib.suppress(ProcessLookupError):
