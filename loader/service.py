@@ -9,17 +9,18 @@ Start-up order matters for correctness and for first-run speed:
    same data must fail before it writes anything), the catalog, the Idempotency-Key
    snapshot, the pending store (its spill directory emptied: the WAL rebuilds it), the
    quarantine;
-2. recovery: each table's Delta transaction version (read from the commit files after the
-   catalog's last known version where they tell, by deltalake otherwise:
-   ``loader.durability.transactions.committed_at``), then the WAL replayed one record at
-   a time into the pending store (which spills), so a restart after a burst needs no more
-   memory than the burst did;
+2. recovery: the WAL replayed one record at a time into the pending store (which spills),
+   so a restart after a burst needs no more memory than the burst did; each table the WAL
+   (or the quarantine, or a retirement) names has its Delta transaction version read as
+   the replay meets it (from the commit files after the catalog's last known version where
+   they tell, by deltalake otherwise: ``loader.durability.recovery.CommittedSeqs``);
 3. Spark starts in the background (~5 s; with ``[spark] mode = "connect"`` the local Spark
    Connect server, unless ``remote`` names one, and the P load worker processes), intake
    opens (new updates get sequence numbers after everything recovered) and the maintenance
-   jobs start; once Spark is up, loading begins, each table once its Delta table is
-   checked or created (tables with pending updates first), and /readyz turns ready when
-   every table's is.
+   jobs start; the other tables' Delta logs are read in the background, a table's updates
+   waiting for its own read (``_read_table_states``: requested tables first); once Spark is
+   up, loading begins, each table once its Delta table is checked or created (tables with
+   pending updates first), and /readyz turns ready when every table's is, and every log read.
 
 Each step puts its undoing on the caller's exit stack (the pattern of APScheduler 4's
 ``start(exit_stack, ...)``), so a shutdown, or a start that fails half-way, runs them in
@@ -62,7 +63,7 @@ from loader.core.views import ViewConfig, resolve
 from loader.durability.catalog import Catalog, CatalogEntry, RetiredTable, ViewEntry
 from loader.durability.quarantine import QuarantineStore
 from loader.durability.quarantine_desk import QuarantineDesk
-from loader.durability.recovery import RecoveryPlan
+from loader.durability.recovery import CommittedSeqs, RecoveryPlan
 from loader.durability.transactions import committed_seqs
 from loader.durability.wal import WriteAheadLog
 from loader.intake.idempotency import IdempotencyStore
@@ -110,6 +111,9 @@ SinkFactory = Callable[[Settings], Sink]
 IDEMPOTENCY_FILE = "idempotency.json"
 #: Tables whose Delta tables are checked or created per worker-thread call at start-up.
 ENSURE_CHUNK = 256
+#: Tables whose Delta logs are read per worker-thread call after intake opened (a request
+#: for one of them waits at most about one chunk: ~0.1 s).
+STATE_CHUNK = 256
 
 
 class LoaderService:
@@ -172,7 +176,7 @@ class LoaderService:
         self.intake.max_depth = s.intake.max_nesting_depth  # what an inferred value may nest
         self.quarantine = QuarantineDesk(quarantine, self.intake, metrics, pending)
         #: Join views (docs/join-views.md): scheduled beside the tables, loaded on the driver.
-        self.views = JoinViews(catalog, self.dispatcher, s.warehouse_path)
+        self.views = JoinViews(catalog, self.dispatcher, s.warehouse_path, table_properties(s))
         metrics.attach_views(self.views)
         self.status = TableStatuses(catalog, self.intake, self.dispatcher, quarantine, self.views)
         m = s.maintenance
@@ -194,6 +198,7 @@ class LoaderService:
             warehouse=s.warehouse_path,
             ready=lambda: self.ready,
             metrics=metrics,
+            views=self.views.names,
         )
         #: The Delta writer, once Spark is up (``ready``); None while Spark starts.
         self.sink: Sink | None = None
@@ -212,6 +217,11 @@ class LoaderService:
         self.start_error: Exception | None = None
         #: The start of loading (Spark, then each table's check), once begun.
         self.loading: asyncio.Task[None] | None = None
+        #: Tables' states read after intake opened (``_read_table_states``), while it runs.
+        self.reading: asyncio.Task[None] | None = None
+        self._unread_states: CommittedSeqs | None = None
+        #: The WAL's highest sequence number and release per table, for those read late.
+        self._logged: tuple[dict[str, int], dict[str, float]] = ({}, {})
         self.recovered_updates = 0
         #: WAL updates of tables the catalog does not know, kept until they are registered again.
         self._orphans: dict[str, list[Update]] = {}
@@ -249,6 +259,9 @@ class LoaderService:
         exit_stack.push(stopped)
         with collection_paused():  # (loader/ops/heap.py: start-up's state is long-lived)
             service = await cls._recovered(s, exit_stack, metrics, sink_factory)
+        if service.intake.unread:  # (runs once intake is open: no await before that)
+            service.reading = asyncio.create_task(service._read_table_states())
+            exit_stack.push_async_callback(service._stop_reading)
         if load:
             service.loading = asyncio.create_task(service._start_loading())
             exit_stack.push_async_callback(service._wait_started, service.loading)
@@ -331,17 +344,17 @@ class LoaderService:
     async def _recover(self) -> None:
         """Which logged updates Delta holds, which are pending again; sequence counters above both."""
         s = self.settings
-        names = list(self.catalog.entries)
         # A purge the last run decided but did not finish (a crash after the catalog's save).
         for record in list(self.catalog.retired.values()):
             if record.purge and not record.purged and self.catalog.gone(record.name) is not None:
                 await self._purge(record)
         known = {name: entry.delta_version for name, entry in self.catalog.entries.items()}
-        committed = await asyncio.to_thread(committed_seqs, s.warehouse_path, names, known)
-        for name, record in self.catalog.retired.items():
-            # Every sequence number up to a retired table's last is done, whatever Delta
-            # says (a purged table has no log; a name registered again starts above it).
-            committed[name] = max(committed.get(name, 0), record.last_seq)
+        # Every sequence number up to a retired table's last is done, whatever Delta says
+        # (a purged table has no log; a name registered again starts above it).
+        floors = {name: record.last_seq for name, record in self.catalog.retired.items()}
+        # Read as recovery meets each table (loader/durability/recovery.py): the WAL's, the
+        # quarantine's and the retiring ones now, the others once intake is open.
+        committed = CommittedSeqs(s.warehouse_path, known, floors)
         for entry in self.catalog.entries.values():
             self._schedule_table(entry)
         plan = RecoveryPlan(committed=committed, quarantined=self.quarantine.store.seqs())
@@ -350,10 +363,19 @@ class LoaderService:
         # One record at a time, off the event loop (nothing else runs yet): pending updates
         # go straight into the pending store, which spills.
         await asyncio.to_thread(self._replay_wal, plan, releasing)
+        retiring = [entry.name for entry in self.catalog.entries.values() if entry.retiring]
+        await asyncio.to_thread(committed.read_all, retiring)
+        self._unread_states = committed
+        self._logged = (plan.last_seq, plan.last_release)  # (a table unread may have WAL records: quarantined ones)
         for entry in self.catalog.entries.values():
             name = entry.name
-            sequence = self._sequence(entry, committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name))
-            self.intake.add_table(name, entry.schema, sequence, entry.on_new_fields)
+            if committed.is_read(name):
+                sequence = self._sequence(
+                    entry, committed[name], plan.last_seq.get(name, 0), plan.last_release.get(name)
+                )
+                self.intake.add_table(name, entry.schema, sequence, entry.on_new_fields)
+            else:  # (no WAL record: its updates wait for its own read, ``_read_table_states``)
+                self.intake.defer_table(name, entry.schema, entry.on_new_fields)
             if entry.retiring:  # resumed: it loads what it holds, then leaves
                 self.intake.retired[name] = "retiring"
         for name, record in self.catalog.retired.items():
@@ -378,6 +400,60 @@ class LoaderService:
         removed = await asyncio.to_thread(sweep_copies, self.intake.owned_dir, keep)
         if removed:
             log.warning("removed %d copies of landing files that no update refers to (left by a crash)", removed)
+
+    async def _read_table_states(self) -> None:
+        """The committed sequence number of each table recovery did not need (no WAL record,
+        quarantine entry or retirement named it), read after intake opened: a chunk at a
+        time, tables a request waits for first; each table's updates are numbered once its own
+        is read (``Intake.tables_read``). Its catalog's ``last_seq`` is almost always the
+        answer; the read is what makes a catalog restored from an old backup safe."""
+        committed, intake = self._unread_states, self.intake
+        last_seq, last_release = self._logged
+        assert committed is not None
+        began, count = time.perf_counter(), len(intake.unread)
+        order = list(intake.unread)
+        order.reverse()  # (popped from the end: catalog order)
+        while intake.unread:
+            chunk = list(dict.fromkeys(name for name in intake.wanted if name in intake.unread))
+            intake.wanted.clear()
+            while order and len(chunk) < STATE_CHUNK:
+                name = order.pop()
+                if name in intake.unread and name not in chunk and name not in intake.unreadable:
+                    chunk.append(name)
+            if not chunk:
+                break  # (only unreadable ones are left)
+            read, failed = await asyncio.to_thread(_read_states, committed, chunk)
+            for name, seq in read.items():
+                entry = self.catalog.entries.get(name)
+                if entry is not None and name in intake.unread:
+                    sequence = self._sequence(entry, seq, last_seq.get(name, 0), last_release.get(name))
+                    intake.add_table(name, entry.schema, sequence, entry.on_new_fields)
+            for name, why in failed.items():
+                log.error(
+                    "cannot read the Delta log of table %r (%s): its updates are refused until a restart reads it",
+                    name,
+                    why,
+                )
+                intake.unreadable_table(name, why)
+        self._unread_states, self._logged = None, ({}, {})
+        if intake.unreadable:
+            self.failure = f"cannot read the Delta logs of tables {sorted(intake.unreadable)[:NAMED_IN_MESSAGE]}"
+        log.info(
+            "read the Delta logs of %d more tables in %.2f s after intake opened", count, time.perf_counter() - began
+        )
+
+    async def _stop_reading(self) -> None:
+        reading = self.reading
+        if reading is not None and not reading.done():
+            reading.cancel()
+            await asyncio.wait({reading})
+
+    async def _tables_read(self) -> None:
+        """Every table's counters are in intake (an operator's change of the table set first
+        waits for start-up's reading, about a second at 10,000 tables)."""
+        reading = self.reading
+        if reading is not None and not reading.done():
+            await asyncio.wait({reading})
 
     def _replay_wal(self, plan: RecoveryPlan, releasing: dict[str, tuple[str, int]]) -> None:
         """``releasing``: Idempotency-Keys of updates an operator's retry or discard submits to
@@ -443,6 +519,9 @@ class LoaderService:
             self.failure = f"could not start loading: {exc}{more}"
             log.error("could not start loading %d tables, the first %r: %s", len(failed), name, exc)
             return
+        await self._tables_read()
+        if self.intake.unreadable:
+            return  # (``failure`` says which tables: /readyz stays not ready)
         self.ready = True
         self.metrics.ready.set(1)
         log.info(
@@ -669,6 +748,7 @@ class LoaderService:
         for table in tables:
             self._within_limits(table.name, table.schema_)
         async with self._admin_lock:
+            await self._tables_read()  # (start-up's reading of the tables' Delta logs done)
             new, unchanged, rekeyed, conflicts, viewed = [], [], [], [], []
             for table in tables:
                 existing = self.catalog.entries.get(table.name)
@@ -842,6 +922,7 @@ class LoaderService:
         """
         self._within_limits(table, schema)
         async with self._admin_lock:
+            await self._tables_read()  # (start-up's reading of the tables' Delta logs done)
             entry = self.catalog.entry(table)
             views = {v: self.catalog.views[v].config.join_columns(table) for v in self.views.over(table)}
             change = plan_change(table, entry.schema, schema, widening=False, view_columns=views)
@@ -925,6 +1006,7 @@ class LoaderService:
         repeat with ``purge`` adds the purge.
         """
         async with self._admin_lock:
+            await self._tables_read()  # (start-up's reading of the tables' Delta logs done)
             entry = self.catalog.entries.get(name)
             if entry is None:
                 record = self.catalog.gone(name)
@@ -1117,6 +1199,7 @@ class LoaderService:
         """Declare a join view (idempotent for the same declaration): checked against the
         catalog, its Delta table created, its inputs' current contents pending for it."""
         async with self._admin_lock:
+            await self._tables_read()  # (start-up's reading of the tables' Delta logs done)
             entry, created = await self.views.register(config)
             if created:
                 self.metrics.table_added(config.name)
@@ -1325,6 +1408,20 @@ def _remove_trees(paths: list[Path]) -> None:
     for path in paths:
         if path.exists():
             shutil.rmtree(path)
+
+
+def _read_states(committed: CommittedSeqs, names: list[str]) -> tuple[dict[str, int], dict[str, str]]:
+    """``names`` read together, and, when that fails, one by one: what each read failed with."""
+    try:
+        return committed.read_all(names), {}
+    except Exception:  # (which table: read alone)
+        read, failed = {}, {}
+        for name in names:
+            try:
+                read[name] = committed[name]
+            except Exception as exc:
+                failed[name] = str(exc) or type(exc).__name__
+        return read, failed
 
 
 def _ensure_tables(

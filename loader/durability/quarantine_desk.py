@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ class QuarantineDesk:
         """Whether a quarantined update of ``table`` holds its keys: a latest table whose
         values are ordered by arrival alone (with ``order_by``, the newest wins whatever the
         order of the loads, so nothing needs to wait)."""
-        if self.holds is None or table not in self.intake.tables:
+        if self.holds is None or table not in self.intake.schemas:
             return False
         schema = self.intake.schema(table)
         return schema.latest and schema.order_by is None
@@ -88,7 +88,7 @@ class QuarantineDesk:
         """On a worker thread, before the batch they were held back from commits."""
         self.store.keep_held(table, values)
 
-    async def restore_holds(self, committed: dict[str, int]) -> dict[str, tuple[str, int]]:
+    async def restore_holds(self, committed: Mapping[str, int]) -> dict[str, tuple[str, int]]:
         """At start-up, before the WAL is replayed: hold the keys of each entry that holds them
         again, and of each tombstone whose releasing update Delta does not hold yet. Returns
         the Idempotency-Keys of releasing updates not known yet (the WAL may replay one: it

@@ -145,6 +145,13 @@ class Intake:
         self.max_clock_skew = max_clock_skew
         self.spill_retry_after = spill_retry_after
         self.tables: dict[str, TableSequence] = {}
+        #: Registered tables whose counters wait for their Delta log to be read (a restart
+        #: opens intake first: loader/durability/recovery.py); their updates wait here.
+        self.unread: dict[str, asyncio.Future[None]] = {}
+        #: Unread tables a request waits for, read next (the service's background reader).
+        self.wanted: list[str] = []
+        #: Tables whose Delta log could not be read: why (their updates get a 503 saying it).
+        self.unreadable: dict[str, str] = {}
         self.schemas: dict[str, TableSchema] = {}
         #: Each table's ``on_new_fields``: reject (absent), ignore or add (loader/core/tables.py).
         self.new_fields: dict[str, str] = {}
@@ -173,6 +180,40 @@ class Intake:
         self.new_fields[name] = new_fields
         self.retired.pop(name, None)  # (a retired name registered again: a new table)
         self.retired_floor.pop(name, None)
+        waiting = self.unread.pop(name, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    def defer_table(self, name: str, schema: TableSchema, new_fields: str = "reject") -> None:
+        """A registered table known by name and schema whose counters come with ``add_table``
+        once its Delta log is read: its updates are checked meanwhile, numbered after."""
+        self.schemas[name] = schema
+        self.new_fields[name] = new_fields
+        self.unread[name] = asyncio.get_running_loop().create_future()
+
+    async def tables_read(self, tables: set[str]) -> None:
+        """Wait until every one of ``tables`` has its counters (at once when all have: the
+        usual case, no await)."""
+        waiting = [(name, self.unread[name]) for name in tables if name in self.unread]
+        if not waiting:
+            return
+        self.wanted.extend(name for name, _ in waiting)
+        for name, future in waiting:
+            await asyncio.shield(future)
+            why = self.unreadable.get(name)
+            if why is not None:
+                raise Unavailable(
+                    f"table {name!r} takes no updates: its Delta log could not be read at start-up ({why}); "
+                    "repair the table's _delta_log (GET /readyz names it) and restart the loader",
+                    retry_after=self.spill_retry_after,
+                )
+
+    def unreadable_table(self, name: str, why: str) -> None:
+        """The table's Delta log could not be read: its updates are refused, not held forever."""
+        self.unreadable[name] = why
+        waiting = self.unread.get(name)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
 
     def schema(self, table: str) -> TableSchema:
         schema = self.schemas.get(table)
@@ -406,6 +447,8 @@ class Intake:
                 retry_after=self.spill_retry_after,
             ) from None
         try:
+            if self.unread:  # (a restart's first seconds: loader/durability/recovery.py)
+                await self.tables_read({item.table for item in valid})
             has_files = not owned_files and any(item.files for item in valid)
             taken = await self._take_files_shielded(valid) if has_files else []
             try:

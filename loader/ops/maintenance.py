@@ -73,6 +73,7 @@ class Maintenance:
         warehouse: Path,
         ready: Callable[[], bool],
         metrics: Metrics | None = None,
+        views: Callable[[], list[str]] = list,
     ) -> None:
         self.schedule = schedule
         self.save_catalog = save_catalog
@@ -85,6 +86,8 @@ class Maintenance:
         self.warehouse = warehouse
         self.ready = ready
         self.metrics = metrics
+        #: The join views' names: their Delta tables' logs are kept as the tables' are.
+        self.views = views
         self.scheduler = AsyncIOScheduler(timezone="UTC")
         self._running: set[asyncio.Task[None]] = set()
         self.heap = HeapKeeper()
@@ -188,10 +191,10 @@ class Maintenance:
             await self._with_table_held(table, functools.partial(vacuum, vectors=vectors))
 
     async def keep_logs(self) -> list[LogKept]:
-        """Each table's Delta log kept short (loader/ops/delta_log.py); a table whose newest
-        checkpoint cannot be read is reported, and its log left alone."""
+        """Each table's and view's Delta log kept short (loader/ops/delta_log.py); a table
+        whose newest checkpoint cannot be read is reported, and its log left alone."""
         kept: list[LogKept] = []
-        for table in list(self.intake.tables):
+        for table in [*self.intake.tables, *self.views()]:
             outcome = await self._with_table_held(table, functools.partial(keep_log, table))
             if outcome is not None:
                 kept.append(outcome)

@@ -83,7 +83,7 @@ class TableStatuses:
     def _names(self) -> list[str]:
         """Tables, then join views (scheduled and reported like tables)."""
         views = self.views.names() if self.views is not None else []
-        return [*self.intake.tables, *views]
+        return [*self.intake.schemas, *views]  # (schemas: also tables whose Delta log is still being read)
 
     def page(
         self,
@@ -206,7 +206,11 @@ class TableStatuses:
         d = self.dispatcher
         tid = d.index[table]
         state = d.states[tid]
-        sequence = self.intake.tables[table]
+        sequence = self.intake.tables.get(table)
+        # (None: a restart is still reading its Delta log; the catalog's last load is what it finds)
+        last, loaded = (
+            (entry.last_seq, entry.last_seq) if sequence is None else (sequence.next_seq - 1, sequence.committed_seq)
+        )
         now = time.time() if now is None else now
         group = (self.policy_groups() if groups is None else groups).get(table)
         return {
@@ -226,8 +230,8 @@ class TableStatuses:
             "pending_bytes": d.pending.bytes(table),
             "pending_resident_bytes": d.pending.resident_bytes(table),
             "pending_spilled_bytes": d.pending.spilled_bytes(table),
-            "last_sequence": sequence.next_seq - 1,
-            "last_loaded_sequence": sequence.committed_seq,
+            "last_sequence": last,
+            "last_loaded_sequence": loaded,
             "delta_version": entry.delta_version,
             "alpha": state.alpha,
             "overhead_seconds": state.overhead,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 from prometheus_client.parser import text_string_to_metric_families
 
 from loader.loading.sinks import view_delta
@@ -70,7 +71,7 @@ def setup(h: Harness) -> None:
         assert h.post("/v1/admin/tables", token=OPERATOR, json=table).status_code == 201
 
 
-@pytest.mark.allow_errors('the answer of the view commit was lost')
+@pytest.mark.allow_errors("the answer of the view commit was lost")
 def test_a_view_follows_its_inputs_across_upserts_restarts_and_a_lost_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -313,8 +314,12 @@ def test_a_view_carries_a_nested_payload_and_refuses_to_join_on_one(tmp_path: Pa
         "type": "struct",
         "fields": [
             {"name": "aisle", "type": "short", "nullable": False, "metadata": {}},
-            {"name": "bins", "type": {"type": "array", "elementType": "string", "containsNull": True},
-             "nullable": True, "metadata": {}},
+            {
+                "name": "bins",
+                "type": {"type": "array", "elementType": "string", "containsNull": True},
+                "nullable": True,
+                "metadata": {},
+            },
         ],
     }
     products = {
@@ -329,8 +334,16 @@ def test_a_view_carries_a_nested_payload_and_refuses_to_join_on_one(tmp_path: Pa
         "mode": "latest",
         "key": ["pid"],
     }
-    picks = {"name": "picks", "schema": {"columns": [{"name": "kid", "type": "long"}, {"name": "pid", "type": "long"},
-                                                     {"name": "shelf", "type": shelf}]}}
+    picks = {
+        "name": "picks",
+        "schema": {
+            "columns": [
+                {"name": "kid", "type": "long"},
+                {"name": "pid", "type": "long"},
+                {"name": "shelf", "type": shelf},
+            ]
+        },
+    }
     view = {
         "name": "picked",
         "inputs": [{"table": "picks", "alias": "k"}, {"table": "products", "alias": "p"}],
@@ -366,3 +379,20 @@ def test_a_view_carries_a_nested_payload_and_refuses_to_join_on_one(tmp_path: Pa
         assert answer.status_code == 200 and answer.json()["fields_added"] == ["shelf.note"], answer.text
         send(h, "products", [{"pid": 1, "shelf": {"aisle": 5, "bins": None, "note": "new"}, "labels": {}}])
         h.wait(lambda: rows() == [(10, {"aisle": 5, "bins": None}, [], 1)], 30)
+
+
+def test_a_views_delta_table_ages_as_the_tables_do(tmp_path: Path) -> None:
+    """A view commits as often as its inputs load: its Delta table gets the loader's
+    checkpoint interval and log retention, and the log-keeping job visits it."""
+    with Harness(tmp_path / "data") as h:
+        setup(h)
+        assert h.post("/v1/admin/views", token=OPERATOR, json=VIEW).status_code == 201
+        send(h, "customers", [{"cid": 1, "cname": "ann"}])
+        send(h, "sales", [{"sid": 1, "cid": 1, "amt": 2.5}])
+        h.wait(lambda: caught_up(h))
+        configuration = DeltaTable(str(h.settings.warehouse_path / "enriched")).metadata().configuration
+        assert configuration["delta.checkpointInterval"] == "20"
+        assert configuration["delta.logRetentionDuration"] == "interval 168 hours"
+        kept = h.client.portal.call(h.service.maintenance.keep_logs)
+        assert {k.table for k in kept} == {"orders", "clicks", "customers", "sales", "enriched"}
+        assert all(k.problem is None for k in kept)

@@ -46,8 +46,11 @@ def row_digest(row: tuple) -> str:
 class ViewTable:
     """The Delta table at ``path`` that only the loader writes."""
 
-    def __init__(self, path: Path, schema: TableSchema, view: str) -> None:
+    def __init__(self, path: Path, schema: TableSchema, view: str, properties: Mapping[str, str] | None = None) -> None:
         self.path, self.schema, self.view = path, schema, view
+        #: Table properties of a new view table (the loader's checkpoint interval and log
+        #: retention: a view commits as often as its inputs load, and its log ages as theirs).
+        self.properties = dict(properties or {})
         self._outputs = [c.name for c in schema.columns if c.name not in (ROW_COLUMN, COUNT_COLUMN)]
 
     def ensure(self) -> None:
@@ -55,7 +58,7 @@ class ViewTable:
         try:
             existing = DeltaTable(str(self.path))
         except TableNotFoundError:
-            create_table(self.path, self.schema.arrow())
+            create_table(self.path, self.schema.arrow(), properties=self.properties or None)
             return
         differences = schema_differences(existing, self.schema)
         if differences:

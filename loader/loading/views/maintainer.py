@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,13 +84,18 @@ class ViewMaintainer:
     """A view's executor and Delta table; one view load at a time (the dispatcher's rule)."""
 
     def __init__(
-        self, view: ResolvedView, warehouse: Path, seed: int = 0, timer: Callable[[], float] = time.perf_counter
+        self,
+        view: ResolvedView,
+        warehouse: Path,
+        seed: int = 0,
+        timer: Callable[[], float] = time.perf_counter,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         self.view = view
         self.warehouse = warehouse
         self._seed = seed
         self._timer = timer
-        self.table = ViewTable(warehouse / view.name, view.schema, view.name)
+        self.table = ViewTable(warehouse / view.name, view.schema, view.name, properties)
         self.spark = view.config.engine == "spark"
         self._windows_key = SPARK_WINDOWS_KEY if self.spark else WINDOWS_KEY
         #: The driver engine's executor (None for the spark engine).

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from loader.core.errors import Conflict, NotFound
@@ -38,10 +39,14 @@ log = logging.getLogger(__name__)
 class JoinViews:
     """Every registered view's executor and pending input commits."""
 
-    def __init__(self, catalog: Catalog, dispatcher: Dispatcher, warehouse: Path) -> None:
+    def __init__(
+        self, catalog: Catalog, dispatcher: Dispatcher, warehouse: Path, properties: Mapping[str, str] | None = None
+    ) -> None:
         self.catalog = catalog
         self.dispatcher = dispatcher
         self.warehouse = warehouse
+        #: Table properties of new view tables (``ViewTable.properties``).
+        self.properties = dict(properties or {})
         self.maintainers: dict[str, ViewMaintainer] = {}
         #: view -> its pending updates' input commits, by the update's sequence number.
         self._changes: dict[str, dict[int, InputChange]] = {}
@@ -128,7 +133,7 @@ class JoinViews:
         retrying with back-off until what blocks it is fixed.
         """
         name = entry.name
-        maintainer = ViewMaintainer(resolved, self.warehouse, seed=_seed(name))
+        maintainer = ViewMaintainer(resolved, self.warehouse, seed=_seed(name), properties=self.properties)
         self._opening[name] = []
         for table in resolved.tables:
             self._over.setdefault(table, []).append(name)

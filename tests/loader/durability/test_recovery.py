@@ -7,6 +7,7 @@ counters, refused updates naming files, concurrent operator requests.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -15,16 +16,22 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fastapi.testclient import TestClient
 
+from api.app import create_app
+from loader.core.schema import TableSchema
 from loader.core.updates import Update, WalRecord
 from loader.durability.catalog import Catalog
-from loader.durability.recovery import plan_recovery
+from loader.durability.recovery import CommittedSeqs, plan_recovery
 from loader.durability.wal import WriteAheadLog
+from loader.service import LoaderService
 from testing.fakes import ArrowSink
-from testing.service_harness import OPERATOR, Harness
+from testing.service_harness import CLICKS, OPERATOR, PRODUCER, Harness, make_settings
+from testing.tables import read_delta
 
 EVENTS = {"name": "events", "schema": {"columns": [{"name": "a", "type": "int64"}]}}
 AS_OPERATOR = {"Authorization": f"Bearer {OPERATOR}"}
+AS_PRODUCER = {"Authorization": f"Bearer {PRODUCER}"}
 
 
 class CommitThenFail(ArrowSink):
@@ -45,7 +52,7 @@ class CommitThenFail(ArrowSink):
         return result
 
 
-@pytest.mark.allow_errors('failed after the commit')
+@pytest.mark.allow_errors("failed after the commit")
 def test_a_retry_after_a_commit_that_landed_loads_only_the_newer_updates(tmp_path: Path) -> None:
     sink: list[CommitThenFail] = []
 
@@ -62,7 +69,7 @@ def test_a_retry_after_a_commit_that_landed_loads_only_the_newer_updates(tmp_pat
         assert [r["url"] for r in h.rows("clicks")] == ["/a", "/b"]  # not /a twice
 
 
-@pytest.mark.allow_errors('injected failure')
+@pytest.mark.allow_errors("injected failure")
 def test_a_lost_catalog_keeps_logged_updates_and_numbering_continues(tmp_path: Path) -> None:
     data = tmp_path / "data"
     fail = threading.Event()
@@ -136,7 +143,7 @@ def test_a_refused_update_leaves_no_copied_file_behind(harness: Harness) -> None
     assert not owned.exists() or not any(owned.rglob("*.parquet"))
 
 
-@pytest.mark.allow_errors('injected failure')
+@pytest.mark.allow_errors("injected failure")
 def test_rewriting_a_landing_file_after_the_ack_does_not_change_what_is_loaded(tmp_path: Path) -> None:
     gate = threading.Event()
     with Harness(tmp_path / "data", gate) as h:  # loading fails until the file was rewritten
@@ -207,3 +214,101 @@ def test_a_multi_update_refused_on_its_second_file_keeps_no_copy_of_the_first(ha
     assert harness.post("/v1/updates", json=body).status_code == 422
     owned = harness.service.intake.owned_dir
     assert not owned.exists() or not [p for p in owned.rglob("*") if p.is_file()]
+
+
+class SlowStateReads:
+    """``loader.service._read_states`` one table a chunk, 0.1 s each, recording the order."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import loader.service as service
+
+        self.order: list[str] = []
+        real = service._read_states
+
+        def slow(committed, names):  # type: ignore[no-untyped-def]
+            time.sleep(0.1)
+            self.order.extend(names)
+            return real(committed, names)
+
+        monkeypatch.setattr(service, "STATE_CHUNK", 1)
+        monkeypatch.setattr(service, "_read_states", slow)
+
+
+IDLE = [{"name": f"idle{i}", "schema": {"columns": [{"name": "a", "type": "int64"}]}} for i in range(6)]
+
+
+def test_a_restart_opens_intake_before_idle_tables_are_read_and_numbers_above_delta(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38, part 5: a table the WAL does not name is read after intake opens; its
+    updates wait for its own read (requested ones first), and are numbered above what Delta
+    holds even when the catalog is an old backup that says less (its WAL segments truncated)."""
+    data = tmp_path / "data"
+    tables = [*IDLE, CLICKS]
+    with Harness(data, tables=tables) as h:
+        old_catalog = (data / "state" / "catalog.json").read_bytes()  # before any load
+        for n in range(3):
+            assert h.post("/v1/tables/clicks/updates", json={"rows": [{"n": n}]}).status_code == 202
+        h.wait_loaded("clicks", 3)
+    for segment in (data / "wal").iterdir():  # every record is in Delta: as after truncation
+        if segment.name != "wal.lock":
+            segment.unlink()
+    (data / "state" / "catalog.json").write_bytes(old_catalog)
+    reads = SlowStateReads(monkeypatch)
+    settings = make_settings(data, tables=tables)
+    caplog.set_level(logging.INFO, logger="loader.service")
+    with TestClient(create_app(settings, sink_factory=lambda s: ArrowSink(s.warehouse_path))) as client:
+        service: LoaderService = client.app.state.service  # type: ignore[attr-defined]
+        assert service.reading is not None  # intake opened with tables still to read
+        r = client.post("/v1/tables/clicks/updates", json={"rows": [{"n": 3}]}, headers=AS_PRODUCER)
+        assert r.status_code == 202, r.text
+        assert r.json()["updates"][0]["sequence"] == 4  # above Delta's 3, not the old catalog's 0
+        assert reads.order.index("clicks") < len(tables) - 1  # read before the idle ones after it
+        Harness.wait(lambda: service.ready)
+        assert sorted(reads.order) == sorted(t["name"] for t in tables)
+        Harness.wait(lambda: client.get("/v1/tables/clicks", headers=AS_OPERATOR).json()["last_loaded_sequence"] == 4)
+    assert sorted(read_delta(settings.warehouse_path / "clicks").column("n").to_pylist()) == [0, 1, 2, 3]
+    assert "read the Delta logs of 7 more tables" in caplog.text
+
+
+@pytest.mark.allow_errors("cannot read the Delta log of table 'clicks'")
+def test_a_table_whose_delta_log_cannot_be_read_at_start_refuses_its_updates_and_the_others_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    with Harness(data, tables=[*IDLE, CLICKS]):
+        pass
+    real = CommittedSeqs._from_delta
+
+    def unreadable(self: CommittedSeqs, name: str) -> int:
+        if name == "clicks":
+            raise OSError("injected: the log's disk answers EIO")
+        return real(self, name)
+
+    monkeypatch.setattr(CommittedSeqs, "_from_delta", unreadable)
+    settings = make_settings(data, tables=[*IDLE, CLICKS])
+    with TestClient(create_app(settings, sink_factory=lambda s: ArrowSink(s.warehouse_path))) as client:
+        service: LoaderService = client.app.state.service  # type: ignore[attr-defined]
+        r = client.post("/v1/tables/clicks/updates", json={"rows": [{"n": 1}]}, headers=AS_PRODUCER)
+        assert r.status_code == 503 and "Delta log could not be read" in r.json()["message"], r.text
+        assert (
+            client.post("/v1/tables/idle0/updates", json={"rows": [{"a": 1}]}, headers=AS_PRODUCER).status_code == 202
+        )
+        Harness.wait(lambda: client.get("/v1/tables/idle0", headers=AS_OPERATOR).json()["last_loaded_sequence"] == 1)
+        Harness.wait(lambda: service.failure is not None)
+        assert "'clicks'" in service.failure and not service.ready  # type: ignore[operator]
+        assert client.get("/readyz", headers=AS_OPERATOR).status_code == 503
+
+
+def test_committed_seqs_reads_each_table_once_and_only_when_asked(tmp_path: Path) -> None:
+    sink = ArrowSink(tmp_path)
+    schema = TableSchema.model_validate({"columns": [{"name": "a", "type": "int64"}]})
+    for name in ("a", "b"):
+        sink.ensure_table(name, schema)
+    committed = CommittedSeqs(tmp_path, {"a": None, "b": None}, floors={"gone": 7, "b": 2})
+    assert not committed.is_read("a") and "gone" in committed and "other" not in committed
+    assert committed["a"] == 0 and committed.is_read("a") and not committed.is_read("b")
+    assert committed["b"] == 2 and committed["gone"] == 7  # a retired table's floor counts
+    assert committed.read_all(["a", "b", "gone"]) == {"a": 0, "b": 2, "gone": 7}
+    with pytest.raises(KeyError):
+        committed["other"]
