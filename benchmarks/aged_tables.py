@@ -21,6 +21,7 @@ Targets (after): a load at most 1.2x a new table's, an open at most 1.2x.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -65,6 +66,31 @@ def _open(path: Path, table: str) -> float:
 
 def _log_files(path: Path) -> int:
     return len(os.listdir(path / "_delta_log"))
+
+
+def _listing(path: Path, repeats: int = 51) -> dict[str, float]:
+    """The ``_delta_log`` directory's own size and the median time to list it: a directory
+    that once held 100,000 entries keeps its size on ext4 (it never shrinks), and every
+    listing reads all of it, whatever is left."""
+    log_dir = path / "_delta_log"
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        os.listdir(log_dir)
+        times.append(time.perf_counter() - began)
+    return {"dir_bytes": log_dir.stat().st_size, "list_ms": 1e3 * statistics.median(times)}
+
+
+def _fresh_copy_opens(warehouse: Path, opens: int, repeats: int) -> list[float]:
+    """The old table copied (the same files in a new directory), against the new table:
+    the open ratio per round, as ``phase`` takes it."""
+    shutil.copytree(warehouse / "old", warehouse / "old-copy")
+    ratios = []
+    for _ in range(repeats):
+        copy = [_open(warehouse / "old-copy", "old") for _ in range(opens)]
+        new = [_open(warehouse / "new", "new") for _ in range(opens)]
+        ratios.append(statistics.median(copy) / statistics.median(new))
+    return ratios
 
 
 class Tables:
@@ -133,6 +159,8 @@ def measure(run: Run) -> dict[str, Any]:
         results["after"] = phase(tables, args.repeats, args.loads, args.opens)
         log(f"after: {results['after']}")
         results["files_after"] = {n: _log_files(warehouse / n) for n in ("old", "new")}
+        results["listing"] = {n: _listing(warehouse / n) for n in ("old", "new")}
+        results["fresh_copy_open_ratios"] = _fresh_copy_opens(warehouse, args.opens, args.repeats)
     for name in ("before", "after"):
         results[f"{name}_median"] = {k: statistics.median(r[k] for r in results[name]) for k in results[name][0]}
     return results
@@ -146,8 +174,19 @@ def render(results: dict[str, Any]) -> str:
         k: ("PASS" if after[f"{k}_ratio"] <= TARGET else "MISS") + f" ({after[f'{k}_ratio']:.2f})"
         for k in ("load", "open")
     }
+    listing = results.get("listing")
+    directory = ""
+    if listing is not None:
+        directory = T(
+            "directory",
+            old=listing["old"],
+            new=listing["new"],
+            copy_ratio=statistics.median(results["fresh_copy_open_ratios"]),
+            commits=meta["commits"],
+        )
     return T(
         "section",
+        directory=directory,
         machine=machine_markdown(meta, "loader"),
         meta=meta,
         table=T.table("table", rows),

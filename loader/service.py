@@ -261,10 +261,11 @@ class LoaderService:
             service = await cls._recovered(s, exit_stack, metrics, sink_factory)
         if service.intake.unread:  # (runs once intake is open: no await before that)
             service.reading = asyncio.create_task(service._read_table_states())
-            exit_stack.push_async_callback(service._stop_reading)
         if load:
             service.loading = asyncio.create_task(service._start_loading())
             exit_stack.push_async_callback(service._wait_started, service.loading)
+        if service.reading is not None:  # (stopped first on the way down: loading waits for it)
+            exit_stack.push_async_callback(service._stop_reading)
         service.intake.open()
         exit_stack.callback(service.intake.close)
         log.info(
@@ -363,8 +364,11 @@ class LoaderService:
         # One record at a time, off the event loop (nothing else runs yet): pending updates
         # go straight into the pending store, which spills.
         await asyncio.to_thread(self._replay_wal, plan, releasing)
-        retiring = [entry.name for entry in self.catalog.entries.values() if entry.retiring]
-        await asyncio.to_thread(committed.read_all, retiring)
+        # Read now too: a retiring table drains (``_drained``), an operator's retry or discard
+        # of a quarantined update is numbered as its payload is built (quarantine_desk.py).
+        eager = {entry.name for entry in self.catalog.entries.values() if entry.retiring}
+        eager |= {e.table for e in self.quarantine.store.active() if e.table in self.catalog.entries}
+        _, unreadable = await asyncio.to_thread(_read_states, committed, sorted(eager))
         self._unread_states = committed
         self._logged = (plan.last_seq, plan.last_release)  # (a table unread may have WAL records: quarantined ones)
         for entry in self.catalog.entries.values():
@@ -376,6 +380,8 @@ class LoaderService:
                 self.intake.add_table(name, entry.schema, sequence, entry.on_new_fields)
             else:  # (no WAL record: its updates wait for its own read, ``_read_table_states``)
                 self.intake.defer_table(name, entry.schema, entry.on_new_fields)
+                if name in unreadable:
+                    self._unreadable(name, unreadable[name])
             if entry.retiring:  # resumed: it loads what it holds, then leaves
                 self.intake.retired[name] = "retiring"
         for name, record in self.catalog.retired.items():
@@ -413,34 +419,44 @@ class LoaderService:
         began, count = time.perf_counter(), len(intake.unread)
         order = list(intake.unread)
         order.reverse()  # (popped from the end: catalog order)
-        while intake.unread:
-            chunk = list(dict.fromkeys(name for name in intake.wanted if name in intake.unread))
-            intake.wanted.clear()
-            while order and len(chunk) < STATE_CHUNK:
-                name = order.pop()
-                if name in intake.unread and name not in chunk and name not in intake.unreadable:
-                    chunk.append(name)
-            if not chunk:
-                break  # (only unreadable ones are left)
-            read, failed = await asyncio.to_thread(_read_states, committed, chunk)
-            for name, seq in read.items():
-                entry = self.catalog.entries.get(name)
-                if entry is not None and name in intake.unread:
-                    sequence = self._sequence(entry, seq, last_seq.get(name, 0), last_release.get(name))
-                    intake.add_table(name, entry.schema, sequence, entry.on_new_fields)
-            for name, why in failed.items():
-                log.error(
-                    "cannot read the Delta log of table %r (%s): its updates are refused until a restart reads it",
-                    name,
-                    why,
-                )
+        try:
+            while True:
+                readable = [name for name in intake.wanted if name not in intake.unreadable]
+                chunk = list(dict.fromkeys(name for name in readable if name in intake.unread))
+                intake.wanted.clear()
+                while order and len(chunk) < STATE_CHUNK:
+                    name = order.pop()
+                    if name in intake.unread and name not in chunk and name not in intake.unreadable:
+                        chunk.append(name)
+                if not chunk:
+                    break  # (every table read, or refused: unreadable)
+                read, failed = await asyncio.to_thread(_read_states, committed, chunk)
+                for name, seq in read.items():
+                    entry = self.catalog.entries.get(name)
+                    if entry is not None and name in intake.unread:
+                        sequence = self._sequence(entry, seq, last_seq.get(name, 0), last_release.get(name))
+                        intake.add_table(name, entry.schema, sequence, entry.on_new_fields)
+                for name, why in failed.items():
+                    self._unreadable(name, why)
+        except BaseException as exc:  # (no request may wait for a read that will not come)
+            why = "the service is stopping" if isinstance(exc, asyncio.CancelledError) else f"{exc!r}"
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("reading the tables' Delta logs failed")
+            for name in [name for name in intake.unread if name not in intake.unreadable]:
                 intake.unreadable_table(name, why)
-        self._unread_states, self._logged = None, ({}, {})
-        if intake.unreadable:
-            self.failure = f"cannot read the Delta logs of tables {sorted(intake.unreadable)[:NAMED_IN_MESSAGE]}"
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._unread_states, self._logged = None, ({}, {})
         log.info(
             "read the Delta logs of %d more tables in %.2f s after intake opened", count, time.perf_counter() - began
         )
+
+    def _unreadable(self, name: str, why: str) -> None:
+        log.error(
+            "cannot read the Delta log of table %r (%s): its updates are refused until a restart reads it", name, why
+        )
+        self.intake.unreadable_table(name, why)
 
     async def _stop_reading(self) -> None:
         reading = self.reading
@@ -520,8 +536,11 @@ class LoaderService:
             log.error("could not start loading %d tables, the first %r: %s", len(failed), name, exc)
             return
         await self._tables_read()
-        if self.intake.unreadable:
-            return  # (``failure`` says which tables: /readyz stays not ready)
+        if self._stopping:
+            return
+        if self.intake.unreadable:  # /readyz stays not ready, and says which
+            self.failure = f"cannot read the Delta logs of tables {sorted(self.intake.unreadable)[:NAMED_IN_MESSAGE]}"
+            return
         self.ready = True
         self.metrics.ready.set(1)
         log.info(
@@ -1014,6 +1033,12 @@ class LoaderService:
                     raise unknown_table(name)
                 await self._purge_later(record, purge)
                 return self._retirement(record)
+            why = self.intake.unreadable.get(name)
+            if why is not None:
+                raise Unavailable(
+                    f"table {name!r} cannot be retired: its Delta log could not be read at start-up ({why}), so "
+                    "whether it is drained cannot be known; repair its _delta_log, restart the loader, then retire it"
+                )
             readers = self.views.over(name)
             if readers:
                 raise Conflict(
@@ -1087,7 +1112,9 @@ class LoaderService:
     def _drained(self, name: str) -> bool:
         """Nothing the table acknowledged is left to load: none pending, running, on its way
         from the WAL to the queue, or quarantined."""
-        sequence = self.intake.tables[name]
+        sequence = self.intake.tables.get(name)
+        if sequence is None:  # (its Delta log could not be read at start-up: it cannot drain)
+            return False
         return (
             not self.dispatcher.is_running(name)
             and self.dispatcher.state(name).pending_count == 0
@@ -1148,6 +1175,7 @@ class LoaderService:
         record says so. A failure is logged and left for a repeated DELETE or the next start."""
         s = self.settings
         paths = [s.warehouse_path / record.name, self.intake.owned_dir / record.name]
+        await self.maintenance.finished_with(record.name)  # (a checkpoint being written into its log)
         try:
             await asyncio.to_thread(_remove_trees, paths)
         except OSError as exc:

@@ -189,6 +189,8 @@ class Intake:
         once its Delta log is read: its updates are checked meanwhile, numbered after."""
         self.schemas[name] = schema
         self.new_fields[name] = new_fields
+        self.retired.pop(name, None)
+        self.retired_floor.pop(name, None)
         self.unread[name] = asyncio.get_running_loop().create_future()
 
     async def tables_read(self, tables: set[str]) -> None:
@@ -197,7 +199,7 @@ class Intake:
         waiting = [(name, self.unread[name]) for name in tables if name in self.unread]
         if not waiting:
             return
-        self.wanted.extend(name for name, _ in waiting)
+        self.wanted.extend(name for name, _ in waiting if name not in self.unreadable)
         for name, future in waiting:
             await asyncio.shield(future)
             why = self.unreadable.get(name)

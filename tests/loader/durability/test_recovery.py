@@ -298,6 +298,10 @@ def test_a_table_whose_delta_log_cannot_be_read_at_start_refuses_its_updates_and
         Harness.wait(lambda: service.failure is not None)
         assert "'clicks'" in service.failure and not service.ready  # type: ignore[operator]
         assert client.get("/readyz", headers=AS_OPERATOR).status_code == 503
+        retire = client.delete("/v1/admin/tables/clicks", headers=AS_OPERATOR)  # drained? cannot be known
+        assert retire.status_code == 503 and "cannot be retired" in retire.json()["message"], retire.text
+        r = client.post("/v1/tables/clicks/updates", json={"rows": [{"n": 2}]}, headers=AS_PRODUCER)
+        assert r.status_code == 503 and not service.intake.wanted  # refused again, not asked again
 
 
 def test_committed_seqs_reads_each_table_once_and_only_when_asked(tmp_path: Path) -> None:

@@ -112,7 +112,8 @@ def test_an_unreadable_newest_checkpoint_is_reported_and_nothing_is_deleted(tmp_
     before = _log_files(aged)
 
     metrics = Metrics()
-    stub = SimpleNamespace(tables={"orders": None}, hold=lambda t: None, release_hold=lambda t: None)
+    stub = SimpleNamespace(tables={"orders": None}, index={"orders": 0}, hold=lambda t: None)
+    stub.release_hold = lambda t: None
     stub.is_running = lambda t: False
     schedule = Schedule(3600, 0, 0, 168, log_keeping_seconds=3600)
     nothing = lambda: asyncio.sleep(0)  # noqa: E731
