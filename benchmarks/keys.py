@@ -123,6 +123,41 @@ def other_loads(seeds: int, updates: int) -> list[dict[str, Any]]:
     return rows
 
 
+#: Figure 9 across slow-to-fast ratios: the ratios and loads swept, the two readings of
+#: section 5.3's n, and whether u_k is the workload's true rate or estimated online.
+RATIOS = (10, 20, 40, 60, 100)
+SWEEP_LOADS = (5.0, 10.0)
+READINGS = {"linecutting": "all waiting", "linecutting-faster": "faster only"}
+
+
+def figure9_ratios(seeds: int, updates: int) -> list[dict[str, Any]]:
+    """Queue staleness IN-PLACE / LINECUTTING for 0..10 slow keys of 10, per load, ratio,
+    reading of n and rates (known or estimated); a row per curve, medians over seeds."""
+    rows = []
+    for load in SWEEP_LOADS:
+        for ratio in RATIOS:
+            curves: dict[tuple[str, bool], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+            for slow in range(11):
+                for s in range(seeds):
+                    w = keyed_workload("two-class", keys=10, load=load, slow=slow, ratio=ratio, updates=updates, seed=s)
+                    base = simulate_keys(w, "in-place").queue.mean  # (IN-PLACE reads no rate)
+                    for policy, known in ((p, k) for p in READINGS for k in (False, True)):
+                        ratio_ = base / simulate_keys(w, policy, known_rates=known).queue.mean
+                        curves[policy, known][slow].append(ratio_)
+            for (policy, known), by_slow in curves.items():
+                row: dict[str, Any] = {"load": load, "ratio": ratio, "reading": policy, "known": known}
+                row |= {str(slow): statistics.median(v) for slow, v in by_slow.items()}
+                rows.append(row)
+    return rows
+
+
+def paper_shape(row: dict[str, Any], tolerance: float = 0.02, peak: float = 1.2) -> bool:
+    """Figure 9's shape as the issue states it: 1.00 at 0 and 10 slow keys, the highest at 8, at least ``peak``."""
+    curve = [row[str(slow)] for slow in range(11)]
+    ends = abs(curve[0] - 1.0) <= tolerance and abs(curve[10] - 1.0) <= tolerance
+    return ends and max(range(1, 10), key=curve.__getitem__) == 8 and curve[8] >= peak
+
+
 def zipf(seeds: int, updates: int) -> list[dict[str, Any]]:
     points = [{"keys": keys, "theta": theta} for keys in (10, 100) for theta in (0.0, 0.5, 0.9)]
     p99 = attrgetter("application.p99")
@@ -144,12 +179,15 @@ def _f(value: float | None) -> str:
 T = Template("keys", {"kf": _f})
 #: (seeds, updates per run), quick and full.
 SIZE = {True: (2, 5_000), False: (5, 20_000)}
+#: The same for the ratio sweep (2,200 runs a seed at full size).
+SWEEP_SIZE = {True: (1, 2_000), False: (3, 10_000)}
 
 
 def measure(run: Run) -> dict[str, Any]:
     seeds, updates = SIZE[run.args.quick]
     figures = {"figure7": figure7, "figure9": figure9, "other_loads": other_loads, "zipf": zipf, "batched": batched}
-    return {name: figure(seeds, updates) for name, figure in figures.items()}
+    out = {name: figure(seeds, updates) for name, figure in figures.items()}
+    return out | {"figure9_ratios": figure9_ratios(*SWEEP_SIZE[run.args.quick])}
 
 
 def render(saved: dict[str, Any]) -> str:
@@ -178,7 +216,48 @@ def render(saved: dict[str, Any]) -> str:
     values |= {"low": min(fl, key=lambda r: r[lc]), "low_b": min(fl, key=lambda r: r[lcb]), "zipf_means": zipf_means}
     for name, cutter in (("batch_ratios", lcb), ("batch_ratios_lc", lc)):
         values[name] = ", ".join(f"{r['in-place'] / r[cutter]:.2f} at {r['max_keys']} keys" for r in small)
+    values |= _ratio_sweep(saved.get("figure9_ratios"), saved["meta"]["quick"])
     return T("section", machine=machine_markdown(saved["meta"]), updates=updates, seeds=seeds, **tables, **values)
+
+
+def _ratio_sweep(rows: list[dict[str, Any]] | None, quick: bool) -> dict[str, str]:
+    """Figure 9 across ratios: its tables and which curves have the paper's shape."""
+    if not rows:
+        return {"sweep": ""}
+    seeds, updates = SWEEP_SIZE[quick]
+    cells = [
+        lambda r: f"{r['ratio']}x",
+        lambda r: READINGS[r["reading"]],
+        lambda r: "known" if r["known"] else "estimated",
+        *(lambda r, s=s: f"{r[str(s)]:.2f}" for s in range(11)),
+        lambda r: "yes" if paper_shape(r) else "",
+    ]
+    header = ["slow : fast", "n counts", "u_k", *(str(s) for s in range(11)), "paper's shape"]
+    tables = {
+        f"{load:g}": table(header, cells, [r for r in rows if r["load"] == load], "lll" + "r" * 11 + "l")
+        for load in SWEEP_LOADS
+    }
+    shaped = [r for r in rows if paper_shape(r)]
+    found = "; ".join(
+        f"load {r['load']:g}, {r['ratio']}x, n = {READINGS[r['reading']]}, u_k {'known' if r['known'] else 'estimated'}"
+        f" ({r['8']:.2f} at 8)"
+        for r in shaped
+    )
+    at5 = [r for r in shaped if r["load"] == 5.0]
+    equal = [r for r in rows if r["reading"] == "linecutting-faster" and r["known"]]
+    ends = max(max(abs(r["0"] - 1.0), abs(r["10"] - 1.0)) for r in equal)
+    return {
+        "sweep": T(
+            "sweep",
+            seeds=seeds,
+            updates=updates,
+            load5=tables["5"],
+            load10=tables["10"],
+            found=found or "none",
+            verdict="PASS" if at5 else "MISS",
+            ends=f"{ends:.3f}",
+        )
+    }
 
 
 BENCHMARK = Benchmark(measure, render, package="schedulers")

@@ -308,6 +308,14 @@ def compare_command(
         ),
     ] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the keyed workload.", rich_help_panel=KEYED)] = 0,
+    known_rates: Annotated[
+        bool,
+        typer.Option(
+            "--known-rates",
+            help="LINECUTTING reads each key's true rate (the paper's premise) instead of estimating it.",
+            rich_help_panel=KEYED,
+        ),
+    ] = False,
 ) -> None:
     """Run every policy on one trace and print them side by side (grouped vs single-table jobs
     with --job-overhead); with --keyed, every key policy on a seeded keyed workload."""
@@ -326,7 +334,9 @@ def compare_command(
                 ratio=ratio,
                 theta=theta,
             )
-            keyed_results = compare_keys(workload, cost=cost, overhead=overhead, max_keys=max_keys)
+            keyed_results = compare_keys(
+                workload, cost=cost, overhead=overhead, max_keys=max_keys, known_rates=known_rates
+            )
         except ValueError as exc:
             raise fail(str(exc)) from None
         if as_json:

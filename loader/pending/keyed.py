@@ -61,7 +61,7 @@ from loader.core.evolution import conform_rows
 from loader.core.updates import Update, arrival
 from loader.durability.quarantine import HELD_ARRIVAL, HELD_SEQ
 from loader.pending.spill.model import Item, QueueCache
-from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyRates, learned_cost, place
+from schedulers.keys.queue import DEFAULT_KEY_POLICY, KeyRates, ResidentIntervals, learned_cost, place
 from schedulers.keys.staleness import StalenessFigures
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,8 @@ class LatestQueue:
         #: With ``order_by``: the order value of each key's newest value here (waiting or loading).
         self.order_of: dict[Key, object] = {}
         self.rates: KeyRates | None = None
+        #: linecutting-faster's n (the waiting keys' intervals, sorted); None for other policies.
+        self.intervals = ResidentIntervals() if self.spec.policy == "linecutting-faster" else None
         #: c of section 5.3: seconds to load one key, an EWMA of a batch's seconds per key.
         self.cost_per_key = 0.0
         self.superseded = 0
@@ -171,7 +173,18 @@ class LatestQueue:
         #: Queued updates' values held after they were queued (by arrival): left out of batches.
         self.excluded: dict[int, set[int]] = {}
 
+    def respec(self, spec: KeySpec) -> None:
+        """A new policy or batch bound for the keys already waiting (their places stay)."""
+        self.spec = spec
+        if spec.policy != "linecutting-faster":
+            self.intervals = None
+        elif self.intervals is None:
+            self.intervals = ResidentIntervals()
+            for key in self.index:
+                self.intervals.set(key, self.rates.interval(key) if self.rates is not None else None)
+
     # -- arrivals ------------------------------------------------------------------------
+
     def arrive(self, update: Update) -> tuple[Update, list[Key]]:
         """Place ``update``'s values: the update to enqueue (its rows that stay in it) and
         their keys. Values moved elsewhere are in their new places when this returns.
@@ -214,7 +227,11 @@ class LatestQueue:
                 if held_order is not None and orders[position] < held_order:  # type: ignore[operator]
                     superseded += 1  # the waiting value is the newer: this one is dropped
                     continue
-            residents = len(self.index) - (waiting is not None) + newcomers
+            if self.intervals is not None:  # section 5.3 read as "the faster updaters in the queue"
+                residents = self.intervals.faster(key, interval)
+                self.intervals.set(key, interval)
+            else:
+                residents = len(self.index) - (waiting is not None) + newcomers
             newcomers += waiting is None
             where = place(
                 self.spec.policy,
@@ -395,6 +412,8 @@ class LatestQueue:
                     del self.copies[key]
                 if self.index.get(key) == update.seq:
                     del self.index[key]
+                    if self.intervals is not None:
+                        self.intervals.discard(key)
                     since = self.first_enqueued.pop(key, update.release)
                     if now is not None and self.rates is not None:
                         if self.serving_since is None:
@@ -418,6 +437,8 @@ class LatestQueue:
                 if key not in self.index:
                     self.index[key] = item.key
                     self.first_enqueued[key] = since
+                    if self.intervals is not None and self.rates is not None:
+                        self.intervals.set(key, self.rates.interval(key))
                 else:
                     self.first_enqueued[key] = min(since, self.first_enqueued[key])
 
@@ -603,6 +624,8 @@ class LatestQueue:
             self.closed.add(item.key)  # (its rows and keys no longer line up: no value moves)
         for key in hold.keys:
             self.index.pop(key, None)
+            if self.intervals is not None:
+                self.intervals.discard(key)
             self.first_enqueued.pop(key, None)
             self.copies.pop(key, None)
             self.order_of.pop(key, None)

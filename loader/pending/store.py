@@ -105,7 +105,7 @@ class PendingStore:
             return
         current = self._latest.get(table)
         if current is not None and current.spec.key == spec.key:
-            current.spec = spec
+            current.respec(spec)
             return
         if len(self.cache.queues[table]) or table in self._inflight:
             raise RuntimeError(f"the key of {table!r} cannot change while updates of it are pending")

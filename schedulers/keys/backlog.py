@@ -23,7 +23,7 @@ import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from schedulers.keys.queue import KeyRates, learned_cost, place
+from schedulers.keys.queue import KeyRates, ResidentIntervals, learned_cost, place
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,7 @@ class KeyBacklog:
         "_arrived",
         "_values",
         "_serving_since",
+        "_intervals",
     )
 
     def __init__(self, policy: str, max_keys: int | None = None) -> None:
@@ -81,6 +82,8 @@ class KeyBacklog:
         self._arrived: dict[Hashable, float] = {}
         self._values = 0
         self._serving_since: float | None = None
+        #: linecutting-faster's n (the waiting keys' intervals, sorted); None for other policies.
+        self._intervals = ResidentIntervals() if policy == "linecutting-faster" else None
 
     # -- what the driver calls -----------------------------------------------------
     def arrive(self, keys: Iterable[Hashable], at: float) -> int:
@@ -100,7 +103,11 @@ class KeyBacklog:
         for key in ordered:
             interval = rates.observe(key, at)
             waiting = self._index.get(key)
-            residents = len(self._index) - (waiting is not None)
+            if self._intervals is not None:  # section 5.3 read as "the faster updaters in the queue"
+                residents = self._intervals.faster(key, interval)
+                self._intervals.set(key, interval)
+            else:
+                residents = len(self._index) - (waiting is not None)
             where = place(
                 self.policy, waiting=waiting is not None, slow=KeyRates.slow(interval, residents, self.cost_per_key)
             )
@@ -164,6 +171,8 @@ class KeyBacklog:
             self._head += 1
             for key in self._slots.pop(position):
                 del self._index[key]
+                if self._intervals is not None:
+                    self._intervals.discard(key)
                 first = self._first.pop(key)
                 waited = at - first
                 if rates is not None and first >= self._serving_since:  # (LINECUTTING-BOUNDED's W_f)

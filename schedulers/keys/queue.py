@@ -11,6 +11,12 @@ named as in the paper, and a variant of the third:
 - ``linecutting`` (section 5.3, LINECUTTING): an arriving key whose update rate u_k
   satisfies u_k < 1 / (c * n) cuts to the front, else IN-PLACE applies; c is the cost of
   loading one key, n the keys waiting when k updated;
+- ``linecutting-faster`` (section 5.3, another reading of n): as ``linecutting``, with n
+  the waiting keys that update *faster* than k, as the section's prose has it ("all other
+  more faster updaters that are in the queue"), not every waiting key. When every key
+  updates at one rate no key is faster than another, n = 0, no key cuts, and the policy is
+  IN-PLACE, as the paper says both must then be (docs/latest-tables.md, "What the papers
+  leave open");
 - ``linecutting-bounded`` (ours, after section 5.3): a key joining the queue cuts only
   part of the line, as far as its update interval makes it worth it and never more than
   a round; see "LINECUTTING-BOUNDED" below.
@@ -84,14 +90,19 @@ its own update, which is IN-PLACE.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar, get_args
 
+from sortedcontainers import SortedList
+
 #: The update-queue policies of a latest table: the paper's three, then our LINECUTTING variant.
-KeyPolicy = Literal["fifo-uq", "in-place", "linecutting", "linecutting-bounded"]
+KeyPolicy = Literal["fifo-uq", "in-place", "linecutting", "linecutting-faster", "linecutting-bounded"]
+#: The readings of section 5.3's rule that cut to the front (the slowness test decides).
+FRONT_CUTTERS = ("linecutting", "linecutting-faster")
 KEY_POLICIES: tuple[str, ...] = get_args(KeyPolicy)
 DEFAULT_KEY_POLICY: KeyPolicy = "in-place"
 #: Smoothing of the per-key inter-arrival estimate (as PERIOD_EWMA_GAIN for tables).
@@ -108,7 +119,7 @@ Place = Literal["tail", "keep", "front", "advance"]
 def place(policy: str, *, waiting: bool, slow: bool) -> Place:
     """The policies' one decision, shared by :class:`KeyQueue` and the live pending store
     (loader/pending/keyed.py): where a new value of a key goes."""
-    if policy == "linecutting" and slow:
+    if policy in FRONT_CUTTERS and slow:
         return "front"  # section 5.3: a slow updater cuts into the front
     if waiting and policy != "fifo-uq":
         return "keep"  # section 5.2, IN-PLACE (and both LINECUTTINGs otherwise): the old value's place
@@ -135,12 +146,15 @@ class KeyRates:
     The estimates are described in the module docstring; one entry per key ever seen.
     """
 
-    __slots__ = ("origin", "_last", "_interval", "fast_wait")
+    __slots__ = ("origin", "_last", "_interval", "fast_wait", "known")
 
-    def __init__(self, origin: float = 0.0) -> None:
+    def __init__(self, origin: float = 0.0, known: Mapping[Hashable, float] | None = None) -> None:
         self.origin = origin
         self._last: dict[Hashable, float] = {}
         self._interval: dict[Hashable, float] = {}
+        #: Each key's true mean interval, when the caller knows it (a simulated workload's
+        #: rates: section 5.3 as the paper states it, with u_k given); estimated otherwise.
+        self.known = known
         #: W_f: how long keys that update faster than they are served wait, an EWMA of
         #: the waits ``served`` reports; 0 until the first.
         self.fast_wait = 0.0
@@ -150,6 +164,9 @@ class KeyRates:
         last = self._last.get(key)
         length = max(0.0, at - (self.origin if last is None else last))
         self._last[key] = at
+        if self.known is not None and key in self.known:
+            self._interval[key] = self.known[key]
+            return self.known[key]
         estimate = self._interval.get(key)
         estimate = length if estimate is None else estimate + RATE_EWMA_GAIN * (length - estimate)
         self._interval[key] = estimate
@@ -184,6 +201,40 @@ class KeyRates:
         return cost_per_key > 0.0 and residents > 0 and interval > cost_per_key * residents
 
 
+class ResidentIntervals:
+    """The waiting keys' update interval estimates, sorted: ``linecutting-faster``'s n (how
+    many waiting keys update faster than k) in O(log n). The owner says when a key starts or
+    stops waiting and when its estimate changes; a count slightly off only moves a cut."""
+
+    __slots__ = ("_sorted", "_of", "_ids")
+
+    def __init__(self) -> None:
+        self._sorted: SortedList = SortedList()
+        self._of: dict[Hashable, tuple[float, int]] = {}
+        self._ids = itertools.count()
+
+    def set(self, key: Hashable, interval: float | None) -> None:
+        self.discard(key)
+        if interval is not None:
+            entry = (interval, next(self._ids))
+            self._of[key] = entry
+            self._sorted.add(entry)
+
+    def discard(self, key: Hashable) -> None:
+        entry = self._of.pop(key, None)
+        if entry is not None:
+            self._sorted.remove(entry)
+
+    def faster(self, key: Hashable, interval: float) -> int:
+        """Waiting keys other than ``key`` whose interval is shorter than ``interval``."""
+        count = self._sorted.bisect_left((interval, -1))
+        own = self._of.get(key)
+        return count - (1 if own is not None and own[0] < interval else 0)
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+
 @dataclass(slots=True)
 class Waiting(Generic[V]):
     """A key in the queue: its newest value and when it started waiting."""
@@ -204,14 +255,32 @@ class Waiting(Generic[V]):
 class KeyQueue(Generic[V]):
     """The waiting keys of one latest table in the order the policy serves them."""
 
-    __slots__ = ("policy", "cost_per_key", "rates", "_waiting", "_oldest", "_tokens", "cuts", "_joined", "_last_joined")
+    __slots__ = (
+        "policy",
+        "cost_per_key",
+        "rates",
+        "_waiting",
+        "_oldest",
+        "_tokens",
+        "cuts",
+        "_joined",
+        "_last_joined",
+        "_intervals",
+    )
 
-    def __init__(self, policy: str = DEFAULT_KEY_POLICY, *, cost_per_key: float = 0.0, origin: float = 0.0) -> None:
+    def __init__(
+        self,
+        policy: str = DEFAULT_KEY_POLICY,
+        *,
+        cost_per_key: float = 0.0,
+        origin: float = 0.0,
+        known_intervals: Mapping[Hashable, float] | None = None,
+    ) -> None:
         if policy not in KEY_POLICIES:
             raise ValueError(f"unknown key policy {policy!r}; choose one of {', '.join(KEY_POLICIES)}")
         self.policy = policy
         self.cost_per_key = cost_per_key
-        self.rates = KeyRates(origin)
+        self.rates = KeyRates(origin, known_intervals)
         self._waiting: OrderedDict[Hashable, Waiting[V]] = OrderedDict()
         #: (first_enqueued, key) of every key that became resident; stale entries are
         #: skipped lazily, so the oldest waiting key is found in O(log n) for any policy.
@@ -227,13 +296,19 @@ class KeyQueue(Generic[V]):
         #: The latest virtual join time among waiting keys: its key is taken last, so it
         #: leaves only when the queue empties, and a key joining before it passes someone.
         self._last_joined = -math.inf
+        #: linecutting-faster's n; None for the other policies (not kept).
+        self._intervals = ResidentIntervals() if policy == "linecutting-faster" else None
 
     # -- what the owner calls --------------------------------------------------
     def offer(self, key: Hashable, value: V, at: float) -> V | None:
         """Queue ``value`` for ``key`` arriving at ``at``; the value it overwrote, if any."""
         interval = self.rates.observe(key, at)
         entry = self._waiting.get(key)
-        residents = len(self._waiting) - (1 if entry is not None else 0)
+        if self._intervals is not None:  # section 5.3 read as "the faster updaters in the queue"
+            residents = self._intervals.faster(key, interval)
+            self._intervals.set(key, interval)
+        else:
+            residents = len(self._waiting) - (1 if entry is not None else 0)
         where = place(
             self.policy, waiting=entry is not None, slow=KeyRates.slow(interval, residents, self.cost_per_key)
         )
@@ -273,6 +348,9 @@ class KeyQueue(Generic[V]):
             taken = [self._waiting.pop(heapq.heappop(self._joined)[2]) for _ in range(count)]
             if not self._waiting:
                 self._last_joined = -math.inf
+        if self._intervals is not None:
+            for w in taken:
+                self._intervals.discard(w.key)
         if at is not None:
             for w in taken:
                 self.rates.served(w.key, at - w.first_enqueued)

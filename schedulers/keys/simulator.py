@@ -81,8 +81,11 @@ def simulate_keys(
     cost: float = 1.0,
     overhead: float = 0.0,
     max_keys: int | None = 1,
+    known_rates: bool = False,
 ) -> KeyedResult:
-    """Run ``workload`` through ``policy``; ``max_keys=None`` takes every waiting key."""
+    """Run ``workload`` through ``policy``; ``max_keys=None`` takes every waiting key.
+    ``known_rates``: LINECUTTING's u_k are the workload's true rates (the paper's premise),
+    not estimated from the arrivals as the live store must."""
     if policy not in KEYED_POLICIES:
         raise ValueError(f"unknown key policy {policy!r}; choose one of {', '.join(KEYED_POLICIES)}")
     if not cost > 0.0 or overhead < 0.0:
@@ -91,7 +94,10 @@ def simulate_keys(
         raise ValueError("max_keys must be at least 1 (or None for no limit)")
     started = time.perf_counter()
     append = policy == "fifo-aq"
-    keyed: KeyQueue[float] = KeyQueue("in-place" if append else policy, cost_per_key=cost + overhead)
+    known = {k: 1.0 / rate for k, rate in enumerate(workload.rates) if rate > 0.0} if known_rates else None
+    keyed: KeyQueue[float] = KeyQueue(
+        "in-place" if append else policy, cost_per_key=cost + overhead, known_intervals=known
+    )
     appended: deque[tuple[int, float]] = deque()  # fifo-aq: (key, arrival), every value
     waiting_since: dict[Hashable, deque[float]] = {}  # fifo-aq: each key's queued arrivals
     application = ApplicationStaleness()
@@ -167,7 +173,13 @@ def simulate_keys(
 
 
 def compare_keys(
-    workload: KeyedWorkload, *, cost: float = 1.0, overhead: float = 0.0, max_keys: int | None = 1
+    workload: KeyedWorkload,
+    *,
+    cost: float = 1.0,
+    overhead: float = 0.0,
+    max_keys: int | None = 1,
+    known_rates: bool = False,
 ) -> list[KeyedResult]:
     """Every key policy on one workload (``loader compare --keyed``)."""
-    return [simulate_keys(workload, p, cost=cost, overhead=overhead, max_keys=max_keys) for p in KEYED_POLICIES]
+    options = {"cost": cost, "overhead": overhead, "max_keys": max_keys, "known_rates": known_rates}
+    return [simulate_keys(workload, p, **options) for p in KEYED_POLICIES]

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedulers.keys.queue import KEY_POLICIES, KeyQueue
+from schedulers.keys.queue import KEY_POLICIES, KeyQueue, ResidentIntervals
+from schedulers.keys.simulator import simulate_keys
+from schedulers.keys.workloads import keyed_workload
 from testing.depth import examples
 
 
@@ -120,4 +122,44 @@ def test_fifo_uq_moves_an_overwritten_key_back_but_keeps_its_first_enqueue() -> 
 def test_unknown_policy_is_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match="fifo-uq, in-place, linecutting"):
         KeyQueue("lifo")
-    assert set(KEY_POLICIES) == {"fifo-uq", "in-place", "linecutting", "linecutting-bounded"}
+    assert set(KEY_POLICIES) == {"fifo-uq", "in-place", "linecutting", "linecutting-faster", "linecutting-bounded"}
+
+
+@pytest.mark.parametrize("load", [0.9, 2.0, 5.0])
+def test_with_one_rate_for_every_key_the_faster_reading_of_n_is_in_place(load: float) -> None:
+    """UpStream section 5.3: when all keys update at one rate, LINECUTTING and IN-PLACE
+    "perform exactly the same". With n counting only the faster waiting keys and u_k known,
+    no key is faster than another: nothing cuts. The literal n (every waiting key) cuts."""
+    workload = keyed_workload("uniform", keys=10, load=load, updates=3_000, seed=7)
+    in_place = simulate_keys(workload, "in-place")
+    faster = simulate_keys(workload, "linecutting-faster", known_rates=True)
+    literal = simulate_keys(workload, "linecutting", known_rates=True)
+    assert faster.cuts == 0 and faster.queue.mean == in_place.queue.mean
+    assert faster.application.mean == in_place.application.mean
+    assert literal.cuts > 0 and literal.queue.mean != in_place.queue.mean
+
+
+def test_the_faster_reading_counts_only_waiting_keys_that_update_faster() -> None:
+    queue: KeyQueue[int] = KeyQueue(
+        "linecutting-faster", cost_per_key=1.0, known_intervals={"fast1": 1.0, "fast2": 1.0, "slow": 50.0, "mid": 1.5}
+    )
+    queue.offer("fast1", 1, 0.0)
+    queue.offer("fast2", 1, 0.1)
+    queue.offer("mid", 1, 0.2)  # 2 faster keys wait: 1.5 > 1.0 * 2 fails, it does not cut
+    queue.offer("slow", 1, 0.3)  # 3 faster keys wait: 50 > 3, it cuts to the front
+    assert [w.key for w in queue] == ["slow", "fast1", "fast2", "mid"] and queue.cuts == 1
+    assert [w.key for w in queue.take(2)] == ["slow", "fast1"]
+    queue.offer("mid", 2, 0.4)  # waiting, and now 1.5 > 1.0 * 1: a waiting key cuts too (section 5.3's test)
+    assert [w.key for w in queue] == ["mid", "fast2"] and queue.cuts == 2
+
+
+def test_resident_intervals_count_strictly_faster_keys_other_than_the_one_asking() -> None:
+    intervals = ResidentIntervals()
+    for key, interval in (("a", 1.0), ("b", 2.0), ("c", 2.0), ("d", 5.0)):
+        intervals.set(key, interval)
+    assert intervals.faster("x", 2.0) == 1 and intervals.faster("x", 2.5) == 3
+    assert intervals.faster("b", 2.5) == 2  # (b itself is not counted)
+    intervals.set("a", 9.0)  # its estimate changed
+    intervals.discard("c")
+    intervals.set("e", None)  # never seen: not counted
+    assert intervals.faster("x", 3.0) == 1 and len(intervals) == 3
