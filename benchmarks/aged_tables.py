@@ -183,6 +183,8 @@ def render(results: dict[str, Any]) -> str:
             new=listing["new"],
             copy_ratio=statistics.median(results["fresh_copy_open_ratios"]),
             commits=meta["commits"],
+            old_mb=listing["old"]["dir_bytes"] / 2**20,
+            new_kb=listing["new"]["dir_bytes"] / 2**10,
         )
     return T(
         "section",
