@@ -404,7 +404,7 @@ def test_compare_keyed_puts_the_key_policies_side_by_side() -> None:
     assert result.exit_code == 0, result.output
     data = last_json(result.stdout)
     assert data["workload"] == "two-class(2 slow, 10x), 10 keys, load 5"
-    policies = ["fifo-aq", "fifo-uq", "in-place", "linecutting", "linecutting-bounded"]
+    policies = ["fifo-aq", "fifo-uq", "in-place", "linecutting", "linecutting-faster", "linecutting-bounded"]
     assert [r["policy"] for r in data["results"]] == policies
     shown = invoke("compare", "--keyed", "zipf", "--updates", "2000")
     assert shown.exit_code == 0 and "linecutting" in shown.stdout and "superseded" in shown.stdout
