@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loader.core.updates import Update, WalRecord
-from loader.durability.transactions import committed_at, committed_seq
+from loader.durability.transactions import committed_seq, committed_seqs
 
 
 class CommittedSeqs(Mapping[str, int]):
@@ -87,10 +87,7 @@ class CommittedSeqs(Mapping[str, int]):
             return dict(zip(names, pool.map(self.__getitem__, names), strict=True))
 
     def _from_delta(self, name: str) -> int:
-        version = self.known[name]
-        path = self.warehouse / name
-        seq = committed_at(path, name, 0 if version is None else version)
-        return committed_seq(path, name) if seq is None else seq
+        return committed_seqs(self.warehouse, [name], {name: self.known[name]})[name]
 
 
 @dataclass

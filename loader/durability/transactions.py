@@ -116,7 +116,8 @@ def _transaction(lines: list[bytes], app: str) -> int | None:
 def committed_seqs(
     warehouse: Path, tables: Sequence[str], known: Mapping[str, int | None] | None = None, threads: int = 8
 ) -> dict[str, int]:
-    """Every table's ``committed_seq`` (recovery at start-up). ``known``: the version of each
+    """Every table's ``committed_seq`` (recovery's ``CommittedSeqs``, a registration adopting
+    a Delta table). ``known``: the version of each
     table's last commit by the loader as the catalog has it (None: none yet), read with
     :func:`committed_at`; the others are opened with deltalake, about a millisecond of log
     reading a table, overlapped on a few threads (deltalake's Rust core releases the GIL)."""
