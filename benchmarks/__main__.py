@@ -20,8 +20,8 @@ from testing.report import BENCHMARKS_MD, RESULTS_DIR
 MODULES = (
     "scheduling.__main__ service.__main__ load_contention fair_pools wal spill.__main__ control_plane.__main__ "
     "freshness_at_scale.__main__ job_groups load_cost.__main__ isolation.__main__ keys upsert_cost latest_vs_append "
-    "keyed_tables join_views view_freshness view_adaptivity view_engines producer schema_change nested_intake "
-    "simulate_cli intake_speed acceptors live_freshness aged_tables upsert_dv"
+    "keyed_tables join_views view_freshness view_adaptivity view_tuning view_engines producer schema_change "
+    "nested_intake simulate_cli intake_speed acceptors live_freshness aged_tables upsert_dv"
 ).split()
 
 

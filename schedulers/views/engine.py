@@ -62,6 +62,8 @@ from schedulers.views.profiler import (
 from schedulers.views.reoptimizer import Reoptimizer, ReoptimizerSettings
 
 Mode = Literal["adaptive", "mjoin", "static", "xjoin"]
+#: What of A-Caching's monitoring a forced plan pays too (``EngineSettings.monitor``).
+Monitoring = Literal["rates", "profiled", "bloom"]
 Row = tuple
 #: A composite tuple: input i's row at index i, None where not joined yet.
 Parts = tuple
@@ -95,6 +97,13 @@ class EngineSettings:
     global_caches: int = DEFAULT_GLOBAL_LIMIT
     reoptimizer: ReoptimizerSettings = field(default_factory=ReoptimizerSettings)
     seed: int = 0
+    #: Measurement only, for a ``static`` plan: the parts of A-Caching's monitoring it pays
+    #: as if adaptive, so A's overhead splits into its parts (benchmarks/view_tuning.py).
+    #: ``rates``: the rate counter and refinement (a)'s estimates of the used caches (never
+    #: acted on); ``profiled``: p of the updates processed without caches and recorded;
+    #: ``bloom``: every unused candidate's probe stream hashed into Bloom filters, as A does
+    #: while it re-profiles.
+    monitor: tuple[Monitoring, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,9 +324,32 @@ class MJoinEngine:
                     f"caches {a.name(spec.aliases)} and {b.name(spec.aliases)} cannot be used together "
                     "(they overlap, or one's lookup skips where the other is maintained)"
                 )
-            self.reoptimizer.force(forced)
+            self.reoptimizer.force(forced, sized=mode == "static", watch="rates" in self.settings.monitor)
         elif mode == "mjoin":
             self.reoptimizer.force([])
+        if self.settings.monitor and mode != "static":
+            raise ValueError("monitor measures a forced plan's share of A-Caching's monitoring: mode must be static")
+        self._adaptive = mode == "adaptive"
+        self._by_updates = self.settings.reoptimizer.unit == "updates"
+        self._observed = -1
+        self._rates = self._adaptive or "rates" in self.settings.monitor
+        self._profiles = self._adaptive or "profiled" in self.settings.monitor
+        # Entries a cache would hold (section 5's memory, a forced plan's buckets): the
+        # distinct keys of each candidate's first segment input, from its hash index or,
+        # without one, from counts kept as the input changes (never a scan of the input).
+        self._key_counts: list[list[tuple[tuple[int, ...], dict[Hashable, int]]]] = [[] for _ in range(self.n)]
+        self._keys_of: dict[Candidate, Mapping[Hashable, object]] = {}
+        if mode in ("adaptive", "static"):
+            for c in self.candidates:
+                first = c.segment[0]
+                columns = tuple(self._column(first, a) for a in c.key if a in self.graph.of_input[first])
+                found = self._indexes.get((first, columns))
+                if found is None:
+                    found = next((d for cols, d in self._key_counts[first] if cols == columns), None)
+                if found is None:
+                    found = {}
+                    self._key_counts[first].append((columns, found))
+                self._keys_of[c] = found
         self._sync()
 
     # --- structure ------------------------------------------------------------------
@@ -364,6 +396,9 @@ class MJoinEngine:
 
     @staticmethod
     def _key(parts: Parts, reader: tuple) -> Hashable:
+        if len(reader) == 1:  # the common one-attribute key, without a generator's cost
+            ((holder, column),) = reader
+            return (parts[holder][column],)
         return tuple(parts[holder][column] for holder, column in reader)
 
     def _sync(self) -> None:
@@ -411,7 +446,10 @@ class MJoinEngine:
             prefix = {c.pipeline, *self.orders[c.pipeline][: c.start]}
             self._lookup[c.pipeline][c.start] = (c, store, self._reader(prefix, c.key))
         self._observe = [{} for _ in range(self.n)]
-        for c in self.reoptimizer.observing():
+        observing = self.reoptimizer.observing()
+        if "bloom" in self.settings.monitor:
+            observing = tuple(c for c in self.candidates if c not in used)
+        for c in observing:
             prefix = {c.pipeline, *self.orders[c.pipeline][: c.start]}
             self._observe[c.pipeline].setdefault(c.start, []).append((c, self._reader(prefix, c.key)))
 
@@ -619,19 +657,24 @@ class MJoinEngine:
     def _process(self, i: int, row: Row, sign: int) -> Delta:
         """One update through its pipeline, then into its relation."""
         self.updates += 1
-        if self.settings.mode == "adaptive":
+        if self._rates:
             self.profiler.note_update(i)
         base = tuple(row if k == i else None for k in range(self.n))
-        profiled = self.settings.mode == "adaptive" and self._random.random() < self.settings.profile_probability
+        profiled = self._profiles and self._random.random() < self.settings.profile_probability
         profile = ([0] * self.n, [0.0] * (self.n - 1)) if profiled else None
         out = self._run(i, [(base, 1)], 0, self.n - 1, profile, lookups=not profiled, sign=sign)
         if profile is not None:
             self.profiler.record_profiled(i, *profile)
         self._store(i, row, sign)
         delta = [(tuple(parts[h][c] for h, c in self._outputs), sign * count) for parts, count in out]
-        now = self.updates if self.settings.reoptimizer.unit == "updates" else self._clock()
-        if self.reoptimizer.tick(now, self._distinct_keys):
-            self._sync()
+        # The Re-optimizer is asked only when something was observed or its deadline came
+        # (``Reoptimizer.tick``): most updates cost it two comparisons.
+        now = self.updates if self._by_updates else self._clock()
+        observed = self.profiler.observations
+        if observed != self._observed or now >= self.reoptimizer.deadline:
+            self._observed = observed
+            if self.reoptimizer.tick(now, self._distinct_keys):
+                self._sync()
         return delta
 
     def _store(self, i: int, row: Row, sign: int) -> None:
@@ -653,6 +696,13 @@ class MJoinEngine:
                 del bucket[row]
                 if not bucket:
                     del index[key]
+        for columns, counts in self._key_counts[i]:
+            key = tuple(row[c] for c in columns)
+            count = counts.get(key, 0) + sign
+            if count:
+                counts[key] = count
+            else:
+                del counts[key]
         self.work += 1
 
     def _distinct_keys(self, c: Candidate) -> float:
@@ -660,12 +710,7 @@ class MJoinEngine:
         values its first segment input has (ours; the paper counts distinct probe keys with
         its Bloom filter). A probed key joining nothing also takes an entry, so this is an
         estimate, not a bound."""
-        first = c.segment[0]
-        columns = tuple(self._column(first, a) for a in c.key if a in self.graph.of_input[first])
-        index = self._indexes.get((first, columns))
-        if index is not None:
-            return float(len(index))
-        return float(len({tuple(row[k] for k in columns) for row in self.rows[first]}))
+        return float(len(self._keys_of[c]))
 
     # --- the input side -------------------------------------------------------------
 

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 #: Buckets of a cache sized without a budget, at least.
 MIN_BUCKETS = 64
+#: Buckets per expected key of a cache sized without a budget (section 3.3's direct-mapped
+#: table). At 2 about a fifth of the keys share a bucket with another and evict it in turn;
+#: None sizes no table at all: a cache keeps every key (ours, docs/join-views.md "Tuning").
+DEFAULT_BUCKETS_PER_KEY: float | None = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,18 +39,26 @@ class Grant:
     bytes: float
 
 
-def allocate(claims: Sequence[MemoryClaim], budget: float | None) -> dict[Hashable, Grant]:
-    """Section 5's greedy allocation; groups left out get no memory and are not used."""
+def buckets(keys: float, per_key: float | None) -> int | None:
+    """Section 3.3: a cache's buckets follow its expected size (None: unbounded)."""
+    return None if per_key is None else max(MIN_BUCKETS, math.ceil(per_key * keys))
+
+
+def allocate(
+    claims: Sequence[MemoryClaim], budget: float | None, per_key: float | None = DEFAULT_BUCKETS_PER_KEY
+) -> dict[Hashable, Grant]:
+    """Section 5's greedy allocation; groups left out get no memory and are not used.
+
+    Without a budget every cache that pays is sized by ``buckets`` (a budget, not this
+    sizing, is the way to trade memory); a forced plan is sized by the same rule
+    (``Reoptimizer.force``), so a static plan and A-Caching compare like for like."""
     if budget is None:
-        # Section 3.3: the number of buckets follows the expected cache size. At twice the
-        # expected keys about a fifth of them still share a bucket with another and evict
-        # it in turn (direct-mapped); a budget, not this sizing, is the way to trade memory.
         grants = {}
         for claim in claims:
             if claim.net > 0:
                 entry = max(claim.entry_bytes, 1.0)
-                entries = max(MIN_BUCKETS, math.ceil(2 * claim.need / entry))
-                grants[claim.group] = Grant(entries, entries * entry)
+                entries = buckets(claim.need / entry, per_key)
+                grants[claim.group] = Grant(entries, claim.need if entries is None else entries * entry)
         return grants
     remaining = float(budget)
     grants: dict[Hashable, Grant] = {}

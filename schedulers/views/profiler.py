@@ -33,7 +33,12 @@ from schedulers.views.pipelines import Candidate
 #: Section 7.1's default W (estimates average the last 10 observations).
 DEFAULT_WINDOW = 10
 #: Tuples per Bloom-filter observation (W_d) and bits per tuple (alpha >= 1, Appendix A).
-DEFAULT_BLOOM_TUPLES = 100
+#: The paper gives no W_d. Profiling waits for W of these observations of the rarest probe
+#: stream, and section 4.5 assumes that wait much shorter than I: at 20, Fig. 12's run
+#: profiles about an eighth of each I = 10,000 tuples (at 100, nearly half of it); a key
+#: coming back after more than W_d probes counts as a miss, so a smaller W_d is cautious
+#: about caches (BENCHMARKS.md, "view-tuning").
+DEFAULT_BLOOM_TUPLES = 20
 DEFAULT_BLOOM_ALPHA = 4
 #: Updates over which input rates are measured.
 DEFAULT_RATE_WINDOW = 1000
@@ -142,8 +147,16 @@ class Profiler:
         # Pipeline i, position p in 0..n-1: p < n-1 is operator p's input; n-1 the output.
         self._delta = [[_Mean(window) for _ in range(n)] for _ in range(n)]
         self._tau = [[_Mean(window) for _ in range(n - 1)] for _ in range(n)]
-        self._recent: deque[int] = deque(maxlen=rate_window)
+        # rate(R_i) over the last rate_window updates, kept as two tumbling blocks (this
+        # one and the last full one) rather than a deque of every update: a list increment
+        # per update instead of a deque's append and evict (section 4.3 leaves it open:
+        # "maintained in a straightforward manner").
+        self.rate_window = rate_window
         self._counts = [0] * n
+        self._seen = 0
+        self._last: list[int] | None = None
+        #: Observations of any statistic so far: the Re-optimizer looks again only when it moves.
+        self.observations = 0
         self._miss: dict[Candidate, _Mean] = {}
         self._blooms: dict[Candidate, _Bloom] = {}
         self._direct: dict[Candidate, list[int]] = {}
@@ -155,10 +168,10 @@ class Profiler:
     # --- observations ---------------------------------------------------------------
 
     def note_update(self, i: int) -> None:
-        if len(self._recent) == self._recent.maxlen:
-            self._counts[self._recent[0]] -= 1
-        self._recent.append(i)
         self._counts[i] += 1
+        self._seen += 1
+        if self._seen == self.rate_window:
+            self._last, self._counts, self._seen = self._counts, [0] * self.n, 0
 
     def record_profiled(self, i: int, deltas: list[int], taus: list[float]) -> None:
         """One profiled update of pipeline i: tuples into each operator (and out), cost in each."""
@@ -166,6 +179,7 @@ class Profiler:
             self._delta[i][p].add(value)
         for p, value in enumerate(taus):
             self._tau[i][p].add(value)
+        self.observations += 1
 
     def probe_key(self, candidate: Candidate, key: Hashable) -> None:
         """A tuple reached the first operator of an unused candidate's segment."""
@@ -175,6 +189,7 @@ class Profiler:
         observed = bloom.add(key)
         if observed is not None:
             self._miss[candidate].add(observed)  # b <= W_d
+            self.observations += 1
 
     def probe_outcome(self, candidate: Candidate, hit: bool) -> None:
         """A used cache was probed: miss_prob observed directly, per window of W_d probes."""
@@ -184,6 +199,7 @@ class Profiler:
         if counts[0] >= self.bloom_tuples:
             self._miss[candidate].add(counts[1] / counts[0])
             counts[0] = counts[1] = 0
+            self.observations += 1
 
     def restart_miss_window(self, candidate: Candidate) -> None:
         """A cache changes state: its partial window would mix two regimes."""
@@ -207,7 +223,13 @@ class Profiler:
     # --- estimates ------------------------------------------------------------------
 
     def rate(self, i: int) -> float:
-        return self._counts[i] / len(self._recent) if self._recent else 0.0
+        """R_i's share of the last ``rate_window`` updates: the current block, and the last
+        full one weighted by the part of it still inside the window (exact at a block's
+        end; between, exact when arrivals are even within a block)."""
+        if self._last is None:
+            return self._counts[i] / self._seen if self._seen else 0.0
+        weight = (self.rate_window - self._seen) / self.rate_window
+        return (self._counts[i] + weight * self._last[i]) / self.rate_window
 
     def profiled(self, i: int) -> int:
         return len(self._delta[i][0])

@@ -15,17 +15,24 @@ Section 4.5 of Babu et al. (../shared/seeds/004_*), with its three refinements:
 4. Refinement (a): between re-optimizations a used cache whose benefit minus cost turns
    negative (summed over a shared group, whose cost is paid once) is dropped at once.
 
+Monitoring at its cost (ours; the paper says only that it "can be done with little
+overhead"): nothing here runs per update but two comparisons. Readiness (step 2) is
+asked again only when the Profiler has a new observation, and refinement (a) re-estimates
+the used caches once ``check_after`` new observations have arrived (by default W: an
+estimate's window has turned over), not every so many updates.
+
 Pure: the executor says what time it is (``now``, in the interval's unit) and how many
 distinct keys a candidate would hold; nothing here reads a clock.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from schedulers.views.memory import Grant, MemoryClaim, allocate
+from schedulers.views.memory import DEFAULT_BUCKETS_PER_KEY, Grant, MemoryClaim, allocate, buckets
 from schedulers.views.pipelines import Candidate
 from schedulers.views.profiler import ENTRY_BYTES, REFERENCE_BYTES, CacheEstimate, Profiler
 from schedulers.views.selection import Instance, SelectionMethod, select
@@ -46,8 +53,12 @@ class ReoptimizerSettings:
     method: SelectionMethod = "auto"
     #: Bytes for all of the view's caches (None: unlimited).
     memory_budget: float | None = None
-    #: Check used caches' net benefit every this many updates (refinement a).
-    check_every: int = 100
+    #: Without a budget, buckets per expected key of a cache (section 3.3's direct-mapped
+    #: table, for A-Caching and forced plans alike); None: unbounded, every key kept.
+    buckets_per_key: float | None = DEFAULT_BUCKETS_PER_KEY
+    #: Refinement (a) checks the used caches' net benefit after this many new observations
+    #: (None: the Profiler's window W).
+    check_after: int | None = None
 
 
 @dataclass
@@ -55,7 +66,7 @@ class Reoptimizer:
     candidates: tuple[Candidate, ...]
     profiler: Profiler
     settings: ReoptimizerSettings = field(default_factory=ReoptimizerSettings)
-    #: Stays "no caches" forever: the best-MJoin baseline, profiled all the same.
+    #: A forced plan (``force``): the caches never change, only their sizing.
     frozen: bool = False
 
     def __post_init__(self) -> None:
@@ -69,11 +80,25 @@ class Reoptimizer:
         self._profiled_count = len(self.candidates)
         self._unready: list[Candidate] = list(self.candidates)
         self._profiling = True
-        self._since_check = 0
+        #: The Profiler's observation count when readiness, and refinement (a), last looked.
+        self._observed = -1
+        self._checked = 0
+        self._check_after = self.settings.check_after or self.profiler.window
+        #: A forced plan's caches are sized by ``buckets`` (False: an XJoin's, complete).
+        self._sized = False
+        self._sized_at: float | None = None
+        #: A forced plan that watches its caches as refinement (a) does, without acting
+        #: (to measure what monitoring costs, benchmarks/view_tuning.py).
+        self._watching = False
         self.reoptimizations = 0
         self.drops = 0
+        #: Time (in the interval's unit) spent profiling, first phase included: section 4.5
+        #: assumes it a small part of each interval I.
+        self.profiling_spent = 0.0
         #: (now, used candidates) at every change, for timelines (Fig. 12).
         self.history: list[tuple[float, tuple[Candidate, ...]]] = []
+        #: The executor need not call ``tick`` before this time unless something was observed.
+        self.deadline = -math.inf
 
     # --- what the executor asks -------------------------------------------------------
 
@@ -92,42 +117,86 @@ class Reoptimizer:
     # --- what the executor tells ------------------------------------------------------
 
     def tick(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
-        """Called after each update; True when the set of used caches or their memory changed."""
+        """Called after an update; True when the set of used caches or their memory changed.
+
+        Between calls nothing is lost as long as the executor calls after every update
+        that brought a new observation and after every update at or past ``deadline``."""
+        changed = self._tick(now, distinct_keys)
+        self.deadline = self._next_deadline(now)
+        return changed
+
+    def _next_deadline(self, now: float) -> float:
+        interval = self.settings.interval
         if self.frozen:
-            return False
+            if not self._sized:
+                return math.inf
+            return -math.inf if self._sized_at is None else self._sized_at + interval
+        start = self._phase_started if self._phase_started is not None else now
+        if self._profiling and now - start >= interval:
+            return start + 10 * interval  # overdue with none ready: only an observation helps
+        return start + interval
+
+    def _tick(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
         if self._phase_started is None:
             self._phase_started = now  # the first profiling phase starts with the first update
-        self._since_check += 1
+        if self.frozen:
+            return self._forced_tick(now, distinct_keys)
+        observed = self.profiler.observations
         if self._profiling:
-            # Within a phase observations only accumulate, so a candidate once ready stays
-            # ready: only the ones still waiting are asked again.
-            self._unready = [c for c in self._unready if not self.profiler.ready(c)]
+            if observed != self._observed:
+                # Within a phase observations only accumulate, so a candidate once ready stays
+                # ready: only the ones still waiting are asked again, and only when something
+                # was observed.
+                self._observed = observed
+                self._unready = [c for c in self._unready if not self.profiler.ready(c)]
+            if not self._unready:
+                return self._reoptimize(now, distinct_keys)
             # Step 2 waits for W observations of every profiled candidate; one whose
             # pipeline sees no tuples would stall it, so past the interval the ready ones
             # are enough, and past ten intervals none need be.
             elapsed = now - self._phase_started
-            some_ready = len(self._unready) < self._profiled_count
-            overdue = (elapsed >= self.settings.interval and some_ready) or elapsed >= 10 * self.settings.interval
-            if not self._unready or overdue:
-                return self._reoptimize(now, distinct_keys)
+            if elapsed >= self.settings.interval:
+                some_ready = len(self._unready) < self._profiled_count
+                if some_ready or elapsed >= 10 * self.settings.interval:
+                    return self._reoptimize(now, distinct_keys)
             return False
         if now - self._phase_started >= self.settings.interval:
             self._start_profiling(now)
             return self._changed(now)
-        if self._since_check >= self.settings.check_every:
-            self._since_check = 0
+        if observed - self._checked >= self._check_after:
+            self._checked = observed
             return self._drop_losers(now, distinct_keys)
         return False
 
-    def force(self, used: Iterable[Candidate], now: float = 0.0) -> None:
-        """A static plan (the paper's "we force the one candidate cache to be used")."""
+    def force(self, used: Iterable[Candidate], now: float = 0.0, *, sized: bool = True, watch: bool = False) -> None:
+        """A static plan (the paper's "we force the one candidate cache to be used").
+
+        ``sized``: its caches get buckets as A-Caching's would without a budget, from the
+        same distinct-key counts, re-sized every interval (False: unbounded, an XJoin's
+        complete subresults). ``watch``: refinement (a)'s estimates are kept up, never acted on."""
         chosen = set(used)
         self.frozen = True
         self._profiling = False
+        self._sized = sized and self.settings.buckets_per_key is not None
+        self._watching = watch
         for c in self.candidates:
             self.states[c] = "used" if c in chosen else "unused"
         self.grants = {c.group: Grant(None, 0.0) for c in chosen}
         self.history.append((now, self.used))
+        self.deadline = -math.inf if self._sized else math.inf
+
+    def _forced_tick(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
+        if self._watching and self.profiler.observations - self._checked >= self._check_after:
+            self._checked = self.profiler.observations
+            self._losers(distinct_keys)
+        if not self._sized or (self._sized_at is not None and now - self._sized_at < self.settings.interval):
+            return False
+        self._sized_at = now  # sized at the first update, then every interval
+        groups: dict[Hashable, float] = {}
+        for c in self.used:
+            groups[c.group] = max(groups.get(c.group, 0.0), distinct_keys(c))
+        self.grants = {g: Grant(buckets(keys, self.settings.buckets_per_key), 0.0) for g, keys in groups.items()}
+        return bool(groups)
 
     def drop(self, group: Hashable, now: float) -> None:
         """An operator's or a test's drop: the group's caches become unused until the next selection."""
@@ -144,6 +213,7 @@ class Reoptimizer:
     def _start_profiling(self, now: float) -> None:
         self._phase_started = now
         self._profiling = True
+        self._observed = -1  # readiness is asked at the next tick, observed or not
         for c in self.candidates:
             if self.states[c] == "used":
                 # Refinement (b): keep it unless a smaller candidate needs its probe stream.
@@ -159,9 +229,10 @@ class Reoptimizer:
         self.estimates = {c: self.profiler.estimate(c, distinct_keys(c)) for c in self.candidates}
 
     def _reoptimize(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
+        self.profiling_spent += now - (self._phase_started or now)
         self._profiling = False
         self._phase_started = now
-        self._since_check = 0
+        self._checked = self.profiler.observations
         self._estimate_all(distinct_keys)
         considered = [c for c in self.candidates if self.states[c] == "used" or self.profiler.ready(c)]
         if self._selected_on and not self._moved(considered):
@@ -179,7 +250,7 @@ class Reoptimizer:
         )
         chosen = select(instance, self.settings.method)
         self.reoptimizations += 1
-        self.grants = allocate(self._claims(chosen), self.settings.memory_budget)
+        self.grants = allocate(self._claims(chosen), self.settings.memory_budget, self.settings.buckets_per_key)
         for c in self.candidates:
             self.states[c] = "used" if c in chosen and c.group in self.grants else "unused"
         self._selected_on = {c: self.estimates[c] for c in considered}
@@ -209,20 +280,26 @@ class Reoptimizer:
                     return True
         return False
 
-    def _drop_losers(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
-        """Refinement (a): a used cache (group) whose benefit no longer pays its cost goes."""
-        changed = False
+    def _losers(self, distinct_keys: Callable[[Candidate], float]) -> list[Hashable]:
+        """Used groups whose benefit no longer pays their cost (a shared group's cost once)."""
         groups: dict[Hashable, list[Candidate]] = {}
         for c in self.used:
             groups.setdefault(c.group, []).append(c)
+        losers = []
         for group, members in groups.items():
             estimates = [self.profiler.estimate(c, distinct_keys(c)) for c in members]
             for c, e in zip(members, estimates, strict=True):
                 self.estimates[c] = e
             if sum(e.benefit for e in estimates) - estimates[0].cost < 0:
-                self.drop(group, now)
-                changed = True
-        return changed
+                losers.append(group)
+        return losers
+
+    def _drop_losers(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
+        """Refinement (a): a used cache (group) whose benefit no longer pays its cost goes."""
+        losers = self._losers(distinct_keys)
+        for group in losers:
+            self.drop(group, now)
+        return bool(losers)
 
     def _changed(self, now: float) -> bool:
         """Record the plan if it changed; True either way (memory grants may have moved)."""

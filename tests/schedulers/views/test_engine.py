@@ -24,7 +24,7 @@ from testing.depth import examples
 from tests.schedulers.views.strategies import valid_orders
 
 #: Small statistics windows and a short interval, so caches come and go within a test.
-FAST = ReoptimizerSettings(interval=40, check_every=5)
+FAST = ReoptimizerSettings(interval=40, check_after=1)
 
 
 def three_way(window: Window | None = None, latest: bool = False) -> tuple[ViewSpec, dict, list[InputShape]]:
@@ -142,7 +142,7 @@ def build(
             no_index=no_index,
             window=2 if mode != "adaptive-long" else 10,
             bloom_tuples=8 if mode != "adaptive-long" else 20,
-            reoptimizer=FAST if mode != "adaptive-long" else ReoptimizerSettings(interval=300, check_every=20),
+            reoptimizer=FAST if mode != "adaptive-long" else ReoptimizerSettings(interval=300, check_after=4),
             seed=seed,
         ),
     )

@@ -170,23 +170,32 @@ def test_rate_is_share_of_recent_updates() -> None:
     assert profiler.rate(0) == 0.0
     profiler.note_update(0)
     assert profiler.rate(0) == 1.0
-    for i in (1, 0, 0, 2):  # the last four: 1, 0, 0, 2
+    for i in (1, 0, 0):  # a full block: 0, 1, 0, 0
         profiler.note_update(i)
-    assert (profiler.rate(0), profiler.rate(1), profiler.rate(2)) == (0.5, 0.25, 0.25)
-    for i in (2, 2, 2, 2):
+    assert (profiler.rate(0), profiler.rate(1), profiler.rate(2)) == (0.75, 0.25, 0.0)
+    profiler.note_update(2)  # a quarter of the window is the new block: 3/4 of the last one's shares
+    assert (profiler.rate(0), profiler.rate(1), profiler.rate(2)) == (0.5625, 0.1875, 0.25)
+    for i in (2, 2, 2):
         profiler.note_update(i)
     assert (profiler.rate(0), profiler.rate(1), profiler.rate(2)) == (0.0, 0.0, 1.0)
 
 
 @settings(derandomize=True, deadline=None, max_examples=examples(40))
 @given(st.lists(st.integers(0, 2), max_size=40), st.integers(1, 10))
-def test_rate_matches_last_updates(updates: list[int], window: int) -> None:
+def test_rate_follows_last_updates(updates: list[int], window: int) -> None:
+    """Exact at a block's end; between, a mix of the last full block's shares and the current one's."""
     profiler = Profiler(3, [], rate_window=window)
-    for i in updates:
+    for k, i in enumerate(updates, start=1):
         profiler.note_update(i)
-    recent = updates[-window:]
-    for i in range(3):
-        assert profiler.rate(i) == (recent.count(i) / len(recent) if recent else 0.0)
+        rates = [profiler.rate(j) for j in range(3)]
+        assert sum(rates) == pytest.approx(1.0)
+        current = updates[k - k % window : k]
+        last = updates[max(0, k - k % window - window) : k - k % window]
+        for j in range(3):
+            shares = [part.count(j) / len(part) for part in (current, last) if part]
+            assert min(shares) - 1e-12 <= rates[j] <= max(shares) + 1e-12
+            if k % window == 0:
+                assert rates[j] == pytest.approx(last.count(j) / window)
 
 
 def test_d_and_c_from_profiled_updates() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from schedulers.views.declaration import ViewInput, check, declared
+from schedulers.views.memory import DEFAULT_BUCKETS_PER_KEY, buckets
 from schedulers.views.pipelines import candidates, check_orders
 from schedulers.views.profiler import Profiler
 from schedulers.views.reoptimizer import Reoptimizer, ReoptimizerSettings
@@ -22,7 +23,7 @@ def setup(interval: float = 100, budget: float | None = None) -> tuple[Reoptimiz
     found = candidates(graph, check_orders(graph, [(1, 2), (0, 2), (1, 0)]))
     assert [c.name(spec.aliases) for c in found] == ["t:[s r]"]
     profiler = Profiler(3, found, window=W, bloom_tuples=BLOOM)
-    settings = ReoptimizerSettings(interval=interval, check_every=1, memory_budget=budget)
+    settings = ReoptimizerSettings(interval=interval, check_after=1, memory_budget=budget)
     return Reoptimizer(found, profiler, settings), profiler
 
 
@@ -110,10 +111,16 @@ def test_unchanged_estimates_keep_the_plan_without_selecting() -> None:
 
 
 def test_forced_plan_never_changes() -> None:
+    """Its caches stay; only their buckets follow the keys, by A-Caching's own sizing rule
+    (at the first update, then every interval), so a static plan compares like for like."""
     reoptimizer, profiler = setup()
     (c,) = reoptimizer.candidates
     reoptimizer.force([c])
     feed(profiler, fan_out=1, repeat_keys=False)
-    for now in range(1, 300):
-        assert not reoptimizer.tick(now, distinct)
-    assert reoptimizer.used == (c,)
+    sized = [now for now in range(1, 300) if reoptimizer.tick(now, lambda _c, now=now: 10.0 + now)]
+    assert sized == [1, 101, 201] and reoptimizer.used == (c,)
+    assert reoptimizer.capacity(c.group) == buckets(10.0 + 201, DEFAULT_BUCKETS_PER_KEY) == 2 * 211
+    unsized, profiler = setup()
+    unsized.force(unsized.candidates, sized=False)
+    assert not any(unsized.tick(now, distinct) for now in range(1, 300))
+    assert unsized.capacity(c.group) is None
