@@ -24,6 +24,8 @@ from loader.core.errors import Invalid
 from loader.core.schema import RESERVED_PREFIX, Column, TableSchema, check_name
 from schedulers.views.declaration import JoinGraph, ViewError, ViewInput, ViewSpec, Window, check, declared
 from schedulers.views.engine import EngineSettings, InputShape, MJoinEngine
+from schedulers.views.memory import DEFAULT_BUCKETS_PER_KEY
+from schedulers.views.profiler import DEFAULT_BLOOM_TUPLES, DEFAULT_WINDOW
 from schedulers.views.reoptimizer import ReoptimizerSettings
 
 #: The view table's own columns (module docstring).
@@ -67,7 +69,8 @@ class ViewInputConfig(BaseModel):
 
 
 class CachingConfig(BaseModel):
-    """A-Caching's knobs (docs/join-views.md, "Tuning"); the defaults are the paper's."""
+    """A-Caching's knobs (docs/join-views.md, "Tuning"): the paper's where it gives them,
+    measured where it leaves them open (BENCHMARKS.md, "view-tuning")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,12 +81,27 @@ class CachingConfig(BaseModel):
     #: Re-optimization interval I, in ``interval_unit`` (section 4.5).
     interval: float = Field(default=10_000, gt=0.0, allow_inf_nan=False)
     interval_unit: Literal["updates", "seconds"] = "updates"
-    #: W: observations each estimate is averaged over (section 4.3).
-    observations: int = Field(default=100, ge=2)
+    #: W: observations each estimate is averaged over (section 4.3; section 7.1's 10).
+    observations: int = Field(default=DEFAULT_WINDOW, ge=2)
+    #: W_d: probes per Bloom-filter observation of a miss probability (Appendix A).
+    probe_window: int = Field(default=DEFAULT_BLOOM_TUPLES, ge=1)
     #: p: the fraction of updates profiled (Appendix A).
-    profile_probability: float = Field(default=0.05, ge=0.0, le=1.0)
+    profile_probability: float = Field(default=EngineSettings().profile_probability, ge=0.0, le=1.0)
     #: Bytes for the view's caches together (section 5); None: unbounded.
     memory_budget_bytes: int | None = Field(default=None, ge=0)
+    #: Without a budget, a cache's buckets per key its input holds (section 3.3's
+    #: direct-mapped table); "unbounded": a dictionary keeping every key.
+    buckets_per_key: float | Literal["unbounded"] = Field(
+        default=DEFAULT_BUCKETS_PER_KEY or "unbounded", union_mode="left_to_right"
+    )
+
+    @field_validator("buckets_per_key")
+    @classmethod
+    def _positive_buckets(cls, value: float | str) -> float | str:
+        if isinstance(value, float) and not (0 < value < float("inf")):
+            raise ValueError('buckets_per_key must be a positive number, or "unbounded"')
+        return value
+
     #: Section 6's m: globally-consistent caches are candidates too while fewer than m
     #: satisfy the prefix invariant; 0 keeps to the prefix invariant.
     global_caches: int = Field(default=6, ge=0, le=12)
@@ -94,11 +112,13 @@ class CachingConfig(BaseModel):
             caches=self.caches,
             profile_probability=self.profile_probability,
             window=self.observations,
+            bloom_tuples=self.probe_window,
             global_caches=self.global_caches,
             reoptimizer=ReoptimizerSettings(
                 interval=self.interval,
                 unit=self.interval_unit,
                 memory_budget=float(self.memory_budget_bytes) if self.memory_budget_bytes is not None else None,
+                buckets_per_key=None if self.buckets_per_key == "unbounded" else float(self.buckets_per_key),
             ),
             seed=seed,
         )

@@ -86,8 +86,11 @@ class EngineSettings:
     #: Candidates forced in ``static`` mode or materialised in ``xjoin`` mode, by name
     #: (``Candidate.name``: ``"t:[s r]"``).
     caches: tuple[str, ...] = ()
-    #: Appendix A: the fraction p_i of updates profiled in each pipeline.
-    profile_probability: float = 0.05
+    #: Appendix A: the fraction p_i of updates profiled in each pipeline (no value given).
+    #: A profiled update runs without the pipeline's caches, paying every join they skip;
+    #: at 0.02 a pipeline with a seventh of the updates (Fig. 12's R) gets its W = 10
+    #: profiled updates every 3,500 updates, about a third of I (BENCHMARKS.md, "view-tuning").
+    profile_probability: float = 0.02
     #: ``alias.column``s without a hash index: joins on them scan the input (Fig. 10).
     no_index: tuple[str, ...] = ()
     window: int = DEFAULT_WINDOW
@@ -331,7 +334,6 @@ class MJoinEngine:
             raise ValueError("monitor measures a forced plan's share of A-Caching's monitoring: mode must be static")
         self._adaptive = mode == "adaptive"
         self._by_updates = self.settings.reoptimizer.unit == "updates"
-        self._observed = -1
         self._rates = self._adaptive or "rates" in self.settings.monitor
         self._profiles = self._adaptive or "profiled" in self.settings.monitor
         # Entries a cache would hold (section 5's memory, a forced plan's buckets): the
@@ -667,13 +669,12 @@ class MJoinEngine:
             self.profiler.record_profiled(i, *profile)
         self._store(i, row, sign)
         delta = [(tuple(parts[h][c] for h, c in self._outputs), sign * count) for parts, count in out]
-        # The Re-optimizer is asked only when something was observed or its deadline came
+        # The Re-optimizer is asked only when enough was observed or its deadline came
         # (``Reoptimizer.tick``): most updates cost it two comparisons.
         now = self.updates if self._by_updates else self._clock()
-        observed = self.profiler.observations
-        if observed != self._observed or now >= self.reoptimizer.deadline:
-            self._observed = observed
-            if self.reoptimizer.tick(now, self._distinct_keys):
+        reoptimizer = self.reoptimizer
+        if now >= reoptimizer.deadline or self.profiler.observations >= reoptimizer.wake:
+            if reoptimizer.tick(now, self._distinct_keys):
                 self._sync()
         return delta
 

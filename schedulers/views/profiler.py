@@ -69,25 +69,26 @@ class CacheEstimate:
 
 
 class _Mean:
-    """Average of the last W observations."""
+    """Average of the last W observations. Observations come far more often than estimates
+    are read, so adding one is a bare append and the sum is taken when read (W values)."""
 
-    __slots__ = ("values", "total")
+    __slots__ = ("values",)
 
     def __init__(self, window: int) -> None:
         self.values: deque[float] = deque(maxlen=window)
-        self.total = 0.0
 
     def add(self, value: float) -> None:
-        if len(self.values) == self.values.maxlen:
-            self.total -= self.values[0]
         self.values.append(value)
-        self.total += value
+
+    @property
+    def total(self) -> float:
+        return sum(self.values)
 
     def __len__(self) -> int:
         return len(self.values)
 
     def mean(self, default: float = 0.0) -> float:
-        return self.total / len(self.values) if self.values else default
+        return sum(self.values) / len(self.values) if self.values else default
 
 
 _MASK = 0xFFFFFFFFFFFFFFFF
@@ -175,10 +176,10 @@ class Profiler:
 
     def record_profiled(self, i: int, deltas: list[int], taus: list[float]) -> None:
         """One profiled update of pipeline i: tuples into each operator (and out), cost in each."""
-        for p, value in enumerate(deltas):
-            self._delta[i][p].add(value)
-        for p, value in enumerate(taus):
-            self._tau[i][p].add(value)
+        for mean, value in zip(self._delta[i], deltas, strict=True):
+            mean.values.append(value)
+        for mean, value in zip(self._tau[i], taus, strict=True):
+            mean.values.append(value)
         self.observations += 1
 
     def probe_key(self, candidate: Candidate, key: Hashable) -> None:

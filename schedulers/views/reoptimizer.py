@@ -97,8 +97,10 @@ class Reoptimizer:
         self.profiling_spent = 0.0
         #: (now, used candidates) at every change, for timelines (Fig. 12).
         self.history: list[tuple[float, tuple[Candidate, ...]]] = []
-        #: The executor need not call ``tick`` before this time unless something was observed.
+        #: The executor need not call ``tick`` before this time unless the Profiler's
+        #: observation count reaches ``wake``.
         self.deadline = -math.inf
+        self.wake = 0
 
     # --- what the executor asks -------------------------------------------------------
 
@@ -119,11 +121,22 @@ class Reoptimizer:
     def tick(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
         """Called after an update; True when the set of used caches or their memory changed.
 
-        Between calls nothing is lost as long as the executor calls after every update
-        that brought a new observation and after every update at or past ``deadline``."""
+        Between calls nothing is lost as long as the executor calls after every update at
+        or past ``deadline`` and every update that brings the Profiler's observation count
+        to ``wake`` or beyond."""
         changed = self._tick(now, distinct_keys)
         self.deadline = self._next_deadline(now)
+        self.wake = self._next_wake()
         return changed
+
+    def _next_wake(self) -> int:
+        """The observation count at which ``tick`` has something to look at again."""
+        if self.frozen:
+            return self._checked + self._check_after if self._watching else 2**62
+        if self._profiling:
+            # Readiness, on any new observation; none to wait for: the next update selects.
+            return self.profiler.observations + 1 if self._unready else 0
+        return self._checked + self._check_after  # refinement (a)
 
     def _next_deadline(self, now: float) -> float:
         interval = self.settings.interval
@@ -184,6 +197,7 @@ class Reoptimizer:
         self.grants = {c.group: Grant(None, 0.0) for c in chosen}
         self.history.append((now, self.used))
         self.deadline = -math.inf if self._sized else math.inf
+        self.wake = self._next_wake()
 
     def _forced_tick(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
         if self._watching and self.profiler.observations - self._checked >= self._check_after:
@@ -204,7 +218,12 @@ class Reoptimizer:
             if c.group == group and self.states[c] == "used":
                 self.states[c] = "unused"
                 self.profiler.forget_miss(c)
+        self.deadline, self.wake = -math.inf, 0  # ask again at the next update
         self.grants.pop(group, None)
+        # Refinement (c) keeps the last selection when no estimate moved: with a cache gone
+        # from it, that would keep the plan without the cache for good, though the estimates
+        # that chose it hold again. A drop is a change; the next re-optimization selects.
+        self._selected_on = {}
         self.drops += 1
         self.history.append((now, self.used))
 

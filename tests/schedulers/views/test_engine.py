@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from schedulers.views.declaration import ViewInput, ViewSpec, Window, check, declared
 from schedulers.views.engine import EMPTY_KEPT, CacheStore, EngineSettings, InputShape, MJoinEngine
+from schedulers.views.memory import DEFAULT_BUCKETS_PER_KEY, buckets
 from schedulers.views.pipelines import Orders, conflicts
 from schedulers.views.reoptimizer import ReoptimizerSettings
 from testing.depth import examples
@@ -392,3 +393,113 @@ def test_a_segment_joined_on_what_only_an_outside_input_binds_is_no_global_candi
     assert "y:[m s]*" not in engine.by_name
     with pytest.raises(ValueError, match="not candidates"):
         build(spec, schemas, shapes, "static", ("y:[m s]*",))
+
+
+def _section_7_2_stream(engine: MJoinEngine, steps: int, seed: int) -> list:
+    """test_adaptive_uses_caches_and_stays_exact's stream; the view deltas, in order."""
+    deltas = []
+    rng = random.Random(seed)
+    for k in range(20):
+        deltas.append(engine.apply("r", inserts=[(k, k)]))
+        deltas.append(engine.apply("s", inserts=[(k, k, k)]))
+    for step in range(steps):
+        i = rng.choices([0, 1, 2], weights=[1, 1, 5])[0]
+        k = rng.randrange(6 if i != 2 else 4)
+        row = {0: (k, step), 1: (step, k, k), 2: (k, step)}[i]
+        deltas.append(engine.apply(i, inserts=[row]))
+        if i != 2 or step % 3 == 0:
+            held = sorted(engine.relation(i))
+            deltas.append(engine.apply(i, deletes=[held[rng.randrange(len(held))]]))
+    return deltas
+
+
+def test_the_reoptimizer_is_asked_on_observations_and_deadlines_only() -> None:
+    """Skipping the Re-optimizer between observations and deadlines changes nothing: the same
+    plans at the same updates, the same deltas, as asking it after every update; and it is
+    asked for a fraction of the updates."""
+    spec, schemas, shapes = three_way()
+    lazy, eager = build(spec, schemas, shapes, "adaptive-long"), build(spec, schemas, shapes, "adaptive-long")
+    asked = {"lazy": 0}
+    tick = lazy.reoptimizer.tick
+
+    def counted(now, distinct_keys):  # type: ignore[no-untyped-def]
+        asked["lazy"] += 1
+        return tick(now, distinct_keys)
+
+    lazy.reoptimizer.tick = counted  # type: ignore[method-assign]
+    eager.reoptimizer._next_wake = lambda: 0  # type: ignore[method-assign]  # asked after every update
+    assert _section_7_2_stream(lazy, 3000, 7) == _section_7_2_stream(eager, 3000, 7)
+    assert lazy.reoptimizer.history == eager.reoptimizer.history and len(lazy.reoptimizer.history) > 1
+    assert lazy.reoptimizer.estimates == eager.reoptimizer.estimates
+    assert asked["lazy"] < lazy.updates / 2
+
+
+@pytest.mark.parametrize("no_index", [(), ("s.a", "s.b")])
+def test_distinct_keys_are_counted_as_inputs_change(no_index: tuple[str, ...]) -> None:
+    """Section 5's memory needs each candidate's distinct keys: kept as the inputs change
+    (from the hash index, or counts where there is none), equal to a scan of the input."""
+    spec, schemas, shapes = three_way(Window("rows", 7))
+    engine = build(spec, schemas, shapes, "adaptive", no_index=no_index)
+    rng = random.Random(3)
+    for step in range(400):
+        i = rng.randrange(3)
+        row = tuple(rng.randrange(5) for _ in shapes[i].columns)
+        engine.apply(i, inserts=[row], data_until=float(step))
+        if i != 0 and engine.relation(i) and rng.random() < 0.4:
+            engine.apply(i, deletes=[rng.choice(sorted(engine.relation(i)))])
+        for c in engine.candidates:
+            first = c.segment[0]
+            columns = [engine._column(first, a) for a in c.key if a in engine.graph.of_input[first]]
+            scanned = {tuple(row[k] for k in columns) for row in engine.relation(first)}
+            assert engine._distinct_keys(c) == len(scanned)
+
+
+def test_a_forced_plan_is_sized_as_a_caching_sizes_its_caches() -> None:
+    """Like for like: a static plan's cache gets buckets from the same rule and the same
+    distinct-key counts as A-Caching's, re-sized every interval; an XJoin's stays complete."""
+    spec, schemas, shapes = three_way()
+    static = build(spec, schemas, shapes, "static", ("t:[s r]",))
+    xjoin = build(spec, schemas, shapes, "xjoin", ("t:[s r]",))
+    for k in range(200):
+        for engine in (static, xjoin):
+            engine.apply("s", inserts=[(k, k % 97, k % 97)])
+    (store,) = static.stores.values()
+    (c,) = static.reoptimizer.used
+    assert store.capacity == buckets(static._distinct_keys(c), DEFAULT_BUCKETS_PER_KEY) == 2 * 97
+    assert next(iter(xjoin.stores.values())).capacity is None
+    unbounded = MJoinEngine(
+        spec,
+        check(spec, schemas),
+        shapes,
+        settings=EngineSettings(
+            mode="static", caches=("t:[s r]",), reoptimizer=ReoptimizerSettings(interval=40, buckets_per_key=None)
+        ),
+    )
+    unbounded.apply("s", inserts=[(1, 1, 1)])
+    assert next(iter(unbounded.stores.values())).capacity is None
+
+
+def test_monitoring_a_forced_plan_measures_without_acting() -> None:
+    """``monitor`` makes a static plan pay A's monitoring (benchmarks/view_tuning.py); its
+    caches never change, its view stays exact, and only a static plan takes it."""
+    spec, schemas, shapes = three_way()
+    settings = EngineSettings(
+        mode="static",
+        caches=("t:[s r]",),
+        monitor=("rates", "profiled", "bloom"),
+        profile_probability=0.3,
+        window=2,
+        bloom_tuples=8,
+        reoptimizer=FAST,
+    )
+    engine = MJoinEngine(spec, check(spec, schemas), shapes, settings=settings)
+    view: Counter = Counter()
+    for step in range(180):  # recompute is a brute-force join: inputs of 60 rows
+        i = step % 3
+        row = {0: (step % 9, step), 1: (step, step % 9, step % 7), 2: (step % 7, step)}[i]
+        accumulate(view, engine.apply(i, inserts=[row]))
+    assert view == recompute(engine)
+    assert [c.name(spec.aliases) for c in engine.reoptimizer.used] == ["t:[s r]"]
+    assert engine.profiler.observations > 0 and engine.reoptimizer.estimates
+    with pytest.raises(ValueError, match="mode must be static"):
+        MJoinEngine(spec, check(spec, schemas), shapes, settings=EngineSettings(mode="adaptive", monitor=("rates",)))

@@ -71,6 +71,26 @@ def test_lifecycle_profiled_used_dropped_profiled_again() -> None:
     assert reoptimizer.states[c] == "profiled"
 
 
+def test_a_dropped_cache_comes_back_when_its_figures_do() -> None:
+    """Refinement (a) drops a cache, then its figures return to those that chose it: the next
+    re-optimization uses it again. (Refinement (c) keeps the last selection when nothing moved;
+    that selection had lost the dropped cache, and kept it lost for the rest of the run.)"""
+    reoptimizer, profiler = setup()
+    (c,) = reoptimizer.candidates
+    feed(profiler, fan_out=4, repeat_keys=True)
+    assert reoptimizer.tick(1, distinct) and reoptimizer.used == (c,)
+    for _ in range(W):
+        profiler.record_profiled(2, [1, 0, 0], [1, 0])
+    for _ in range(W * BLOOM):
+        profiler.probe_outcome(c, hit=False)
+    assert reoptimizer.tick(2, distinct) and reoptimizer.used == ()
+    reoptimizer.tick(1 + 100, distinct)  # the interval: profiled again
+    assert reoptimizer.states[c] == "profiled"
+    feed(profiler, fan_out=4, repeat_keys=True)  # the figures that chose it
+    assert reoptimizer.tick(102, distinct)
+    assert reoptimizer.used == (c,) and reoptimizer.reoptimizations == 2
+
+
 def test_cache_that_does_not_pay_is_not_used() -> None:
     reoptimizer, profiler = setup()
     feed(profiler, fan_out=1, repeat_keys=False)  # nothing to save, every probe a miss
