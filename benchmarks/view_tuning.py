@@ -40,6 +40,7 @@ SWEEPS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "W": ("window", (5, 10, 20)),
     "W_d": ("bloom_tuples", (10, 20, 50, 100)),
     "I": ("interval", (5_000, 10_000, 20_000, 50_000)),
+    "clip": ("cost_clip", (5.0, None)),
 }
 #: Buckets per key (None: unbounded), for A and its forced plans alike.
 SIZING: tuple[float | None, ...] = (1.0, 2.0, 4.0, None)
@@ -171,7 +172,8 @@ def sweep_rows(saved: dict[str, Any], label: str) -> list[tuple[Any, ...]]:
         found = [settled(x["spans"], burst, DURING) for x in a]
         got = [f for f in found if f is not None]
         when = f"{statistics.median(got):,.0f} ({len(got)}/{len(found)})" if got else "never"
-        value = "unbounded" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:g}"
+        none = "unbounded" if label == "sizing" else "none"
+        value = none if v is None else f"{v:,}" if isinstance(v, int) else f"{v:g}"
         own_rate = statistics.median(rate(o["spans"], *before) for o in ob)
         a_rate = statistics.median(rate(x["spans"], *before) for x in a)
         rows.append(

@@ -54,6 +54,7 @@ from schedulers.views.pipelines import (
 )
 from schedulers.views.profiler import (
     DEFAULT_BLOOM_TUPLES,
+    DEFAULT_CLIP,
     DEFAULT_WINDOW,
     ENTRY_BYTES,
     REFERENCE_BYTES,
@@ -95,6 +96,9 @@ class EngineSettings:
     no_index: tuple[str, ...] = ()
     window: int = DEFAULT_WINDOW
     bloom_tuples: int = DEFAULT_BLOOM_TUPLES
+    #: Timed probe and cache-update costs clipped at this many times their window's median
+    #: (``profiler.DEFAULT_CLIP``, ours); None: the paper's plain average.
+    cost_clip: float | None = DEFAULT_CLIP
     #: Section 6's m: globally-consistent candidates fill the candidates up to m when fewer
     #: satisfy the prefix invariant; 0 keeps to the prefix invariant (section 4's plans).
     global_caches: int = DEFAULT_GLOBAL_LIMIT
@@ -298,7 +302,11 @@ class MJoinEngine:
         self.candidates = prefix + (extra if self.settings.mode in ("adaptive", "static") else ())
         self.by_name = {c.name(spec.aliases): c for c in self.candidates}
         self.profiler = Profiler(
-            self.n, self.candidates, window=self.settings.window, bloom_tuples=self.settings.bloom_tuples
+            self.n,
+            self.candidates,
+            window=self.settings.window,
+            bloom_tuples=self.settings.bloom_tuples,
+            clip=self.settings.cost_clip,
         )
         self.reoptimizer = Reoptimizer(self.candidates, self.profiler, self.settings.reoptimizer)
         self.stores: dict[Hashable, CacheStore] = {}
@@ -336,6 +344,7 @@ class MJoinEngine:
         self._by_updates = self.settings.reoptimizer.unit == "updates"
         self._rates = self._adaptive or "rates" in self.settings.monitor
         self._profiles = self._adaptive or "profiled" in self.settings.monitor
+        self._arrivals = self.profiler.arrivals
         # Entries a cache would hold (section 5's memory, a forced plan's buckets): the
         # distinct keys of each candidate's first segment input, from its hash index or,
         # without one, from counts kept as the input changes (never a scan of the input).
@@ -660,7 +669,7 @@ class MJoinEngine:
         """One update through its pipeline, then into its relation."""
         self.updates += 1
         if self._rates:
-            self.profiler.note_update(i)
+            self._arrivals[i] += 1  # the Profiler's rate counter (``Profiler.arrivals``)
         base = tuple(row if k == i else None for k in range(self.n))
         profiled = self._profiles and self._random.random() < self.settings.profile_probability
         profile = ([0] * self.n, [0.0] * (self.n - 1)) if profiled else None

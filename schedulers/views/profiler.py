@@ -24,6 +24,7 @@ updates. Benefits and costs scale alike, so every comparison is unchanged.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
@@ -40,6 +41,12 @@ DEFAULT_WINDOW = 10
 #: about caches (BENCHMARKS.md, "view-tuning").
 DEFAULT_BLOOM_TUPLES = 20
 DEFAULT_BLOOM_ALPHA = 4
+#: A timed probe or cache update above this many times the median of its window counts as
+#: that much (ours; None: the paper's plain average). One probe takes about 2 µs here and
+#: a collector pause or a preemption makes one take 50 times that: in a mean of W = 10 it
+#: would multiply a cache's probe cost several times over until it leaves the window, and
+#: a cache dropped on it (refinement a) is never probed again to correct it.
+DEFAULT_CLIP = 5.0
 #: Updates over which input rates are measured.
 DEFAULT_RATE_WINDOW = 1000
 #: Bytes of memory a cache entry costs besides its tuples (key and bucket), and per tuple
@@ -72,12 +79,17 @@ class _Mean:
     """Average of the last W observations. Observations come far more often than estimates
     are read, so adding one is a bare append and the sum is taken when read (W values)."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "clip")
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, clip: float | None = None) -> None:
         self.values: deque[float] = deque(maxlen=window)
+        #: Ours, for timings (``DEFAULT_CLIP``): an observation above ``clip`` times the
+        #: window's median counts as that much.
+        self.clip = clip
 
     def add(self, value: float) -> None:
+        if self.clip is not None and len(self.values) >= 3:
+            value = min(value, self.clip * statistics.median(self.values))
         self.values.append(value)
 
     @property
@@ -138,6 +150,7 @@ class Profiler:
         bloom_tuples: int = DEFAULT_BLOOM_TUPLES,
         bloom_alpha: int = DEFAULT_BLOOM_ALPHA,
         rate_window: int = DEFAULT_RATE_WINDOW,
+        clip: float | None = DEFAULT_CLIP,
     ) -> None:
         if window < 1 or bloom_tuples < 1 or bloom_alpha < 1 or rate_window < 1:
             raise ValueError("window, bloom_tuples, bloom_alpha and rate_window must be >= 1")
@@ -148,31 +161,28 @@ class Profiler:
         # Pipeline i, position p in 0..n-1: p < n-1 is operator p's input; n-1 the output.
         self._delta = [[_Mean(window) for _ in range(n)] for _ in range(n)]
         self._tau = [[_Mean(window) for _ in range(n - 1)] for _ in range(n)]
-        # rate(R_i) over the last rate_window updates, kept as two tumbling blocks (this
-        # one and the last full one) rather than a deque of every update: a list increment
-        # per update instead of a deque's append and evict (section 4.3 leaves it open:
-        # "maintained in a straightforward manner").
+        # rate(R_i) over the last rate_window updates, kept as two blocks (this one and the
+        # last full one) rather than a deque of every update (section 4.3 leaves it open:
+        # "maintained in a straightforward manner"). An update is one list increment: the
+        # executor adds to ``arrivals`` itself, and the block ends when a rate is next read.
         self.rate_window = rate_window
-        self._counts = [0] * n
-        self._seen = 0
+        #: Updates of each pipeline in the current block (the executor counts them here).
+        self.arrivals = [0] * n
         self._last: list[int] | None = None
         #: Observations of any statistic so far: the Re-optimizer looks again only when it moves.
         self.observations = 0
         self._miss: dict[Candidate, _Mean] = {}
         self._blooms: dict[Candidate, _Bloom] = {}
         self._direct: dict[Candidate, list[int]] = {}
-        self._kappa_probe = _Mean(window)
-        self._kappa_update = _Mean(window)
+        self._kappa_probe = _Mean(window, clip)
+        self._kappa_update = _Mean(window, clip)
         for candidate in candidates:
             self._miss[candidate] = _Mean(window)
 
     # --- observations ---------------------------------------------------------------
 
     def note_update(self, i: int) -> None:
-        self._counts[i] += 1
-        self._seen += 1
-        if self._seen == self.rate_window:
-            self._last, self._counts, self._seen = self._counts, [0] * self.n, 0
+        self.arrivals[i] += 1
 
     def record_profiled(self, i: int, deltas: list[int], taus: list[float]) -> None:
         """One profiled update of pipeline i: tuples into each operator (and out), cost in each."""
@@ -225,12 +235,18 @@ class Profiler:
 
     def rate(self, i: int) -> float:
         """R_i's share of the last ``rate_window`` updates: the current block, and the last
-        full one weighted by the part of it still inside the window (exact at a block's
-        end; between, exact when arrivals are even within a block)."""
+        full one's shares weighted by the part of the window it still fills (exact at a
+        block's end; between, exact when arrivals are even within a block). A block read
+        only after more than ``rate_window`` updates is longer; its shares stand."""
+        seen = sum(self.arrivals)
+        if seen >= self.rate_window:  # the block is full: it becomes the last one
+            self._last = self.arrivals.copy()
+            self.arrivals[:] = [0] * self.n  # in place: the executor holds this list
+            seen = 0
         if self._last is None:
-            return self._counts[i] / self._seen if self._seen else 0.0
-        weight = (self.rate_window - self._seen) / self.rate_window
-        return (self._counts[i] + weight * self._last[i]) / self.rate_window
+            return self.arrivals[i] / seen if seen else 0.0
+        weight = (self.rate_window - seen) / self.rate_window
+        return (self.arrivals[i] + weight * self._last[i] * self.rate_window / sum(self._last)) / self.rate_window
 
     def profiled(self, i: int) -> int:
         return len(self._delta[i][0])

@@ -113,8 +113,11 @@ class Reoptimizer:
 
     def observing(self) -> tuple[Candidate, ...]:
         """Candidates whose probe stream the executor hashes into Bloom filters: the
-        profiled ones (an unused cache is "neither being profiled nor chosen", section 4.5)."""
-        return tuple(c for c in self.candidates if self.states[c] == "profiled")
+        profiled ones (an unused cache is "neither being profiled nor chosen", section 4.5)
+        still short of their W observations in this phase. Ours: one that has them stops
+        hashing while the others catch up; only its W most recent windows would count, so
+        it is estimated from this phase's first W instead of its last W."""
+        return tuple(self._unready) if self._profiling else ()
 
     # --- what the executor tells ------------------------------------------------------
 
@@ -156,12 +159,15 @@ class Reoptimizer:
             return self._forced_tick(now, distinct_keys)
         observed = self.profiler.observations
         if self._profiling:
+            fewer = False
             if observed != self._observed:
                 # Within a phase observations only accumulate, so a candidate once ready stays
                 # ready: only the ones still waiting are asked again, and only when something
                 # was observed.
                 self._observed = observed
+                waiting = len(self._unready)
                 self._unready = [c for c in self._unready if not self.profiler.ready(c)]
+                fewer = len(self._unready) < waiting  # the executor stops observing them
             if not self._unready:
                 return self._reoptimize(now, distinct_keys)
             # Step 2 waits for W observations of every profiled candidate; one whose
@@ -172,7 +178,7 @@ class Reoptimizer:
                 some_ready = len(self._unready) < self._profiled_count
                 if some_ready or elapsed >= 10 * self.settings.interval:
                     return self._reoptimize(now, distinct_keys)
-            return False
+            return fewer
         if now - self._phase_started >= self.settings.interval:
             self._start_profiling(now)
             return self._changed(now)
