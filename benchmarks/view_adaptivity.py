@@ -154,7 +154,12 @@ def phase_table(result: dict[str, Any]) -> str:
     rows = []
     for name, runs in result["runs"].items():
         r = rates[name]
-        own = {k: f"{r[k] / rates[OWN[uses[k]]][k]:.2f}" if name == "A" and uses[k] in OWN else "–" for k in spans}
+        own = {
+            k: f"{run_ratio(runs, result['runs'][OWN[uses[k]]], *spans[k]):.2f}"
+            if name == "A" and uses[k] in OWN
+            else "–"
+            for k in spans
+        }
         at, last = plan_at(runs[0], burst), plan_at(runs[0], end)
         rows.append(
             (

@@ -503,3 +503,30 @@ def test_monitoring_a_forced_plan_measures_without_acting() -> None:
     assert engine.profiler.observations > 0 and engine.reoptimizer.estimates
     with pytest.raises(ValueError, match="mode must be static"):
         MJoinEngine(spec, check(spec, schemas), shapes, settings=EngineSettings(mode="adaptive", monitor=("rates",)))
+
+
+def test_a_candidate_with_its_observations_stops_being_hashed() -> None:
+    """While profiling, a candidate that has its W observations leaves the Bloom filters'
+    work (ours) while the others catch up; every candidate is observed again next phase."""
+    spec, schemas, shapes = three_way()
+    engine = build(spec, schemas, shapes, "adaptive", orders=((1, 2), (0, 2), (1, 0)))
+    names = {c.name(spec.aliases): c for c in engine.candidates}
+    assert set(names) == {"t:[s r]", "r:[s t]*"}
+
+    def observed() -> set[str]:
+        return {
+            c.name(spec.aliases) for by_position in engine._observe for found in by_position.values() for c, _ in found
+        }
+
+    assert observed() == {"t:[s r]", "r:[s t]*"}
+    for k in range(3):  # every pipeline profiled: p = 0.3, W = 2
+        for _ in range(10):
+            engine.apply("r", inserts=[(k, k)])
+            engine.apply("s", inserts=[(k, k, k)])
+    step = 0
+    while not engine.profiler.ready(names["t:[s r]"]):  # T probes t:[s r] only
+        engine.apply("t", inserts=[(step % 3, step)])
+        step += 1
+        assert step < 500
+    assert not engine.profiler.ready(names["r:[s t]*"]) and engine.reoptimizer.states[names["r:[s t]*"]] == "profiled"
+    assert observed() == {"r:[s t]*"}

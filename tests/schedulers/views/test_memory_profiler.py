@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from schedulers.views.memory import Grant, MemoryClaim, allocate
 from schedulers.views.pipelines import Candidate
-from schedulers.views.profiler import ENTRY_BYTES, REFERENCE_BYTES, Profiler
+from schedulers.views.profiler import DEFAULT_CLIP, ENTRY_BYTES, REFERENCE_BYTES, Profiler
 from testing.depth import examples
 
 # -- allocate ------------------------------------------------------------------------------
@@ -379,3 +379,21 @@ def test_estimate_of_unobserved_cache_assumes_every_probe_misses() -> None:
     assert estimate.miss_prob == 1.0
     assert estimate.benefit < 0
     assert estimate.memory == 0.0
+
+
+def test_a_timing_outlier_counts_at_most_clip_times_the_median() -> None:
+    """A collector pause in one timed probe would multiply a mean of W = 10 (ours: clipped);
+    cost_clip None keeps the paper's plain average."""
+    clipped, plain = Profiler(3, [T_SR], window=10), Profiler(3, [T_SR], window=10, clip=None)
+    for profiler in (clipped, plain):
+        for _ in range(9):
+            profiler.probe_cost_sample(2e-6, 1)
+        profiler.probe_cost_sample(100e-6, 1)
+    assert clipped.kappa()[0] == pytest.approx((9 * 2e-6 + DEFAULT_CLIP * 2e-6) / 10)
+    assert plain.kappa()[0] == pytest.approx((9 * 2e-6 + 100e-6) / 10)
+    for _ in range(10):  # a real change: clipped until it is the median, then counted whole
+        clipped.probe_cost_sample(20e-6, 1)
+    assert 10e-6 < clipped.kappa()[0] < 20e-6
+    for _ in range(10):
+        clipped.probe_cost_sample(20e-6, 1)
+    assert clipped.kappa()[0] == pytest.approx(20e-6)
