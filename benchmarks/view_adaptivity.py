@@ -61,9 +61,11 @@ def run_plans(workload: Workload, sample: int, no_index: tuple[str, ...]) -> dic
     )
     out, total = {}, sum(i == S for i, _ in workload.stream)
     for name, engine in engines.items():
+        # Whole spans only: the stream's tail after its last ΔS sample is a few updates.
         timeline = [
-            {"s": min(k * sample, total), "rate": updates / seconds, "used": used}
+            {"s": k * sample, "rate": updates / seconds, "used": used}
             for k, (updates, seconds, used) in enumerate(spans[name], start=1)
+            if k * sample <= total
         ]
         out[name] = {
             "timeline": timeline,
@@ -196,7 +198,8 @@ def render(saved: dict[str, Any]) -> str:
     values["profiling"] = statistics.median(r["profiling"] for r in runs)
     values["indexed"] = "" if indexed is None else T("indexed", table=phase_table(indexed))
     before = (burst / 2, burst)
-    own = run_ratio(main["runs"]["A"], main["runs"]["T⋈(R⋈S)"], *before)
+    own_plan = OWN.get(plan_at(runs[0], burst), "T⋈(R⋈S)")
+    own = run_ratio(main["runs"]["A"], main["runs"][own_plan], *before)
     mjoin = None if indexed is None else run_ratio(indexed["runs"]["A"], indexed["runs"]["M"], *before)
     values["targets"] = T(
         "targets",

@@ -337,7 +337,7 @@ class MJoinEngine:
                 )
             self.reoptimizer.force(forced, sized=mode == "static", watch="rates" in self.settings.monitor)
         elif mode == "mjoin":
-            self.reoptimizer.force([])
+            self.reoptimizer.force([], sized=False)
         if self.settings.monitor and mode != "static":
             raise ValueError("monitor measures a forced plan's share of A-Caching's monitoring: mode must be static")
         self._adaptive = mode == "adaptive"
@@ -345,6 +345,7 @@ class MJoinEngine:
         self._rates = self._adaptive or "rates" in self.settings.monitor
         self._profiles = self._adaptive or "profiled" in self.settings.monitor
         self._arrivals = self.profiler.arrivals
+        self._roll_at = self.profiler.rate_window
         # Entries a cache would hold (section 5's memory, a forced plan's buckets): the
         # distinct keys of each candidate's first segment input, from its hash index or,
         # without one, from counts kept as the input changes (never a scan of the input).
@@ -668,8 +669,11 @@ class MJoinEngine:
     def _process(self, i: int, row: Row, sign: int) -> Delta:
         """One update through its pipeline, then into its relation."""
         self.updates += 1
-        if self._rates:
-            self._arrivals[i] += 1  # the Profiler's rate counter (``Profiler.arrivals``)
+        if self._rates:  # the Profiler's rate counter, inline (``Profiler.note_update``)
+            self._arrivals[i] += 1
+            if self.updates >= self._roll_at:
+                self.profiler.roll()
+                self._roll_at += self.profiler.rate_window
         base = tuple(row if k == i else None for k in range(self.n))
         profiled = self._profiles and self._random.random() < self.settings.profile_probability
         profile = ([0] * self.n, [0.0] * (self.n - 1)) if profiled else None

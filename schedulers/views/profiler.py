@@ -89,7 +89,9 @@ class _Mean:
 
     def add(self, value: float) -> None:
         if self.clip is not None and len(self.values) >= 3:
-            value = min(value, self.clip * statistics.median(self.values))
+            middle = statistics.median(self.values)
+            if middle > 0:
+                value = min(value, self.clip * middle)
         self.values.append(value)
 
     @property
@@ -158,13 +160,14 @@ class Profiler:
         self.window = window
         self.bloom_tuples = bloom_tuples
         self.bloom_alpha = bloom_alpha
+        self.clip = clip
         # Pipeline i, position p in 0..n-1: p < n-1 is operator p's input; n-1 the output.
         self._delta = [[_Mean(window) for _ in range(n)] for _ in range(n)]
         self._tau = [[_Mean(window) for _ in range(n - 1)] for _ in range(n)]
         # rate(R_i) over the last rate_window updates, kept as two blocks (this one and the
         # last full one) rather than a deque of every update (section 4.3 leaves it open:
         # "maintained in a straightforward manner"). An update is one list increment: the
-        # executor adds to ``arrivals`` itself, and the block ends when a rate is next read.
+        # executor adds to ``arrivals`` itself and calls ``roll`` every rate_window updates.
         self.rate_window = rate_window
         #: Updates of each pipeline in the current block (the executor counts them here).
         self.arrivals = [0] * n
@@ -182,13 +185,27 @@ class Profiler:
     # --- observations ---------------------------------------------------------------
 
     def note_update(self, i: int) -> None:
+        """One update of pipeline i (the executor does the same inline: ``arrivals``, ``roll``)."""
         self.arrivals[i] += 1
+        if sum(self.arrivals) >= self.rate_window:
+            self.roll()
+
+    def roll(self) -> None:
+        """The current block is full (``rate_window`` updates): it becomes the last one."""
+        self._last = self.arrivals.copy()
+        self.arrivals[:] = [0] * self.n  # in place: the executor holds this list
 
     def record_profiled(self, i: int, deltas: list[int], taus: list[float]) -> None:
         """One profiled update of pipeline i: tuples into each operator (and out), cost in each."""
-        for mean, value in zip(self._delta[i], deltas, strict=True):
+        for p, (mean, value) in enumerate(zip(self._tau[i], taus, strict=True)):
+            if self.clip is not None and deltas[p] and len(mean.values) >= 3:
+                # Clipped as the cache's timed costs are, per tuple: both sides of benefit(C).
+                per_tuple = [t / d for t, d in zip(mean.values, self._delta[i][p].values) if d]
+                middle = statistics.median(per_tuple) if per_tuple else 0.0
+                if middle > 0:
+                    value = min(value, self.clip * middle * deltas[p])
             mean.values.append(value)
-        for mean, value in zip(self._tau[i], taus, strict=True):
+        for mean, value in zip(self._delta[i], deltas, strict=True):
             mean.values.append(value)
         self.observations += 1
 
@@ -235,18 +252,13 @@ class Profiler:
 
     def rate(self, i: int) -> float:
         """R_i's share of the last ``rate_window`` updates: the current block, and the last
-        full one's shares weighted by the part of the window it still fills (exact at a
-        block's end; between, exact when arrivals are even within a block). A block read
-        only after more than ``rate_window`` updates is longer; its shares stand."""
+        full one weighted by the part of the window it still fills (exact at a block's end;
+        between, exact when arrivals are even within a block)."""
         seen = sum(self.arrivals)
-        if seen >= self.rate_window:  # the block is full: it becomes the last one
-            self._last = self.arrivals.copy()
-            self.arrivals[:] = [0] * self.n  # in place: the executor holds this list
-            seen = 0
         if self._last is None:
             return self.arrivals[i] / seen if seen else 0.0
-        weight = (self.rate_window - seen) / self.rate_window
-        return (self.arrivals[i] + weight * self._last[i] * self.rate_window / sum(self._last)) / self.rate_window
+        weight = max(0, self.rate_window - seen) / self.rate_window
+        return (self.arrivals[i] + weight * self._last[i]) / (seen + weight * self.rate_window)
 
     def profiled(self, i: int) -> int:
         return len(self._delta[i][0])

@@ -146,7 +146,7 @@ class Reoptimizer:
         if self.frozen:
             if not self._sized:
                 return math.inf
-            return -math.inf if self._sized_at is None else self._sized_at + interval
+            return -math.inf if self._sized_at is None else self._sized_at + interval / 10
         start = self._phase_started if self._phase_started is not None else now
         if self._profiling and now - start >= interval:
             return start + 10 * interval  # overdue with none ready: only an observation helps
@@ -191,8 +191,9 @@ class Reoptimizer:
         """A static plan (the paper's "we force the one candidate cache to be used").
 
         ``sized``: its caches get buckets as A-Caching's would without a budget, from the
-        same distinct-key counts, re-sized every interval (False: unbounded, an XJoin's
-        complete subresults). ``watch``: refinement (a)'s estimates are kept up, never acted on."""
+        same distinct-key counts, re-sized when that rule moves by a quarter (checked every
+        tenth of an interval; False: unbounded, an XJoin's complete subresults). ``watch``:
+        refinement (a)'s estimates are kept up, never acted on."""
         chosen = set(used)
         self.frozen = True
         self._profiling = False
@@ -209,14 +210,22 @@ class Reoptimizer:
         if self._watching and self.profiler.observations - self._checked >= self._check_after:
             self._checked = self.profiler.observations
             self._losers(distinct_keys)
-        if not self._sized or (self._sized_at is not None and now - self._sized_at < self.settings.interval):
+        if not self._sized or (self._sized_at is not None and now - self._sized_at < self.settings.interval / 10):
             return False
-        self._sized_at = now  # sized at the first update, then every interval
-        groups: dict[Hashable, float] = {}
+        # Sized at the first update, then checked every tenth of an interval: re-sized when
+        # the rule's buckets moved by more than a quarter (a cache starts before its input
+        # fills; A sizes its caches at each selection, with its input warm).
+        self._sized_at = now
+        keys: dict[Hashable, float] = {}
         for c in self.used:
-            groups[c.group] = max(groups.get(c.group, 0.0), distinct_keys(c))
-        self.grants = {g: Grant(buckets(keys, self.settings.buckets_per_key), 0.0) for g, keys in groups.items()}
-        return bool(groups)
+            keys[c.group] = max(keys.get(c.group, 0.0), distinct_keys(c))
+        changed = False
+        for group, count in keys.items():
+            want, have = buckets(count, self.settings.buckets_per_key), self.grants[group].entries
+            if have is None or want is None or abs(want - have) > have / 4:
+                self.grants[group] = Grant(want, 0.0)
+                changed = True
+        return changed
 
     def drop(self, group: Hashable, now: float) -> None:
         """An operator's or a test's drop: the group's caches become unused until the next selection."""
@@ -254,16 +263,20 @@ class Reoptimizer:
         self.estimates = {c: self.profiler.estimate(c, distinct_keys(c)) for c in self.candidates}
 
     def _reoptimize(self, now: float, distinct_keys: Callable[[Candidate], float]) -> bool:
-        self.profiling_spent += now - (self._phase_started or now)
+        self.profiling_spent += now - (now if self._phase_started is None else self._phase_started)
         self._profiling = False
         self._phase_started = now
         self._checked = self.profiler.observations
         self._estimate_all(distinct_keys)
         considered = [c for c in self.candidates if self.states[c] == "used" or self.profiler.ready(c)]
         if self._selected_on and not self._moved(considered):
-            for c in self.candidates:  # refinement (c): nothing moved; keep the plan
-                if self.states[c] == "profiled":
-                    self.states[c] = "used" if c in self._chosen and c.group in self.grants else "unused"
+            # Refinement (c): nothing moved, so the selection stands; memory is handed out
+            # again (section 5), so the caches' sizes follow their keys.
+            self.grants = allocate(
+                self._claims(self._chosen), self.settings.memory_budget, self.settings.buckets_per_key
+            )
+            for c in self.candidates:
+                self.states[c] = "used" if c in self._chosen and c.group in self.grants else "unused"
             return self._changed(now)
         instance = Instance(
             candidates=tuple(considered),

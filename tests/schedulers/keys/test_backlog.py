@@ -80,7 +80,13 @@ steps = st.lists(
 # queue as it was before the update, the simulator against the keys of the update placed before
 # it too; LINECUTTING cut key 1 in the one and not in the other.
 @example(
-    steps=[("arrive", [0, 1], 1.0), ("take", [], 1.0), ("arrive", [0], 1.0), ("load", [], 1.0), ("arrive", [2, 1], 2.0)],
+    steps=[
+        ("arrive", [0, 1], 1.0),
+        ("take", [], 1.0),
+        ("arrive", [0], 1.0),
+        ("load", [], 1.0),
+        ("arrive", [2, 1], 2.0),
+    ],
     max_keys=None,
 )
 def test_the_simulators_key_queue_takes_the_live_stores_batches(

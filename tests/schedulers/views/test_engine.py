@@ -456,7 +456,7 @@ def test_distinct_keys_are_counted_as_inputs_change(no_index: tuple[str, ...]) -
 
 def test_a_forced_plan_is_sized_as_a_caching_sizes_its_caches() -> None:
     """Like for like: a static plan's cache gets buckets from the same rule and the same
-    distinct-key counts as A-Caching's, re-sized every interval; an XJoin's stays complete."""
+    distinct-key counts as A-Caching's, re-sized as the keys move; an XJoin's stays complete."""
     spec, schemas, shapes = three_way()
     static = build(spec, schemas, shapes, "static", ("t:[s r]",))
     xjoin = build(spec, schemas, shapes, "xjoin", ("t:[s r]",))
@@ -465,7 +465,8 @@ def test_a_forced_plan_is_sized_as_a_caching_sizes_its_caches() -> None:
             engine.apply("s", inserts=[(k, k % 97, k % 97)])
     (store,) = static.stores.values()
     (c,) = static.reoptimizer.used
-    assert store.capacity == buckets(static._distinct_keys(c), DEFAULT_BUCKETS_PER_KEY) == 2 * 97
+    want = buckets(static._distinct_keys(c), DEFAULT_BUCKETS_PER_KEY)
+    assert want == 2 * 97 and abs(store.capacity - want) <= want / 4  # re-sized past a quarter
     assert next(iter(xjoin.stores.values())).capacity is None
     unbounded = MJoinEngine(
         spec,

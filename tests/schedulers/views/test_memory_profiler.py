@@ -397,3 +397,14 @@ def test_a_timing_outlier_counts_at_most_clip_times_the_median() -> None:
     for _ in range(10):
         clipped.probe_cost_sample(20e-6, 1)
     assert clipped.kappa()[0] == pytest.approx(20e-6)
+
+
+def test_the_rate_forgets_what_is_older_than_its_window() -> None:
+    """Blocks end every rate_window updates, read or not: a burst is seen within one window."""
+    profiler = Profiler(3, [], rate_window=1000)
+    for i in [0] * 10_000 + [1] * 1_000:
+        profiler.note_update(i)
+    assert profiler.rate(1) == 1.0 and profiler.rate(0) == 0.0
+    for _ in range(500):
+        profiler.note_update(0)
+    assert profiler.rate(0) == pytest.approx(0.5)

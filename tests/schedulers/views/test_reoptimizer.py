@@ -132,14 +132,16 @@ def test_unchanged_estimates_keep_the_plan_without_selecting() -> None:
 
 def test_forced_plan_never_changes() -> None:
     """Its caches stay; only their buckets follow the keys, by A-Caching's own sizing rule
-    (at the first update, then every interval), so a static plan compares like for like."""
+    (at the first update, then when it moves by a quarter, checked every tenth of an
+    interval), so a static plan compares like for like."""
     reoptimizer, profiler = setup()
     (c,) = reoptimizer.candidates
     reoptimizer.force([c])
     feed(profiler, fan_out=1, repeat_keys=False)
-    sized = [now for now in range(1, 300) if reoptimizer.tick(now, lambda _c, now=now: 10.0 + now)]
-    assert sized == [1, 101, 201] and reoptimizer.used == (c,)
-    assert reoptimizer.capacity(c.group) == buckets(10.0 + 201, DEFAULT_BUCKETS_PER_KEY) == 2 * 211
+    keys = [40.0] * 100 + [200.0] * 100 + [210.0] * 100  # a jump, then a drift of 5%
+    sized = [now for now in range(1, 300) if reoptimizer.tick(now, lambda _c, now=now: keys[now])]
+    assert sized == [1, 101] and reoptimizer.used == (c,)  # checked every I/10: moved past a quarter once
+    assert reoptimizer.capacity(c.group) == buckets(200.0, DEFAULT_BUCKETS_PER_KEY) == 400
     unsized, profiler = setup()
     unsized.force(unsized.candidates, sized=False)
     assert not any(unsized.tick(now, distinct) for now in range(1, 300))
