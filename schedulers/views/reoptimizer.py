@@ -272,9 +272,7 @@ class Reoptimizer:
         if self._selected_on and not self._moved(considered):
             # Refinement (c): nothing moved, so the selection stands; memory is handed out
             # again (section 5), so the caches' sizes follow their keys.
-            self.grants = allocate(
-                self._claims(self._chosen), self.settings.memory_budget, self.settings.buckets_per_key
-            )
+            self.grants = self._steady(allocate(self._claims(self._chosen), *self._sizing))
             for c in self.candidates:
                 self.states[c] = "used" if c in self._chosen and c.group in self.grants else "unused"
             return self._changed(now)
@@ -288,12 +286,33 @@ class Reoptimizer:
         )
         chosen = select(instance, self.settings.method)
         self.reoptimizations += 1
-        self.grants = allocate(self._claims(chosen), self.settings.memory_budget, self.settings.buckets_per_key)
+        self.grants = self._steady(allocate(self._claims(chosen), *self._sizing))
         for c in self.candidates:
             self.states[c] = "used" if c in chosen and c.group in self.grants else "unused"
         self._selected_on = {c: self.estimates[c] for c in considered}
         self._chosen = frozenset(c for c in chosen if c.group in self.grants)
         return self._changed(now)
+
+    @property
+    def _sizing(self) -> tuple[float | None, float | None]:
+        return self.settings.memory_budget, self.settings.buckets_per_key
+
+    def _steady(self, grants: dict[Hashable, Grant]) -> dict[Hashable, Grant]:
+        """Without a budget, a cache keeps its buckets unless the rule moved them by more
+        than a quarter, as a forced plan's (``_forced_tick``): re-sizing a direct-mapped
+        store re-places its entries and drops those that now collide."""
+        if self.settings.memory_budget is not None:
+            return grants
+        for group, grant in grants.items():
+            old = self.grants.get(group)
+            if (
+                old is not None
+                and old.entries
+                and grant.entries
+                and abs(grant.entries - old.entries) <= old.entries / 4
+            ):
+                grants[group] = old
+        return grants
 
     def _claims(self, chosen: Iterable[Candidate]) -> list[MemoryClaim]:
         groups: dict[Hashable, list[Candidate]] = {}

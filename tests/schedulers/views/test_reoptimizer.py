@@ -146,3 +146,16 @@ def test_forced_plan_never_changes() -> None:
     unsized.force(unsized.candidates, sized=False)
     assert not any(unsized.tick(now, distinct) for now in range(1, 300))
     assert unsized.capacity(c.group) is None
+
+
+def test_a_caches_buckets_move_only_when_the_rule_moves_them_by_a_quarter() -> None:
+    """As a forced plan's: re-sizing a direct-mapped store drops the entries that now collide."""
+    reoptimizer, profiler = setup()
+    (c,) = reoptimizer.candidates
+    now = 0
+    for keys, entries in ((100.0, 200), (110.0, 200), (300.0, 600)):
+        now += 101  # an interval: profiled again, then selected (or kept, refinement c)
+        reoptimizer.tick(now, lambda _c, keys=keys: keys)
+        feed(profiler, fan_out=4, repeat_keys=True)
+        assert reoptimizer.tick(now + 1, lambda _c, keys=keys: keys)
+        assert reoptimizer.used == (c,) and reoptimizer.capacity(c.group) == entries
