@@ -228,8 +228,7 @@ class LatestQueue:
                     superseded += 1  # the waiting value is the newer: this one is dropped
                     continue
             if self.intervals is not None:  # section 5.3 read as "the faster updaters in the queue"
-                residents = self.intervals.faster(key, interval)
-                self.intervals.set(key, interval)
+                residents = self.intervals.arrive(key, interval)
             else:
                 residents = len(self.index) - (waiting is not None) + newcomers
             newcomers += waiting is None

@@ -104,8 +104,7 @@ class KeyBacklog:
             interval = rates.observe(key, at)
             waiting = self._index.get(key)
             if self._intervals is not None:  # section 5.3 read as "the faster updaters in the queue"
-                residents = self._intervals.faster(key, interval)
-                self._intervals.set(key, interval)
+                residents = self._intervals.arrive(key, interval)
             else:
                 residents = len(self._index) - (waiting is not None)
             where = place(

@@ -231,6 +231,13 @@ class ResidentIntervals:
         own = self._of.get(key)
         return count - (1 if own is not None and own[0] < interval else 0)
 
+    def arrive(self, key: Hashable, interval: float) -> int:
+        """``key`` updated with ``interval``: its n (the waiting keys faster than it), and
+        its estimate recorded, as every queue of a latest table does on an arrival."""
+        count = self.faster(key, interval)
+        self.set(key, interval)
+        return count
+
     def __len__(self) -> int:
         return len(self._of)
 
@@ -305,8 +312,7 @@ class KeyQueue(Generic[V]):
         interval = self.rates.observe(key, at)
         entry = self._waiting.get(key)
         if self._intervals is not None:  # section 5.3 read as "the faster updaters in the queue"
-            residents = self._intervals.faster(key, interval)
-            self._intervals.set(key, interval)
+            residents = self._intervals.arrive(key, interval)
         else:
             residents = len(self._waiting) - (1 if entry is not None else 0)
         where = place(
